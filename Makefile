@@ -1,0 +1,28 @@
+# Set-up and entry points. `make demo` and `make test` are the two commands
+# the README promises: each installs everything it needs first.
+#
+# torch is pinned and installed FIRST: the local CPU wheel installs in
+# seconds, whereas letting pip resolve the package's `torch>=2.1` range on
+# its own could pull a multi-GB CUDA build.
+
+PYTHON ?= python
+PIP := $(PYTHON) -m pip
+TORCH_PIN := torch==2.13.0
+
+.PHONY: install install-bench demo test bench
+
+install:
+	$(PIP) install $(TORCH_PIN)
+	$(PIP) install -e ".[test]"
+
+install-bench: install
+	$(PIP) install -e ".[benchmarks]"
+
+demo: install
+	$(PYTHON) -m gpytorch_augment.demo
+
+test: install
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+bench: install-bench
+	$(PYTHON) benchmarks/classification.py

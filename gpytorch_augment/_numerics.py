@@ -1,0 +1,113 @@
+r"""Numerical building blocks shared by every likelihood and engine.
+
+Everything that needs care in floating point lives here, once:
+
+* :func:`log_cosh` -- :math:`\log\cosh x` without overflow;
+* :func:`pg_mean`, :func:`pg_variance`, :func:`pg_kl` -- moments of the Pólya-Gamma
+  distribution :math:`\mathrm{PG}(b, c)` and :math:`\mathrm{KL}(\mathrm{PG}(b,c)\,\Vert\,\mathrm{PG}(b,0))`,
+  stable (value *and* gradient) as :math:`c \to 0`;
+* :func:`log_sigma_tilde_plus` -- :math:`\log\tilde\sigma^+(m, c) = m/2 - \log 2 - \log\cosh(c/2)`;
+* :func:`gauss_hermite` -- Gauss--Hermite nodes for :math:`E_{\mathcal N(m, s)} g(f)`;
+* :func:`reverse_cholesky` -- the lower factor :math:`C` with :math:`B = C^\top C`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import Tensor
+
+LOG2 = math.log(2.0)
+
+
+def _small_threshold(x: Tensor, float64: float = 1e-4, float32: float = 1e-2) -> float:
+    """Below this |c| a Taylor series replaces a closed form that would cancel (or divide 0 by 0)."""
+    return float64 if x.dtype == torch.float64 else float32
+
+
+def log_cosh(x: Tensor) -> Tensor:
+    r""":math:`\log\cosh x = |x| + \mathrm{softplus}(-2|x|) - \log 2`, finite for every finite ``x``."""
+    ax = x.abs()
+    return ax + torch.nn.functional.softplus(-2.0 * ax) - LOG2
+
+
+def _tanh_half_over_c(c: Tensor) -> Tensor:
+    r""":math:`\tanh(c/2) / (2c)`, i.e. :math:`\mathrm{PGm}(1, c)`, with its series near 0."""
+    c = c.abs()
+    small = c < _small_threshold(c)
+    safe = torch.where(small, torch.ones_like(c), c)
+    closed = torch.tanh(safe / 2) / (2 * safe)
+    c2 = c * c
+    series = 0.25 - c2 / 48 + c2 * c2 / 480
+    return torch.where(small, series, closed)
+
+
+def pg_mean(b: Tensor | float, c: Tensor) -> Tensor:
+    r"""Mean of :math:`\mathrm{PG}(b, c)`: :math:`\frac{b}{2c}\tanh\frac c2` (:math:`b/4` at :math:`c=0`)."""
+    return b * _tanh_half_over_c(c)
+
+
+def pg_variance(b: Tensor | float, c: Tensor) -> Tensor:
+    r"""Variance of :math:`\mathrm{PG}(b, c)`: :math:`\frac{b(\sinh c - c)}{4c^3\cosh^2(c/2)}` (:math:`b/24` at 0)."""
+    c = c.abs()
+    small = c < _small_threshold(c, 5e-2, 2e-1)
+    safe = torch.where(small, torch.ones_like(c), c)
+    # (sinh c - c) / cosh^2(c/2) = 2 (sinh c - c) / (cosh c + 1); for large c use exp(-c) forms to avoid overflow.
+    big = safe > 20
+    mid = torch.where(big, torch.ones_like(safe), safe)
+    ratio_mid = 2 * (torch.sinh(mid) - mid) / (torch.cosh(mid) + 1)
+    # for c > 20: (sinh c - c)/cosh^2(c/2) -> 2 (1 - 2c e^{-c}) / (1 + 2 e^{-c}) ~ 2
+    e = torch.exp(-safe)
+    ratio_big = 2 * (1 - e * e - 2 * safe * e) / (1 + e) ** 2
+    ratio = torch.where(big, ratio_big, ratio_mid)
+    closed = ratio / (4 * safe**3)
+    c2 = c * c
+    series = 1.0 / 24 - c2 / 120 + 17 * c2 * c2 / 13440 - 31 * c2**3 / 181440
+    return b * torch.where(small, series, closed)
+
+
+def pg_kl(b: Tensor | float, c: Tensor) -> Tensor:
+    r""":math:`\mathrm{KL}(\mathrm{PG}(b,c)\Vert\mathrm{PG}(b,0)) = b[\log\cosh\frac c2 - \frac{c^2}{2}\mathrm{PGm}(1,c)]`."""
+    c = c.abs()
+    small = c < _small_threshold(c, 1e-1, 7e-1)
+    safe = torch.where(small, torch.ones_like(c), c)
+    closed = log_cosh(safe / 2) - safe / 4 * torch.tanh(safe / 2)
+    c2 = c * c
+    series = c2 * c2 * (1.0 / 192 - c2 / 1440 + 17 * c2 * c2 / 215040 - 31 * c2**3 / 3628800)
+    return b * torch.where(small, series, closed)
+
+
+def log_sigma_tilde_plus(m: Tensor, c: Tensor) -> Tensor:
+    r""":math:`\log\tilde\sigma^+(m, c) = \frac m2 - \log 2 - \log\cosh\frac c2` (Jaakkola--Jordan bound on
+    :math:`E\log\sigma(f)` for :math:`c = \sqrt{m^2 + s}`)."""
+    return m / 2 - LOG2 - log_cosh(c / 2)
+
+
+@lru_cache(maxsize=16)
+def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.hermite.hermgauss(n)
+    return x * math.sqrt(2.0), w / math.sqrt(math.pi)
+
+
+def gauss_hermite(mean: Tensor, var: Tensor, num_locs: int = 20) -> tuple[Tensor, Tensor]:
+    r"""Nodes ``f`` of shape ``(num_locs, *mean.shape)`` and weights of shape ``(num_locs, 1, ..)`` such
+    that :math:`E_{\mathcal N(m, s)} g(f) \approx \sum_k w_k\, g(f_k)`."""
+    x, w = _hermgauss(num_locs)
+    shape = (num_locs,) + (1,) * mean.dim()
+    x = torch.as_tensor(x, dtype=mean.dtype, device=mean.device).view(shape)
+    w = torch.as_tensor(w, dtype=mean.dtype, device=mean.device).view(shape)
+    return mean + var.clamp_min(0).sqrt() * x, w
+
+
+def reverse_cholesky(B: Tensor) -> Tensor:
+    r"""Lower-triangular :math:`C` with :math:`B = C^\top C`, so that :math:`\mathrm{chol}(B^{-1}) = C^{-1}`.
+
+    Computed as :math:`C = \mathrm{flip}(\mathrm{chol}(\mathrm{flip}(B)))^\top` where ``flip`` reverses both axes.
+    """
+    from linear_operator.utils.cholesky import psd_safe_cholesky
+
+    flipped = B.flip(-1, -2)
+    return psd_safe_cholesky(flipped).flip(-1, -2).mT

@@ -1,0 +1,5 @@
+"""Inference engines: closed-form CAVI and blocked Gibbs sampling."""
+
+from .cavi import CAVI, CAVITrace
+
+__all__ = ["CAVI", "CAVITrace"]

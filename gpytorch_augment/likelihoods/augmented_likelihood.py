@@ -1,0 +1,188 @@
+r"""The augmentation protocol shared by every likelihood and both inference engines.
+
+An augmented likelihood introduces auxiliary variables :math:`\Omega_i` with a prior :math:`p(\Omega_i\mid y_i)`
+such that, given :math:`\Omega_i`, the datum contributes a Gaussian *tilt* to the latent GP:
+
+.. math::
+    p(y_i, \Omega_i \mid f_i) = C(\Omega_i, y_i)\,
+    \exp\!\big(h(\Omega_i, y_i)\, f_i - \tfrac12 \lambda(\Omega_i, y_i)\, f_i^2\big)\, p(\Omega_i \mid y_i),
+    \qquad \int p(y_i, \Omega_i \mid f_i)\, d\Omega_i = p(y_i \mid f_i).
+
+:math:`h` is the *potential* and :math:`\lambda \ge 0` the *precision*. The engines (``CAVI``,
+``GibbsSampler``) only ever talk to a likelihood through the members of :class:`AugmentedLikelihood`;
+the mathematics of each likelihood is in ``shared/docs/augmentations.md``.
+
+Shapes: a single-latent likelihood takes ``f`` of shape ``(*batch, N)``; a multi-latent one ``(*batch, N, T)``.
+Potentials and precisions come back as ``(*batch, N)`` or, for ``T`` latents, ``(*batch, T, N)``
+(latent-major). Auxiliary variables and their variational parameters are ``dict[str, Tensor]``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from gpytorch.distributions import MultivariateNormal
+from gpytorch.likelihoods import Likelihood
+from torch import Tensor
+from torch.distributions import Distribution
+
+from .._numerics import gauss_hermite
+from .._validation import check_finite
+from ..distributions.auxiliary import AuxiliaryDistribution
+
+AuxDict = dict[str, Tensor]
+
+#: Gauss--Hermite nodes used for the true expected log-likelihood and the predictive of 1-D likelihoods.
+NUM_QUADRATURE_LOCS = 32
+
+
+class AugmentedLikelihood(Likelihood, ABC):
+    r"""Base class of conditionally conjugate (augmented) GP likelihoods.
+
+    Subclasses implement the mathematics of one likelihood:
+
+    * drop-in GPyTorch behaviour: :meth:`forward` (the conditional :math:`p(y\mid f)`), :meth:`marginal`
+      (the predictive of :math:`y`) and, through the defaults here, :meth:`expected_log_prob` and
+      :meth:`log_marginal` of the *true* likelihood (Gauss--Hermite for one latent);
+    * the sampling side: :meth:`aux_prior`, :meth:`aux_conditional`, :meth:`potential_and_precision`,
+      :meth:`log_tilt_constant`;
+    * the variational side: :meth:`aux_posterior`, :meth:`expected_potential_and_precision`,
+      :meth:`expected_log_tilt_constant`, :meth:`aux_kl` and optionally :meth:`update_hyperparameters`
+      and a closed-form :meth:`collapsed_bound`.
+
+    Targets are validated by :meth:`check_targets` at the public entry points (engines, MLLs,
+    :meth:`expected_log_prob`); every other member is pure and assumes valid input.
+
+    State written by the engines, for inspection: ``q_aux`` (the latest optimal :math:`q(\Omega)`
+    parameters) and ``aux`` (the latest Gibbs draw of :math:`\Omega`).
+    """
+
+    #: number of latent GPs :math:`T`
+    num_latents: int = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_aux: AuxDict | None = None
+        self.aux: AuxDict | None = None
+
+    # ------------------------------------------------------------------ validation
+    def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
+        """Validate targets and return them in the canonical form the other members expect.
+
+        The default checks finiteness only; likelihoods with a restricted domain override it and raise a
+        ``ValueError`` naming the offending value.
+        """
+        return check_finite("targets y", y)
+
+    # ------------------------------------------------------------------ drop-in GPyTorch behaviour
+    @abstractmethod
+    def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Distribution:
+        r"""The conditional :math:`p(y \mid f)` as a ``torch.distributions.Distribution``."""
+
+    def _quadrature(self, function_dist: MultivariateNormal, num_locs: int = NUM_QUADRATURE_LOCS):
+        if self.num_latents != 1:
+            raise NotImplementedError(
+                f"{type(self).__name__} has {self.num_latents} latents: 1-D quadrature would integrate along a "
+                "diagonal; implement expected_log_prob/marginal with a product rule or Monte Carlo"
+            )
+        return gauss_hermite(function_dist.mean, function_dist.variance, num_locs)
+
+    def log_prob_at(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
+        r""":math:`\log p(y \mid f)` of the original likelihood for canonical targets, broadcasting over ``f``."""
+        return self.forward(f, **kwargs).log_prob(y)
+
+    def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+        r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` of the **true** likelihood, one value per datum (quadrature)."""
+        y = self.check_targets(observations, **kwargs)
+        nodes, weights = self._quadrature(function_dist)
+        return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
+
+    def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+        r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i`, one value per datum (quadrature)."""
+        y = self.check_targets(observations, **kwargs)
+        nodes, weights = self._quadrature(function_dist)
+        return torch.logsumexp(weights.log() + self.log_prob_at(y, nodes, **kwargs), dim=0)
+
+    @abstractmethod
+    def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Distribution:
+        r"""The predictive distribution of :math:`y`, :math:`\int p(y\mid f)\, q(f)\, df`."""
+
+    # ------------------------------------------------------------------ sampling side (Gibbs)
+    @abstractmethod
+    def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:
+        r"""The prior :math:`p(\Omega \mid y)` of the auxiliary variables."""
+
+    @abstractmethod
+    def aux_conditional(self, y: Tensor, f: Tensor) -> AuxiliaryDistribution:
+        r"""The full conditional :math:`p(\Omega \mid y, f) \propto \text{tilt}\cdot p(\Omega\mid y)`."""
+
+    def sample_aux(self, y: Tensor, f: Tensor, generator: torch.Generator | None = None) -> AuxDict:
+        r"""One draw of :math:`\Omega \sim p(\Omega \mid y, f)`."""
+        return self.aux_conditional(y, f).sample(generator=generator)
+
+    @abstractmethod
+    def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        r"""The potential :math:`h(\Omega, y)` and precision :math:`\lambda(\Omega, y)` of the tilt."""
+
+    @abstractmethod
+    def log_tilt_constant(self, y: Tensor, aux: AuxDict) -> Tensor:
+        r""":math:`\log C(\Omega, y)`, the :math:`f`-independent part of the log-tilt, per datum."""
+
+    def log_tilt(self, y: Tensor, aux: AuxDict, f: Tensor) -> Tensor:
+        r""":math:`\log C(\Omega, y) + h f - \tfrac12 \lambda f^2`, per datum."""
+        h, lam = self.potential_and_precision(y, aux, f)
+        if self.num_latents > 1:
+            f = f.mT
+            return self.log_tilt_constant(y, aux) + (h * f - 0.5 * lam * f**2).sum(-2)
+        return self.log_tilt_constant(y, aux) + h * f - 0.5 * lam * f**2
+
+    def augmented_log_prob(self, y: Tensor, aux: AuxDict, f: Tensor) -> Tensor:
+        r""":math:`\log p(y, \Omega \mid f)` = log-tilt :math:`+ \log p(\Omega \mid y)`, per datum."""
+        return self.log_tilt(y, aux, f) + self.aux_prior(y).log_prob(aux)
+
+    # ------------------------------------------------------------------ variational side (CAVI)
+    @abstractmethod
+    def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
+        r"""Parameters of the optimal :math:`q^*(\Omega_i) \propto \exp E_{q(f_i)} \log p(y_i, \Omega_i \mid f_i)`."""
+
+    @abstractmethod
+    def expected_potential_and_precision(
+        self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        r""":math:`(\bar h, \bar \lambda) = (E_q h, E_q \lambda)` under :math:`q(\Omega)`."""
+
+    @abstractmethod
+    def expected_log_tilt_constant(self, y: Tensor, q_aux: AuxDict) -> Tensor:
+        r""":math:`E_{q(\Omega)} \log C(\Omega, y)`, per datum."""
+
+    def expected_log_tilt(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> Tensor:
+        r""":math:`E_{q(f)q(\Omega)}[\log C + h f - \tfrac12\lambda f^2]
+        = E\log C + \bar h m - \tfrac12 \bar\lambda (m^2 + s)`, per datum."""
+        h, lam = self.expected_potential_and_precision(y, q_aux, f_mean, f_var)
+        if self.num_latents > 1:
+            f_mean, f_var = f_mean.mT, f_var.mT
+            quad = (h * f_mean - 0.5 * lam * (f_mean**2 + f_var)).sum(-2)
+        else:
+            quad = h * f_mean - 0.5 * lam * (f_mean**2 + f_var)
+        return self.expected_log_tilt_constant(y, q_aux) + quad
+
+    @abstractmethod
+    def aux_kl(self, y: Tensor, q_aux: AuxDict) -> Tensor:
+        r""":math:`\mathrm{KL}(q(\Omega_i) \,\Vert\, p(\Omega_i \mid y_i))`, per datum."""
+
+    def elbo_terms(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> Tensor:
+        r""":math:`\ell_i = E[\text{log-tilt}] - \mathrm{KL}(q(\Omega_i)\Vert p(\Omega_i\mid y_i))`, per datum."""
+        return self.expected_log_tilt(y, q_aux, f_mean, f_var) - self.aux_kl(y, q_aux)
+
+    def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
+        r""":math:`\ell_i^* = \max_{q(\Omega_i)} \ell_i`, per datum (a smooth function of :math:`(m_i, s_i)`).
+
+        The default evaluates :meth:`elbo_terms` at :meth:`aux_posterior`; likelihoods override it with the
+        closed form of ``augmentations.md``.
+        """
+        return self.elbo_terms(y, self.aux_posterior(y, f_mean, f_var), f_mean, f_var)
+
+    def update_hyperparameters(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> None:
+        """Closed-form coordinate update of the likelihood's own constants (a no-op unless overridden)."""
