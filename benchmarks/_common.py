@@ -107,20 +107,49 @@ def error_rate(probs: Tensor, y: Tensor) -> float:
 
 # ---------------------------------------------------------------------------------------------------- timing
 class Stopwatch:
-    """Accumulates the time spent inside ``with stopwatch:`` blocks (``time.perf_counter``)."""
+    """Accumulates the wall time (``time.perf_counter``) and the process CPU time (``time.process_time``) spent
+    inside ``with stopwatch:`` blocks.
+
+    On a shared, oversubscribed machine the wall time includes waiting for a core; with one torch thread the CPU
+    time does not, so it is the steadier of the two (both are recorded).
+    """
 
     def __init__(self) -> None:
         self.elapsed = 0.0
-        self._start: float | None = None
+        self.cpu = 0.0
+        self._start: tuple[float, float] | None = None
 
     def __enter__(self) -> Stopwatch:
-        self._start = time.perf_counter()
+        self._start = (time.perf_counter(), time.process_time())
         return self
 
     def __exit__(self, *exc: Any) -> None:
         assert self._start is not None
-        self.elapsed += time.perf_counter() - self._start
+        self.elapsed += time.perf_counter() - self._start[0]
+        self.cpu += time.process_time() - self._start[1]
         self._start = None
+
+
+def interleaved_step_costs(steps: dict[str, Callable[[], Any]], rounds: int = 5, skip: int = 1) -> dict[str, dict]:
+    """Median wall and CPU time of one call of each ``steps[name]()``, measured round-robin.
+
+    Every round calls each step once, so a change of the machine's load hits all of them alike: the ratios of
+    these medians are the load-robust per-iteration cost ratios. The first ``skip`` rounds are discarded (warm-up).
+    """
+    wall: dict[str, list[float]] = {k: [] for k in steps}
+    cpu: dict[str, list[float]] = {k: [] for k in steps}
+    for r in range(rounds + skip):
+        for name, step in steps.items():
+            sw = Stopwatch()
+            with sw:
+                step()
+            if r >= skip:
+                wall[name].append(sw.elapsed)
+                cpu[name].append(sw.cpu)
+    return {
+        k: {"wall_median": float(np.median(wall[k])), "cpu_median": float(np.median(cpu[k])), "rounds": rounds}
+        for k in steps
+    }
 
 
 @dataclass
@@ -143,11 +172,14 @@ class EvalSchedule:
 
 @dataclass
 class StoppingRule:
-    """Stop when the best ``metric`` has improved by no more than ``min_improvement`` over the last ``patience``
-    evaluations, or at ``max_iter`` iterations, or when the method's own clock passes ``max_time`` seconds."""
+    """Stop when the best ``metric`` has improved by no more than ``min_improvement`` over a window of the last
+    ``patience`` evaluations that also spans at least ``min_window_iterations`` iterations (so that a noisy or
+    oscillating optimiser is not stopped on a short excursion), or at ``max_iter`` iterations, or when the method's
+    own clock passes ``max_time`` seconds."""
 
     patience: int = 20
     min_improvement: float = 1e-4
+    min_window_iterations: int = 0
     max_iter: int = 10_000
     max_time: float = 300.0
 
@@ -156,18 +188,21 @@ class StoppingRule:
 class Trace:
     """What :func:`run_until_plateau` records: one entry per evaluation.
 
-    ``time`` is the method's own clock (training steps only), in seconds; ``iteration`` the number of steps taken.
+    ``time`` is the method's own wall clock (training steps only), in seconds, ``cpu_time`` the same in process CPU
+    time; ``iteration`` the number of steps taken.
     """
 
     iteration: list[int] = field(default_factory=list)
     time: list[float] = field(default_factory=list)
+    cpu_time: list[float] = field(default_factory=list)
     metrics: dict[str, list[float]] = field(default_factory=dict)
     stop_reason: str = ""
     step_times: list[float] = field(default_factory=list)
 
-    def record(self, iteration: int, elapsed: float, values: dict[str, float]) -> None:
+    def record(self, iteration: int, elapsed: float, cpu: float, values: dict[str, float]) -> None:
         self.iteration.append(iteration)
         self.time.append(elapsed)
+        self.cpu_time.append(cpu)
         for key, value in values.items():
             self.metrics.setdefault(key, []).append(float(value))
 
@@ -209,7 +244,7 @@ def run_until_plateau(
 
     def _evaluate(t: int) -> bool:
         values = evaluate()
-        trace.record(t, clock.elapsed, values)
+        trace.record(t, clock.elapsed, clock.cpu, values)
         if on_eval is not None:
             on_eval(t, clock.elapsed, values)
         value = values[metric]
@@ -217,7 +252,11 @@ def run_until_plateau(
             trace.stop_reason = "non-finite"
             return True
         best_history.append(min(value, best_history[-1]) if best_history else value)
-        if len(best_history) > rule.patience and best_history[-1 - rule.patience] - best_history[-1] <= rule.min_improvement:
+        # the latest evaluation at least `patience` evaluations and `min_window_iterations` iterations back
+        j = len(best_history) - 1 - rule.patience
+        while j >= 0 and trace.iteration[j] > t - rule.min_window_iterations:
+            j -= 1
+        if j >= 0 and best_history[j] - best_history[-1] <= rule.min_improvement:
             trace.stop_reason = "plateau"
             return True
         return False
@@ -240,11 +279,20 @@ def run_until_plateau(
             return trace
 
 
-def time_to_target(trace: Trace, metric: str, target: float) -> tuple[float, int] | None:
-    """``(time, iteration)`` of the first evaluation with ``metric <= target``, or ``None`` if there is none."""
-    for t, it, value in zip(trace.time, trace.iteration, trace.metrics[metric]):
+@dataclass
+class Hit:
+    """When a trace first reached a target: wall time, CPU time and iterations of the method's own clock."""
+
+    time: float
+    cpu_time: float
+    iteration: int
+
+
+def time_to_target(trace: Trace, metric: str, target: float) -> Hit | None:
+    """The first evaluation with ``metric <= target``, or ``None`` if there is none."""
+    for t, c, it, value in zip(trace.time, trace.cpu_time, trace.iteration, trace.metrics[metric]):
         if value <= target:
-            return t, it
+            return Hit(t, c, it)
     return None
 
 

@@ -3,8 +3,14 @@ updates and blocked Gibbs sampling."""
 
 from . import distributions, likelihoods
 from .distributions import PolyaGamma
-from .inference import CAVI, CAVITrace
-from .likelihoods import AugmentedLikelihood, BernoulliLogitLikelihood
+from .inference import CAVI, CAVITrace, GibbsSampler, GibbsSamples
+from .likelihoods import (
+    AugmentedLikelihood,
+    BernoulliLogitLikelihood,
+    BinomialLogitLikelihood,
+    NegativeBinomialLogitLikelihood,
+    PoissonLogitLikelihood,
+)
 from .mlls import AugmentedELBO
 from .variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 
@@ -14,9 +20,14 @@ __all__ = [
     "AugmentedELBO",
     "AugmentedLikelihood",
     "BernoulliLogitLikelihood",
+    "BinomialLogitLikelihood",
     "CAVI",
     "CAVITrace",
     "CAVIVariationalStrategy",
+    "GibbsSampler",
+    "GibbsSamples",
+    "NegativeBinomialLogitLikelihood",
+    "PoissonLogitLikelihood",
     "PolyaGamma",
     "UnwhitenedCAVIVariationalStrategy",
     "distributions",

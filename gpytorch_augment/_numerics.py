@@ -7,18 +7,22 @@ Everything that needs care in floating point lives here, once:
   distribution :math:`\mathrm{PG}(b, c)` and :math:`\mathrm{KL}(\mathrm{PG}(b,c)\,\Vert\,\mathrm{PG}(b,0))`,
   stable (value *and* gradient) as :math:`c \to 0`;
 * :func:`log_sigma_tilde_plus` -- :math:`\log\tilde\sigma^+(m, c) = m/2 - \log 2 - \log\cosh(c/2)`;
-* :func:`gauss_hermite` -- Gauss--Hermite nodes for :math:`E_{\mathcal N(m, s)} g(f)`;
+* :func:`log_sigma_tilde` -- :math:`\log\tilde\sigma(m, c) = \log\tilde\sigma^+(-m, c)`;
+* :func:`gauss_hermite` -- Gauss--Hermite nodes for :math:`E_{\mathcal N(m, s)} g(f)`, and
+  :func:`quadrature_mixture`, the predictive :math:`\sum_k w_k p(y\mid f_k)` as a distribution;
 * :func:`reverse_cholesky` -- the lower factor :math:`C` with :math:`B = C^\top C`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.distributions import Categorical, Distribution, MixtureSameFamily
 
 LOG2 = math.log(2.0)
 
@@ -86,6 +90,13 @@ def log_sigma_tilde_plus(m: Tensor, c: Tensor) -> Tensor:
     return m / 2 - LOG2 - log_cosh(c / 2)
 
 
+def log_sigma_tilde(m: Tensor, c: Tensor) -> Tensor:
+    r""":math:`\log\tilde\sigma(m, c) = -\frac m2 - \log 2 - \log\cosh\frac c2 = \log\tilde\sigma^+(-m, c)`
+    (``augmentations.md`` §2.9): the factor :math:`e^{-m/2}/(2\cosh\frac c2) \in (0, 1)` an optimal Poisson or
+    negative-binomial :math:`q` produces; a lower bound on :math:`E\log\sigma(-f)` for :math:`c = \sqrt{m^2+s}`."""
+    return log_sigma_tilde_plus(-m, c)
+
+
 @lru_cache(maxsize=16)
 def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
     x, w = np.polynomial.hermite.hermgauss(n)
@@ -100,6 +111,21 @@ def gauss_hermite(mean: Tensor, var: Tensor, num_locs: int = 20) -> tuple[Tensor
     x = torch.as_tensor(x, dtype=mean.dtype, device=mean.device).view(shape)
     w = torch.as_tensor(w, dtype=mean.dtype, device=mean.device).view(shape)
     return mean + var.clamp_min(0).sqrt() * x, w
+
+
+def quadrature_mixture(
+    nodes: Tensor, weights: Tensor, component: Callable[[Tensor], Distribution]
+) -> MixtureSameFamily:
+    r"""The Gauss--Hermite predictive :math:`\sum_k w_k\, p(y \mid f_k)` as a ``MixtureSameFamily``.
+
+    ``nodes`` and ``weights`` are those of :func:`gauss_hermite` (node dimension first); ``component`` maps latent
+    values with the node dimension **last**, shape ``(*mean.shape, num_locs)``, to :math:`p(y \mid f)` (per-datum
+    parameters must be given a trailing singleton dimension). The mixture's ``.mean`` and ``.variance`` are the
+    quadrature moments and ``.log_prob(y)`` is the log of the quadrature-mixed density or mass.
+    """
+    f = nodes.movedim(0, -1)
+    w = weights.expand_as(nodes).movedim(0, -1)
+    return MixtureSameFamily(Categorical(probs=w), component(f))
 
 
 def reverse_cholesky(B: Tensor) -> Tensor:

@@ -41,3 +41,14 @@ def check_values_in(name: str, y: Tensor, allowed: tuple[float, ...]) -> None:
     if not ok.all():
         bad = y[~ok].flatten()[0].item()
         raise ValueError(f"{name} must take values in {set(allowed)}; found {bad}")
+
+
+def check_counts(name: str, y: Tensor) -> Tensor:
+    """Raise unless ``y`` holds finite non-negative integers; return it as a floating tensor."""
+    check_finite(name, y)
+    if not y.is_floating_point():
+        y = y.to(torch.get_default_dtype())
+    bad = (y < 0) | (y != y.round())
+    if bad.any():
+        raise ValueError(f"{name} must be non-negative integer counts; found {y[bad].flatten()[0].item()}")
+    return y

@@ -1,12 +1,15 @@
-"""Test-suite configuration: float64 by default (the identity tests of augmentations.md §12)."""
+"""Test-suite configuration: float64 by default (the identity tests of augmentations.md §12), one torch thread
+(the tensors are small: intra-op threads only add contention on shared machines)."""
 
 import pytest
 import torch
 
 
 @pytest.fixture(autouse=True)
-def _float64_default():
-    old = torch.get_default_dtype()
+def _float64_single_thread():
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
     torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
     yield
-    torch.set_default_dtype(old)
+    torch.set_default_dtype(dtype)
+    torch.set_num_threads(threads)

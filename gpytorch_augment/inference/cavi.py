@@ -91,6 +91,19 @@ class CAVI:
             raise ValueError(f"step size must be in (0, 1], got {rho} at step {self.num_steps}")
         return rho
 
+    def _check_inputs(self, x: Tensor, y: Tensor) -> None:
+        check_inputs_targets(x, y)
+        batch_shape = self.strategy._variational_distribution.batch_shape
+        try:
+            ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"x has shape {tuple(x.shape)}, whose batch dimensions {tuple(x.shape[:-2])} do not fit the model's "
+                f"batch shape {tuple(batch_shape)}: pass x of shape (N, D) or (*batch_shape, N, D)"
+            )
+
     def _to_likelihood_layout(self, t: Tensor) -> Tensor:
         # the strategy is latent-major (T, N); multi-latent likelihoods take (N, T)
         return t.mT if self.likelihood.num_latents > 1 else t
@@ -103,7 +116,7 @@ class CAVI:
         - \mathrm{KL}(q(u)\Vert p(u))\big)/N`, of :math:`q(u)` as it was on entry (an unbiased estimate of the
         full-data value for a mini-batch; exact for the full batch).
         """
-        check_inputs_targets(x, y)
+        self._check_inputs(x, y)
         y = self.likelihood.check_targets(y, **kwargs)
         strategy = self.strategy
         terms = strategy.cavi_terms(x)
@@ -124,7 +137,7 @@ class CAVI:
     @torch.no_grad()
     def elbo(self, x: Tensor, y: Tensor, **kwargs: Any) -> Tensor:
         """The full-data augmented ELBO per datum of the current :math:`q(u)` (``x, y`` = all the data)."""
-        check_inputs_targets(x, y)
+        self._check_inputs(x, y)
         y = self.likelihood.check_targets(y, **kwargs)
         terms = self.strategy.cavi_terms(x)
         q = self.strategy.whitened_q(terms)

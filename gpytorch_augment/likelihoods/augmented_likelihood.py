@@ -76,6 +76,24 @@ class AugmentedLikelihood(Likelihood, ABC):
         """
         return check_finite("targets y", y)
 
+    def check_observations(self, observations: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
+        """:meth:`check_targets`, plus agreement with :math:`q(f)`: as many targets as data points, finite moments.
+
+        For the entry points that receive :math:`q(f)` rather than the inputs (``expected_log_prob``,
+        ``log_marginal``, ``AugmentedELBO``); returns the canonical targets.
+        """
+        y = self.check_targets(observations, **kwargs)
+        mean = function_dist.mean
+        num_data = mean.shape[-1] if self.num_latents == 1 else mean.shape[-2]
+        if y.dim() < 1 or y.shape[-1] != num_data:
+            raise ValueError(
+                f"targets y have shape {tuple(y.shape)} but q(f) has {num_data} data points "
+                f"(event shape {tuple(function_dist.event_shape)})"
+            )
+        if not (torch.isfinite(mean).all() and torch.isfinite(function_dist.variance).all()):
+            raise ValueError("q(f) has a non-finite mean or variance: check the inputs x for NaN or inf values")
+        return y
+
     # ------------------------------------------------------------------ drop-in GPyTorch behaviour
     @abstractmethod
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Distribution:
@@ -95,13 +113,13 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` of the **true** likelihood, one value per datum (quadrature)."""
-        y = self.check_targets(observations, **kwargs)
+        y = self.check_observations(observations, function_dist, **kwargs)
         nodes, weights = self._quadrature(function_dist)
         return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
 
     def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
         r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i`, one value per datum (quadrature)."""
-        y = self.check_targets(observations, **kwargs)
+        y = self.check_observations(observations, function_dist, **kwargs)
         nodes, weights = self._quadrature(function_dist)
         return torch.logsumexp(weights.log() + self.log_prob_at(y, nodes, **kwargs), dim=0)
 
@@ -186,3 +204,10 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     def update_hyperparameters(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> None:
         """Closed-form coordinate update of the likelihood's own constants (a no-op unless overridden)."""
+
+    def sample_hyperparameters(
+        self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
+    ) -> None:
+        """Gibbs step for the likelihood's own constants given :math:`(\\Omega, f)`, for likelihoods with a
+        conjugate prior on them (a no-op unless overridden). The Gibbs engine calls it after the
+        :math:`\\Omega` step of every sweep."""

@@ -38,7 +38,7 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         super().__init__(likelihood, model, num_data, beta=beta, combine_terms=True)
 
     def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
-        y = self.likelihood.check_targets(target, **kwargs)
+        y = self.likelihood.check_observations(target, variational_dist_f, **kwargs)
         mean, var = variational_dist_f.mean, variational_dist_f.variance
         q_aux = self.likelihood.aux_posterior(y, mean.detach(), var.detach())
         return self.likelihood.elbo_terms(y, q_aux, mean, var).sum(-1)

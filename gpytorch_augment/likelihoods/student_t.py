@@ -1,0 +1,306 @@
+r"""Student-t likelihood (robust regression), augmented with a Gamma-distributed precision."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from gpytorch.constraints import Positive
+from gpytorch.distributions import MultivariateNormal
+from torch import Tensor
+from torch.distributions import Distribution, Gamma, Normal, StudentT, constraints
+from torch.distributions.utils import broadcast_all
+
+from ..distributions.auxiliary import AuxiliaryDistribution
+from .augmented_likelihood import AugmentedLikelihood, AuxDict
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+#: bisection steps of the collapsed scale update (the bracket is at most ~60 nats wide in log sigma^2)
+_BISECTION_STEPS = 100
+#: nodes of the trapezoid rules on a log scale (step <= 0.25 on the widest range, error ~ exp(-pi^2 / step))
+_LOG_GRID_NODES = 400
+_TAIL = 45.0  # nats of exponential decay left out at each end of a log-scale range
+
+
+def _log_trapezoid(log_integrand, lo: Tensor, hi: Tensor, num: int = _LOG_GRID_NODES) -> Tensor:
+    r""":math:`\log\int_{lo}^{hi} e^{g(u)}\,du` by the trapezoid rule on ``num`` nodes, elementwise.
+
+    The integrands here are analytic in a strip around the real axis and decay exponentially at both ends,
+    where the end weights do not matter, so the rule converges geometrically in the step.
+    """
+    steps = torch.linspace(0.0, 1.0, num, dtype=lo.dtype, device=lo.device).view(num, *([1] * lo.dim()))
+    u = lo + (hi - lo) * steps
+    return torch.logsumexp(log_integrand(u), dim=0) + torch.log((hi - lo) / (num - 1))
+
+
+class StudentTPredictive(Distribution):
+    r"""The predictive :math:`p(y) = \int t_\nu(y\mid f, \sigma)\,\mathcal N(f\mid m, s)\,df` of the Student-t
+    likelihood.
+
+    :meth:`log_prob` integrates the scale mixture
+    :math:`p(y) = \int \mathcal N(y\mid m, s + \omega^{-1})\,
+    \mathrm{Ga}(\omega\mid\tfrac\nu2, \tfrac{\nu\sigma^2}2)\,d\omega` by the trapezoid rule in
+    :math:`\log\omega`, in log space (relative error ~1e-13 for any :math:`\sigma/\sqrt s` and residual,
+    measured against adaptive quadrature). A Gauss--Hermite mixture of t densities over :math:`f` is not used:
+    with 32 nodes it is off by 0.04 nats at :math:`\sigma = 0.3\sqrt s` and by 1--5 nats at
+    :math:`\sigma = 0.03\sqrt s`, where the t density is narrower than the node spacing. :attr:`mean` and :attr:`variance` are exact, :math:`m` and
+    :math:`s + \nu\sigma^2/(\nu - 2)` (``nan``/``inf`` where the t moments do not exist); :meth:`sample` draws
+    :math:`f\sim\mathcal N(m, s)`, then :math:`y\sim t_\nu(f, \sigma)`.
+    """
+
+    arg_constraints = {
+        "df": constraints.positive,
+        "loc": constraints.real,
+        "variance_f": constraints.nonnegative,
+        "scale": constraints.positive,
+    }
+    support = constraints.real
+
+    def __init__(
+        self, df: Tensor, loc: Tensor, variance: Tensor, scale: Tensor, validate_args: bool | None = None
+    ) -> None:
+        self.df, self.loc, self.variance_f, self.scale = broadcast_all(df, loc, variance, scale)
+        super().__init__(self.loc.shape, validate_args=validate_args)
+
+    @property
+    def mean(self) -> Tensor:
+        return torch.where(self.df > 1, self.loc, torch.nan)
+
+    @property
+    def variance(self) -> Tensor:
+        return self.variance_f + StudentT(self.df, torch.zeros_like(self.loc), self.scale).variance
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
+        with torch.no_grad():
+            f = Normal(self.loc, self.variance_f.clamp_min(0).sqrt()).sample(sample_shape)
+            return StudentT(self.df, f, self.scale).sample()
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        a0 = self.df / 2
+        alpha, b0, s = a0 + 0.5, self.df * self.scale**2 / 2, self.variance_f.clamp_min(0)
+        d2 = (value - self.loc) ** 2
+        hi = torch.log((alpha + 2 * _TAIL) / b0)
+        lo = torch.minimum(torch.log(alpha / (b0 + d2 / 2)), hi - 1.0) - _TAIL / alpha - 5.0
+
+        def log_integrand(u: Tensor) -> Tensor:  # log[Ga(e^u | a0, b0) e^u N(y | m, s + e^-u)]
+            v = s + torch.exp(-u)
+            log_gamma = a0 * (b0.log() + u) - b0 * u.exp() - torch.lgamma(a0)
+            return log_gamma - _HALF_LOG_2PI - 0.5 * v.log() - d2 / (2 * v)
+
+        return _log_trapezoid(log_integrand, lo, hi)
+
+
+class StudentTLikelihood(AugmentedLikelihood):
+    r"""Robust regression with :math:`p(y\mid f) = t_\nu(y \mid f, \sigma)` (``augmentations.md`` §6):
+
+    .. math::
+        p(y\mid f) = \frac{\Gamma(\alpha)}{\Gamma(\frac\nu2)\sqrt{\pi\nu}\,\sigma}
+        \Big(1 + \frac{(y-f)^2}{\nu\sigma^2}\Big)^{-\alpha}, \qquad \alpha = \frac{\nu + 1}{2}.
+
+    A Gamma precision with the **scale-correct** rate, :math:`\omega\sim\mathrm{Ga}(\frac\nu2, \frac{\nu\sigma^2}2)`
+    (mean :math:`1/\sigma^2`), and :math:`y\mid f,\omega\sim\mathcal N(f, \omega^{-1})` give
+
+    .. math::
+        p(y, \omega\mid f) = \mathcal N(y\mid f, \omega^{-1})\,\mathrm{Ga}(\omega\mid\tfrac\nu2,\tfrac{\nu\sigma^2}2),
+        \qquad h = \omega y,\quad \lambda = \omega,\quad
+        \log C = \tfrac12\log\omega - \tfrac12\log 2\pi - \tfrac12\omega y^2 .
+
+    * Gibbs: :math:`\omega\mid y, f\sim\mathrm{Ga}(\alpha, \frac12(\nu\sigma^2 + (y-f)^2))`.
+    * CAVI: :math:`q(\omega_i) = \mathrm{Ga}(\alpha, \delta_i)`, :math:`\delta_i = \frac12(\nu\sigma^2 + r_i^2)`,
+      :math:`r_i^2 = (y_i - m_i)^2 + s_i`; the expected log-tilt uses :math:`E\log\omega = \psi(\alpha) - \log\delta`
+      (not :math:`\log E\omega`, which would not be a bound), the KL is Gamma to Gamma, and
+      :math:`\ell_i^* = \log t_\nu(r_i\mid 0, \sigma)`.
+    * :meth:`update_hyperparameters`: :math:`\sigma \leftarrow \arg\max_\sigma \sum_i \log t_\nu(r_i\mid0,\sigma)`,
+      the exact maximiser of :math:`\sum_i\ell_i^*` given :math:`q(f)` (unique root of
+      :math:`\sum_i r_i^2/(\nu\sigma^2 + r_i^2) = N/(\nu+1)`, found by bisection in :math:`\log\sigma^2`). It
+      dominates the EM step :math:`\sigma^2\leftarrow N/\sum_i E\omega_i`, which is also monotone.
+
+    ``q_aux`` stores the residual ``{"r": r}``; :math:`\delta` is formed with the *current* :math:`\sigma, \nu`, so
+    after a :math:`\sigma` update :math:`q(\omega)` is again optimal and a CAVI sweep (local step, :math:`\sigma`
+    update, global step) is exact coordinate ascent. :math:`\sigma` and :math:`\nu` are GPyTorch parameters with
+    ``Positive`` constraints; :math:`\nu` is fixed unless ``learn_df=True`` (then train it through ``AugmentedELBO``).
+
+    Example::
+
+        >>> likelihood = StudentTLikelihood(df=4.0, scale=0.3)
+        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)     # also fits sigma
+        >>> likelihood(model(x_test)).log_prob(y_test)               # StudentTPredictive
+
+    :param df: degrees of freedom :math:`\nu > 0`.
+    :param scale: scale :math:`\sigma > 0`.
+    :param learn_scale: if ``False``, :math:`\sigma` is neither updated by CAVI nor trained by gradients.
+    :param learn_df: if ``True``, :math:`\nu` receives gradients (no closed-form update exists).
+    :param batch_shape: batch shape of the constants.
+    """
+
+    def __init__(
+        self,
+        df: float | Tensor = 4.0,
+        scale: float | Tensor = 1.0,
+        learn_scale: bool = True,
+        learn_df: bool = False,
+        batch_shape: torch.Size = torch.Size(),
+    ) -> None:
+        super().__init__()
+        self.learn_scale = learn_scale
+        for name, learn in (("raw_scale", learn_scale), ("raw_df", learn_df)):
+            self.register_parameter(name, torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn))
+            self.register_constraint(name, Positive())
+        self.scale, self.df = scale, df
+
+    @property
+    def scale(self) -> Tensor:
+        r"""The scale :math:`\sigma`, shape ``(*batch_shape, 1)``."""
+        return self.raw_scale_constraint.transform(self.raw_scale)
+
+    @scale.setter
+    def scale(self, value: float | Tensor) -> None:
+        value = torch.as_tensor(value).to(self.raw_scale)
+        self.initialize(raw_scale=self.raw_scale_constraint.inverse_transform(value))
+
+    @property
+    def df(self) -> Tensor:
+        r"""The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``."""
+        return self.raw_df_constraint.transform(self.raw_df)
+
+    @df.setter
+    def df(self, value: float | Tensor) -> None:
+        value = torch.as_tensor(value).to(self.raw_df)
+        self.initialize(raw_df=self.raw_df_constraint.inverse_transform(value))
+
+    @property
+    def _alpha(self) -> Tensor:
+        return (self.df + 1) / 2
+
+    def _prior_rate(self) -> Tensor:
+        r""":math:`b_0 = \nu\sigma^2/2` (the reference's :math:`\nu/(2\sigma^2)` is wrong for :math:`\sigma\ne1`)."""
+        return self.df * self.scale**2 / 2
+
+    def _log_t(self, r2: Tensor) -> Tensor:
+        r""":math:`\log t_\nu(r\mid 0,\sigma)` as a function of :math:`r^2` (smooth at :math:`r = 0`)."""
+        df, scale, alpha = self.df, self.scale, self._alpha
+        log_normaliser = torch.lgamma(alpha) - torch.lgamma(df / 2) - 0.5 * torch.log(math.pi * df) - scale.log()
+        return log_normaliser - alpha * torch.log1p(r2 / (df * scale**2))
+
+    def _delta(self, q_aux: AuxDict) -> Tensor:
+        return self._prior_rate() + q_aux["r"] ** 2 / 2
+
+    # ------------------------------------------------------------------ drop-in
+    def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> StudentT:
+        return StudentT(self.df, function_samples, self.scale)
+
+    def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> StudentTPredictive:
+        return StudentTPredictive(self.df, function_dist.mean, function_dist.variance, self.scale)
+
+    def log_marginal(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
+        return self.marginal(function_dist).log_prob(self.check_targets(observations, **kwargs))
+
+    def expected_log_prob(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
+        r""":math:`E_{q(f_i)}\log t_\nu(y_i\mid f_i,\sigma)`, per datum, accurate for any :math:`\sigma/\sqrt{s_i}`.
+
+        With :math:`c = \nu\sigma^2`, Frullani's integral and the Gaussian expectation of :math:`e^{-\tau(y-f)^2}`
+        give
+        :math:`E\log(1 + \tfrac{(y-f)^2}{c}) = \int_0^\infty\big[1 - (1 + \tfrac{2ts}{c})^{-1/2}
+        e^{-t d^2/(c + 2ts)}\big]\,\frac{e^{-t}}{t}\,dt` (:math:`d = y - m`), integrated by the trapezoid rule in
+        :math:`\log t`. (32-node Gauss--Hermite over :math:`f` is off by 0.1--0.4 nats at
+        :math:`\sigma \le 0.1\sqrt s`.)
+        """
+        y = self.check_targets(observations, **kwargs)
+        mean, var = function_dist.mean, function_dist.variance.clamp_min(0)
+        c, d2 = self.df * self.scale**2, (y - mean) ** 2
+        hi = torch.full_like(d2 + c, math.log(_TAIL))
+        lo = torch.log(c / (c + var + d2)) - _TAIL
+
+        def log_integrand(u: Tensor) -> Tensor:  # log[(1 - E e^{-t (y-f)^2 / c}) e^{-t}], t = e^u
+            t = u.exp()
+            log_laplace = -0.5 * torch.log1p(2 * t * var / c) - t * d2 / (c + 2 * t * var)
+            return torch.log(-torch.expm1(log_laplace)) - t
+
+        expected_log1p = _log_trapezoid(log_integrand, lo, hi).exp()
+        return self._log_t(torch.zeros_like(expected_log1p)) - self._alpha * expected_log1p
+
+    # ------------------------------------------------------------------ sampling side
+    def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:
+        return AuxiliaryDistribution(omega=Gamma((self.df / 2).expand_as(y), self._prior_rate().expand_as(y)))
+
+    def aux_conditional(self, y: Tensor, f: Tensor) -> AuxiliaryDistribution:
+        rate = self._prior_rate() + (y - f) ** 2 / 2
+        return AuxiliaryDistribution(omega=Gamma(self._alpha.expand_as(rate), rate))
+
+    def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        omega = aux["omega"]
+        return omega * y, omega
+
+    def log_tilt_constant(self, y: Tensor, aux: AuxDict) -> Tensor:
+        omega = aux["omega"]
+        return 0.5 * omega.log() - _HALF_LOG_2PI - omega * y**2 / 2
+
+    def log_tilt(self, y: Tensor, aux: AuxDict, f: Tensor) -> Tensor:
+        r""":math:`\log\mathcal N(y\mid f, \omega^{-1})` (the same quadratic, without expanding :math:`y^2`)."""
+        omega = aux["omega"]
+        return 0.5 * omega.log() - _HALF_LOG_2PI - omega * (y - f) ** 2 / 2
+
+    # ------------------------------------------------------------------ variational side
+    def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
+        return {"r": ((y - f_mean) ** 2 + f_var).sqrt()}
+
+    def aux_posterior_distribution(self, y: Tensor, q_aux: AuxDict) -> AuxiliaryDistribution:
+        r"""The law of :math:`q(\omega) = \mathrm{Ga}(\alpha, \delta)` for the parameters ``q_aux``."""
+        delta = self._delta(q_aux)
+        return AuxiliaryDistribution(omega=Gamma(self._alpha.expand_as(delta), delta))
+
+    def expected_log_omega(self, q_aux: AuxDict) -> Tensor:
+        r""":math:`E_q\log\omega = \psi(\alpha) - \log\delta`."""
+        return torch.digamma(self._alpha) - self._delta(q_aux).log()
+
+    def expected_potential_and_precision(
+        self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        e_omega = self._alpha / self._delta(q_aux)
+        return e_omega * y, e_omega
+
+    def expected_log_tilt_constant(self, y: Tensor, q_aux: AuxDict) -> Tensor:
+        e_omega = self._alpha / self._delta(q_aux)
+        return 0.5 * self.expected_log_omega(q_aux) - _HALF_LOG_2PI - e_omega * y**2 / 2
+
+    def expected_log_tilt(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> Tensor:
+        e_omega = self._alpha / self._delta(q_aux)
+        return 0.5 * self.expected_log_omega(q_aux) - _HALF_LOG_2PI - e_omega * ((y - f_mean) ** 2 + f_var) / 2
+
+    def aux_kl(self, y: Tensor, q_aux: AuxDict) -> Tensor:
+        r""":math:`\mathrm{KL}(\mathrm{Ga}(\alpha,\delta)\Vert\mathrm{Ga}(a_0,b_0))`, :math:`a_0 = \nu/2`,
+        :math:`b_0 = \nu\sigma^2/2`."""
+        alpha, a0, b0, delta = self._alpha, self.df / 2, self._prior_rate(), self._delta(q_aux)
+        return (
+            (alpha - a0) * torch.digamma(alpha) - torch.lgamma(alpha) + torch.lgamma(a0)
+            + a0 * (delta.log() - b0.log()) + alpha * (b0 - delta) / delta
+        )
+
+    def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
+        r""":math:`\ell^* = \log t_\nu(r\mid0,\sigma)`."""
+        return self._log_t((y - f_mean) ** 2 + f_var)
+
+    @torch.no_grad()
+    def update_hyperparameters(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> None:
+        r""":math:`\sigma^2\leftarrow` the root of :math:`\sum_i r_i^2/(\nu\sigma^2 + r_i^2) = N/(\nu+1)`."""
+        if not self.learn_scale:
+            return
+        shape = self.raw_scale.shape
+        r2 = ((y - f_mean) ** 2 + f_var).to(torch.float64).clamp_min(1e-300)
+        df = self.df.to(torch.float64)
+        target = (r2.numel() // shape.numel()) / (df + 1)
+        # each term r^2/(nu t + r^2) crosses 1/(nu+1) at t = r^2, so the root lies in [min r^2, max r^2]
+        lo = torch.full(shape, float(r2.min().log()), dtype=torch.float64, device=r2.device)
+        hi = torch.full_like(lo, float(r2.max().log()))
+        for _ in range(_BISECTION_STEPS):
+            mid = (lo + hi) / 2
+            above = (r2 / (df * mid.exp() + r2)).sum_to_size(shape) > target  # t = e^mid below the root
+            lo, hi = torch.where(above, mid, lo), torch.where(above, hi, mid)
+        self.scale = ((lo + hi) / 2).exp().sqrt().to(self.raw_scale)

@@ -1,0 +1,171 @@
+"""Bad input fails early, at every public entry point, with an error that names the problem.
+
+The CAVI driver receives the inputs ``x``; ``AugmentedELBO`` and the likelihood's ``expected_log_prob`` /
+``log_marginal`` receive :math:`q(f)` instead, so for them a non-finite ``x`` shows up as a non-finite
+:math:`q(f)` and the rank of ``x`` is GPyTorch's business (a 1-D ``x`` is a valid GPyTorch input).
+"""
+
+from __future__ import annotations
+
+import math
+
+import gpytorch
+import pytest
+import torch
+
+from gpytorch_augment import CAVI, AugmentedELBO, BernoulliLogitLikelihood
+from tests.models import SVGP
+
+N = 12
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(N, 1, generator=g) * 6 - 3
+    y = (torch.arange(N) % 2).to(torch.get_default_dtype())
+    return x, y, torch.linspace(-3, 3, 4).unsqueeze(-1)
+
+
+def _with(t: torch.Tensor, index, value) -> torch.Tensor:
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+def _bad_targets(y):
+    return {
+        "label 2": (torch.where(y > 0, 2.0, 0.0), "must take values in .*found 2"),
+        "label 0.5": (torch.where(y > 0, 0.5, 1.0), "must take values in .*found 0.5"),
+        "labels mixing 0 and -1": (torch.where(y > 0, -1.0, 0.0), "mix the \\{0, 1\\} and \\{-1, 1\\}"),
+        "nan in y": (_with(y, 3, math.nan), "non-finite values .*nan"),
+        "inf in y": (_with(y, 3, math.inf), "non-finite values .*inf"),
+    }
+
+
+BAD_TARGETS = list(_bad_targets(torch.zeros(N)))
+X_ENTRY_POINTS = ["CAVI.step", "CAVI.fit", "CAVI.elbo"]
+Q_F_ENTRY_POINTS = ["AugmentedELBO", "expected_log_prob", "log_marginal"]
+
+
+def _call(entry_point: str, x, y):
+    x0, _, z = _data()
+    model = SVGP(z)
+    likelihood = BernoulliLogitLikelihood()
+    before = [p.detach().clone() for p in model.variational_parameters()]
+    try:
+        if entry_point.startswith("CAVI"):
+            cavi = CAVI(model, likelihood, num_data=N)
+            if entry_point == "CAVI.step":
+                cavi.step(x, y)
+            elif entry_point == "CAVI.fit":
+                cavi.fit(x, y, max_iter=2)
+            else:
+                cavi.elbo(x, y)
+        else:
+            model.train()
+            q_f = model(x)
+            before = [p.detach().clone() for p in model.variational_parameters()]  # after GPyTorch's initialisation
+            if entry_point == "AugmentedELBO":
+                AugmentedELBO(likelihood, model, num_data=N)(q_f, y)
+            elif entry_point == "expected_log_prob":
+                likelihood.expected_log_prob(y, q_f)
+            else:
+                likelihood.log_marginal(y, q_f)
+    finally:
+        # nothing was written before the error
+        assert all(torch.equal(a, b.detach()) for a, b in zip(before, model.variational_parameters()))
+
+
+@pytest.mark.parametrize("entry_point", X_ENTRY_POINTS + Q_F_ENTRY_POINTS)
+@pytest.mark.parametrize("bad", BAD_TARGETS)
+def test_bad_targets(entry_point, bad):
+    x, y, _ = _data()
+    targets, message = _bad_targets(y)[bad]
+    with pytest.raises(ValueError, match=message):
+        _call(entry_point, x, targets)
+
+
+@pytest.mark.parametrize("entry_point", X_ENTRY_POINTS + Q_F_ENTRY_POINTS)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_inputs(entry_point, value):
+    x, y, _ = _data()
+    message = "x contains non-finite values" if entry_point in X_ENTRY_POINTS else "q\\(f\\) has a non-finite mean"
+    with pytest.raises(ValueError, match=message):
+        _call(entry_point, _with(x, (2, 0), value), y)
+
+
+@pytest.mark.parametrize("entry_point", X_ENTRY_POINTS + Q_F_ENTRY_POINTS)
+@pytest.mark.parametrize("which", ["y shorter", "y longer"])
+def test_mismatched_lengths(entry_point, which):
+    x, y, _ = _data()
+    y = y[:-1] if which == "y shorter" else torch.cat([y, y[:1]])
+    message = "disagree on the number of data points" if entry_point in X_ENTRY_POINTS else "data points"
+    with pytest.raises(ValueError, match=message):
+        _call(entry_point, x, y)
+
+
+WRONG_RANK = {
+    "1-D x": (lambda x: x.squeeze(-1), "x must have shape \\(N, D\\)"),
+    "batched x for a non-batched model": (
+        lambda x: x.expand(2, *x.shape),
+        "batch dimensions \\(2,\\) do not fit the model's batch shape",
+    ),
+}
+
+
+@pytest.mark.parametrize("entry_point", X_ENTRY_POINTS)
+@pytest.mark.parametrize("wrong", list(WRONG_RANK))
+def test_x_of_wrong_rank(entry_point, wrong):
+    x, y, _ = _data()
+    reshape, message = WRONG_RANK[wrong]
+    with pytest.raises(ValueError, match=message):
+        _call(entry_point, reshape(x), y)
+
+
+# ------------------------------------------------------------------------------------------------ wrong types
+def test_mean_field_distribution_is_rejected():
+    _, _, z = _data()
+    model = SVGP(z, gpytorch.variational.MeanFieldVariationalDistribution)
+    with pytest.raises(TypeError, match="MeanFieldVariationalDistribution cannot take CAVI updates"):
+        CAVI(model, BernoulliLogitLikelihood(), num_data=N)
+
+
+@pytest.mark.parametrize(
+    "strategy_cls", [gpytorch.variational.VariationalStrategy, gpytorch.variational.UnwhitenedVariationalStrategy]
+)
+def test_non_cavi_strategy_is_rejected(strategy_cls):
+    _, _, z = _data()
+    model = SVGP(z, strategy_cls=strategy_cls)
+    with pytest.raises(TypeError, match=f"CAVIVariationalStrategy.*got {strategy_cls.__name__}"):
+        CAVI(model, BernoulliLogitLikelihood(), num_data=N)
+
+
+def test_model_without_variational_strategy_is_rejected():
+    with pytest.raises(TypeError, match="got NoneType"):
+        CAVI(torch.nn.Linear(1, 1), BernoulliLogitLikelihood(), num_data=N)
+
+
+@pytest.mark.parametrize(
+    "likelihood", [gpytorch.likelihoods.BernoulliLikelihood(), gpytorch.likelihoods.GaussianLikelihood()]
+)
+def test_non_augmented_likelihood_is_rejected(likelihood):
+    _, _, z = _data()
+    with pytest.raises(TypeError, match="AugmentedLikelihood"):
+        CAVI(SVGP(z), likelihood, num_data=N)
+    with pytest.raises(TypeError, match="AugmentedLikelihood"):
+        AugmentedELBO(likelihood, SVGP(z), num_data=N)
+
+
+@pytest.mark.parametrize("num_data", [0, -3])
+def test_non_positive_num_data_is_rejected(num_data):
+    _, _, z = _data()
+    with pytest.raises(ValueError, match="num_data"):
+        CAVI(SVGP(z), BernoulliLogitLikelihood(), num_data=num_data)
