@@ -6,8 +6,9 @@ Every benchmark follows the same pattern:
    process keeps timings comparable between methods);
 2. :func:`kmeans_inducing_points` places fixed inducing inputs;
 3. each method is a pair of callables, ``step()`` (one training iteration) and ``evaluate()`` (test metrics), run by
-   :func:`run_until_plateau`, which times ``step`` only (evaluation is excluded from the method's clock) and stops
-   when the test metric has stopped improving or a cap is hit;
+   :func:`run_interleaved` (all methods round-robin, so that they share the machine's load) or
+   :func:`run_until_plateau` (one method), which time ``step`` only (evaluation is excluded from the method's
+   clock) and stop each method when its test metric has stopped improving or a cap is hit;
 4. :func:`time_to_target` reads off the wall time and the iterations until a method first comes within a tolerance of
    the best value reached by any method;
 5. :func:`write_json` and :func:`markdown_table` write ``results/<name>.{json,md}``.
@@ -130,28 +131,6 @@ class Stopwatch:
         self._start = None
 
 
-def interleaved_step_costs(steps: dict[str, Callable[[], Any]], rounds: int = 5, skip: int = 1) -> dict[str, dict]:
-    """Median wall and CPU time of one call of each ``steps[name]()``, measured round-robin.
-
-    Every round calls each step once, so a change of the machine's load hits all of them alike: the ratios of
-    these medians are the load-robust per-iteration cost ratios. The first ``skip`` rounds are discarded (warm-up).
-    """
-    wall: dict[str, list[float]] = {k: [] for k in steps}
-    cpu: dict[str, list[float]] = {k: [] for k in steps}
-    for r in range(rounds + skip):
-        for name, step in steps.items():
-            sw = Stopwatch()
-            with sw:
-                step()
-            if r >= skip:
-                wall[name].append(sw.elapsed)
-                cpu[name].append(sw.cpu)
-    return {
-        k: {"wall_median": float(np.median(wall[k])), "cpu_median": float(np.median(cpu[k])), "rounds": rounds}
-        for k in steps
-    }
-
-
 @dataclass
 class EvalSchedule:
     """Evaluate after every iteration up to ``dense_until``, then every ``every`` iterations, then every
@@ -224,59 +203,88 @@ class Trace:
         return out
 
 
+class _Run:
+    """The state of one method inside :func:`run_interleaved`."""
+
+    def __init__(self, step: Callable[[], Any], evaluate: Callable[[], dict[str, float]]) -> None:
+        self.step, self.evaluate = step, evaluate
+        self.trace = Trace()
+        self.clock = Stopwatch()
+        self.best: list[float] = []  # best metric so far, per evaluation
+        self.t = 0
+        self.done = False
+
+    def check(self, metric: str, rule: StoppingRule, on_eval: Callable | None, name: str) -> None:
+        """Evaluate (untimed), record, and decide whether the run has stopped."""
+        values = self.evaluate()
+        self.trace.record(self.t, self.clock.elapsed, self.clock.cpu, values)
+        if on_eval is not None:
+            on_eval(name, self.t, self.clock.elapsed, values)
+        value = values[metric]
+        if not math.isfinite(value):
+            self.trace.stop_reason, self.done = "non-finite", True
+            return
+        self.best.append(min(value, self.best[-1]) if self.best else value)
+        # the latest evaluation at least `patience` evaluations and `min_window_iterations` iterations back
+        j = len(self.best) - 1 - rule.patience
+        while j >= 0 and self.trace.iteration[j] > self.t - rule.min_window_iterations:
+            j -= 1
+        if j >= 0 and self.best[j] - self.best[-1] <= rule.min_improvement:
+            self.trace.stop_reason, self.done = "plateau", True
+
+
+def run_interleaved(
+    methods: dict[str, tuple[Callable[[], Any], Callable[[], dict[str, float]]]],
+    metric: str,
+    rule: StoppingRule,
+    schedule: Callable[[int], bool] | None = None,
+    on_eval: Callable[[str, int, float, dict[str, float]], Any] | None = None,
+    on_done: Callable[[str, Trace], Any] | None = None,
+) -> dict[str, Trace]:
+    """Run several methods round-robin, each ``step()`` timed on the method's own clock.
+
+    ``methods[name] = (step, evaluate)``: ``step()`` is one training iteration, ``evaluate()`` returns a dict of
+    test metrics and is not timed; it runs at iteration 0 and whenever ``schedule(t)`` is true. ``metric`` names
+    the entry that is minimised; each method stops by ``rule`` (or on a non-finite metric), independently.
+
+    Round-robin (one step of every unfinished method in turn) rather than one method after the other: on a shared
+    machine whose load drifts over minutes, every method then sees the same load over the same period, so the
+    ratios of their clocks are not biased by when each happened to run.
+    """
+    schedule = schedule or EvalSchedule()
+    runs = {name: _Run(step, evaluate) for name, (step, evaluate) in methods.items()}
+    for name, run in runs.items():
+        run.check(metric, rule, on_eval, name)
+        if run.done and on_done is not None:
+            on_done(name, run.trace)
+    while not all(run.done for run in runs.values()):
+        for name, run in runs.items():
+            if run.done:
+                continue
+            before = run.clock.elapsed
+            with run.clock:
+                run.step()
+            run.t += 1
+            run.trace.step_times.append(run.clock.elapsed - before)
+            capped = run.t >= rule.max_iter or run.clock.elapsed >= rule.max_time
+            if schedule(run.t) or capped:
+                run.check(metric, rule, on_eval, name)
+            if capped and not run.done:
+                run.trace.stop_reason, run.done = ("max_iter" if run.t >= rule.max_iter else "max_time"), True
+            if run.done and on_done is not None:
+                on_done(name, run.trace)
+    return {name: run.trace for name, run in runs.items()}
+
+
 def run_until_plateau(
     step: Callable[[], Any],
     evaluate: Callable[[], dict[str, float]],
     metric: str,
     rule: StoppingRule,
     schedule: Callable[[int], bool] | None = None,
-    on_eval: Callable[[int, float, dict[str, float]], Any] | None = None,
 ) -> Trace:
-    """Run ``step()`` repeatedly, timing it alone; ``evaluate()`` (untimed) per ``schedule``.
-
-    ``metric`` names the entry of ``evaluate()``'s dict that is minimised (e.g. the test NLL); the run stops by
-    ``rule``. A non-finite metric stops the run too (recorded as ``stop_reason = "non-finite"``).
-    """
-    schedule = schedule or EvalSchedule()
-    trace = Trace()
-    clock = Stopwatch()
-    best_history: list[float] = []
-
-    def _evaluate(t: int) -> bool:
-        values = evaluate()
-        trace.record(t, clock.elapsed, clock.cpu, values)
-        if on_eval is not None:
-            on_eval(t, clock.elapsed, values)
-        value = values[metric]
-        if not math.isfinite(value):
-            trace.stop_reason = "non-finite"
-            return True
-        best_history.append(min(value, best_history[-1]) if best_history else value)
-        # the latest evaluation at least `patience` evaluations and `min_window_iterations` iterations back
-        j = len(best_history) - 1 - rule.patience
-        while j >= 0 and trace.iteration[j] > t - rule.min_window_iterations:
-            j -= 1
-        if j >= 0 and best_history[j] - best_history[-1] <= rule.min_improvement:
-            trace.stop_reason = "plateau"
-            return True
-        return False
-
-    if _evaluate(0):
-        return trace
-    t = 0
-    while True:
-        before = clock.elapsed
-        with clock:
-            step()
-        t += 1
-        trace.step_times.append(clock.elapsed - before)
-        capped = t >= rule.max_iter or clock.elapsed >= rule.max_time
-        if schedule(t) or capped:
-            if _evaluate(t):
-                return trace
-        if capped:
-            trace.stop_reason = "max_iter" if t >= rule.max_iter else "max_time"
-            return trace
+    """One method alone: :func:`run_interleaved` with a single entry."""
+    return run_interleaved({"run": (step, evaluate)}, metric, rule, schedule)["run"]
 
 
 @dataclass
@@ -338,9 +346,3 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
-
-def fmt(value: float | None, digits: int = 4, missing: str = "—") -> str:
-    """Format a number for a table (``None``/NaN -> ``missing``)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return missing
-    return f"{value:.{digits}g}" if abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3) else f"{value:.{digits}f}"

@@ -8,11 +8,17 @@ from .likelihoods import (
     AugmentedLikelihood,
     BernoulliLogitLikelihood,
     BinomialLogitLikelihood,
+    HeteroscedasticGaussianLikelihood,
+    HeteroscedasticStudentTLikelihood,
+    LaplaceLikelihood,
+    LogisticSoftmaxLikelihood,
     NegativeBinomialLogitLikelihood,
     PoissonLogitLikelihood,
+    StudentTLikelihood,
 )
 from .mlls import AugmentedELBO
 from .variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
+from .variational.inducing_points import greedy_variance, kmeans_plus_plus
 
 __version__ = "0.1.0"
 
@@ -21,15 +27,22 @@ __all__ = [
     "AugmentedLikelihood",
     "BernoulliLogitLikelihood",
     "BinomialLogitLikelihood",
+    "HeteroscedasticGaussianLikelihood",
+    "HeteroscedasticStudentTLikelihood",
     "CAVI",
     "CAVITrace",
     "CAVIVariationalStrategy",
     "GibbsSampler",
     "GibbsSamples",
+    "LaplaceLikelihood",
+    "LogisticSoftmaxLikelihood",
     "NegativeBinomialLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGamma",
+    "StudentTLikelihood",
     "UnwhitenedCAVIVariationalStrategy",
     "distributions",
+    "greedy_variance",
+    "kmeans_plus_plus",
     "likelihoods",
 ]

@@ -94,6 +94,7 @@ def seeded_by(generator: torch.Generator | None) -> Iterator[None]:
         yield
         return
     seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device).item())
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        # the CPU generator only: torch.manual_seed would also queue (costly) lazy CUDA seeding
+        torch.default_generator.manual_seed(seed)
         yield

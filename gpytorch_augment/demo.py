@@ -144,7 +144,9 @@ class DemoResult:
 
 
 @torch.no_grad()
-def predict_proba(model: SparseGPClassifier, likelihood: BernoulliLogitLikelihood, x: Tensor, chunk: int = 4096) -> Tensor:
+def predict_proba(
+    model: SparseGPClassifier, likelihood: BernoulliLogitLikelihood, x: Tensor, chunk: int = 4096
+) -> Tensor:
     """:math:`p(y_* = 1 \\mid \\text{data})` at the rows of ``x`` (eval mode, in chunks)."""
     model.eval()
     likelihood.eval()
@@ -159,44 +161,57 @@ def _plot(
     traces: Sequence[CAVITrace],
     resolution: int,
 ) -> None:
-    # Figure + savefig needs no pyplot and no global backend switch (Agg canvas is used for .png)
+    """Left: predictive probability surface, training and inducing points. Right: the ELBO trace."""
+    # Figure + savefig needs no pyplot and no global backend switch (the Agg canvas writes the .png)
     from matplotlib.figure import Figure
 
     x, y = data.x_train, data.y_train
-    lo = x.min(0).values - 0.3
-    hi = x.max(0).values + 0.3
+    lo, hi = x.min(0).values - 0.3, x.max(0).values + 0.3
     g1, g2 = torch.meshgrid(
         torch.linspace(lo[0], hi[0], resolution, dtype=x.dtype),
         torch.linspace(lo[1], hi[1], resolution, dtype=x.dtype),
         indexing="xy",
     )
-    probs = predict_proba(model, likelihood, torch.stack([g1.reshape(-1), g2.reshape(-1)], -1)).reshape(g1.shape)
+    grid = torch.stack([g1.reshape(-1), g2.reshape(-1)], -1)
+    probs = predict_proba(model, likelihood, grid).reshape(g1.shape).numpy()
+    g1, g2 = g1.numpy(), g2.numpy()
 
     fig = Figure(figsize=(11, 4.6), dpi=100, layout="constrained")
     ax, ax_elbo = fig.subplots(1, 2, width_ratios=[1.35, 1])
-    surface = ax.contourf(g1.numpy(), g2.numpy(), probs.numpy(), levels=torch.linspace(0, 1, 21).tolist(), cmap="RdBu_r", alpha=0.6)
-    ax.contour(g1.numpy(), g2.numpy(), probs.numpy(), levels=[0.5], colors="k", linewidths=1.5)
+    levels = torch.linspace(0, 1, 21).tolist()
+    surface = ax.contourf(g1, g2, probs, levels=levels, cmap="RdBu_r", alpha=0.6)
+    ax.contour(g1, g2, probs, levels=[0.5], colors="k", linewidths=1.5)
     for label, colour in ((0, "navy"), (1, "darkred")):
         pts = x[y == label]
-        ax.scatter(pts[:, 0], pts[:, 1], s=5, c=colour, edgecolors="none", alpha=0.6, label=f"class {data.classes[label]:g}")
+        ax.scatter(
+            pts[:, 0], pts[:, 1], s=5, c=colour, edgecolors="none", alpha=0.6, label=f"class {data.classes[label]:g}"
+        )
     Z = model.variational_strategy.inducing_points.detach()
-    ax.scatter(Z[:, 0], Z[:, 1], marker="X", s=70, c="gold", edgecolors="k", linewidths=0.8, label=f"inducing points (M={Z.shape[0]})")
-    ax.set(xlabel="$x_1$ (standardised)", ylabel="$x_2$ (standardised)", title=r"$p(y_*=1 \mid \mathrm{data})$, sparse GP fitted by CAVI")
+    ax.scatter(
+        Z[:, 0],
+        Z[:, 1],
+        marker="X",
+        s=70,
+        c="gold",
+        edgecolors="k",
+        linewidths=0.8,
+        label=f"inducing points (M={Z.shape[0]})",
+    )
+    ax.set(
+        xlabel="$x_1$ (standardised)",
+        ylabel="$x_2$ (standardised)",
+        title=r"$p(y_*=1 \mid \mathrm{data})$, sparse GP fitted by CAVI",
+    )
     ax.legend(loc="lower left", fontsize=8, framealpha=0.9, markerscale=1.5)
     fig.colorbar(surface, ax=ax, ticks=[0, 0.25, 0.5, 0.75, 1], shrink=0.9)
 
-    offset, steps = 0.0, 0
+    first = 1
     for trace, label in zip(traces, ("CAVI + Adam on hyper-parameters", "CAVI at the learned hyper-parameters")):
-        t = [offset + s for s in trace.time]
-        ax_elbo.plot(range(steps + 1, steps + 1 + len(t)), trace.elbo, lw=1.8, label=label)
-        offset, steps = t[-1], steps + len(t)
-    ax_elbo.set(
-        xscale="log",
-        xlabel="CAVI step",
-        ylabel="augmented ELBO per datum",
-        title="Training trace",
-    )
-    ax_elbo.set_ylim(min(traces[0].elbo[min(2, len(traces[0].elbo) - 1):]) - 0.01, max(tr.elbo[-1] for tr in traces) + 0.01)
+        ax_elbo.plot(range(first, first + trace.num_steps), trace.elbo, lw=1.8, label=label)
+        first += trace.num_steps
+    early = traces[0].elbo[min(2, traces[0].num_steps - 1)]  # skip the prior-initialised first steps
+    ax_elbo.set(xscale="log", xlabel="CAVI step", ylabel="augmented ELBO per datum", title="Training trace")
+    ax_elbo.set_ylim(early - 0.01, max(trace.elbo[-1] for trace in traces) + 0.01)
     ax_elbo.grid(True, which="both", alpha=0.3)
     ax_elbo.legend(fontsize=8)
     fig.savefig(path)
@@ -212,7 +227,9 @@ def main(argv: Sequence[str] | None = None) -> DemoResult:
     )
     parser.add_argument("--num-inducing", type=int, default=50, help="M (default: %(default)s)")
     parser.add_argument("--max-iter", type=int, default=None, help="CAVI steps with Adam (default: 200, fast: 30)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split, k-means and torch (default: %(default)s)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the split, k-means and torch (default: %(default)s)"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -268,10 +285,14 @@ def main(argv: Sequence[str] | None = None) -> DemoResult:
     mode = " (fast mode)" if args.fast else ""
     print(f"gpytorch-augment demo{mode}: sparse logistic GP classifier on KEEL 'banana', fitted by CAVI")
     print(f"  data            : {result.n_train} train / {result.n_test} test points, 2 features (standardised)")
-    print(f"  model           : SVGP, M = {result.num_inducing} inducing points (k-means, fixed), constant mean, scaled RBF")
     print(
-        f"  CAVI steps      : {result.num_steps} = {joint.num_steps} with one Adam step (lr 0.05) on the hyper-parameters"
-        f" after each + {polish.num_steps} at the learned values ({'converged' if polish.converged else 'not converged'})"
+        f"  model           : SVGP, M = {result.num_inducing} inducing points (k-means, fixed), "
+        "constant mean, scaled RBF"
+    )
+    status = "converged" if polish.converged else "not converged"
+    print(
+        f"  CAVI steps      : {result.num_steps} = {joint.num_steps} with one Adam step (lr 0.05) on the "
+        f"hyper-parameters after each + {polish.num_steps} at the learned values ({status})"
     )
     print(f"  learned kernel  : lengthscale {result.lengthscale:.3f}, outputscale {result.outputscale:.3f}")
     print(f"  fit time        : {result.fit_time:.1f} s")

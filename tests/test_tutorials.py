@@ -6,7 +6,6 @@ Each ``tutorials/*.ipynb`` is picked up automatically. The kernel runs with ``GP
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -1,7 +1,7 @@
-"""Auxiliary-variable distributions used by the augmented likelihoods."""
+"""Auxiliary-variable distributions used by the augmented likelihoods (``torch.distributions`` style)."""
 
+from .auxiliary import AuxiliaryDistribution
+from .inverse_gaussian import InverseGamma, InverseGaussian
 from .polya_gamma import PolyaGamma
 
-# more auxiliary distributions are added by other modules
-
-__all__ = ["PolyaGamma"]
+__all__ = ["AuxiliaryDistribution", "InverseGamma", "InverseGaussian", "PolyaGamma"]

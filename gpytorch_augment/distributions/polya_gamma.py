@@ -102,7 +102,7 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np.
     * ``"devroye"`` returns garbage (a constant 0.16 for ``b = 1``) for ``z >= 200``; ``"saddle"`` breaks for
       ``z >~ 30``--``100``; the ``b > 50`` normal approximation has zero/NaN variance for ``z >~ 38``.
 
-    Routing used instead (each branch checked to be unbiased at that resolution):
+    Routing used instead (first matching row; each branch checked unbiased at that resolution):
 
     ==========================  =====================================================
     ``b <= 200``, ``z >= 8``     ``"alternate"`` (exact)
@@ -174,10 +174,13 @@ class PolyaGamma(Distribution):
     has_rsample = False
 
     def __init__(self, b: Tensor | float, c: Tensor | float, validate_args: bool | None = None) -> None:
+        floats = [t.dtype for t in (c, b) if isinstance(t, Tensor) and t.is_floating_point()]
+        dtype = floats[0] if floats else torch.get_default_dtype()
+        # integer tensors (e.g. counts) are cast first: broadcast_all would give a float number their integer dtype
+        b, c = (t.to(dtype) if isinstance(t, Tensor) else t for t in (b, c))
         b, c = broadcast_all(b, c)
-        dtype = next((t.dtype for t in (c, b) if t.is_floating_point()), torch.get_default_dtype())
-        self.b: Tensor = b.to(dtype)
-        self.c: Tensor = c.to(dtype)
+        self.b: Tensor = b
+        self.c: Tensor = c
         super().__init__(self.b.shape, validate_args=validate_args)
 
     @constraints.dependent_property(is_discrete=False, event_dim=0)

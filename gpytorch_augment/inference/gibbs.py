@@ -292,8 +292,9 @@ class GibbsSampler:
     **Several latents** (``likelihood.num_latents = T > 1``): ``model.forward(x)`` must return a batch of ``T``
     independent priors (``batch_shape [T]``; an un-batched prior is shared by all latents). All latents are
     updated in one batched draw given :math:`\Omega`. A likelihood whose valid scan order needs fresh
-    :math:`\Omega` between latent blocks (partially collapsed samplers) may declare ``gibbs_blocks``, a sequence
-    of lists of latent indices; :math:`\Omega` is then redrawn before each block.
+    :math:`\Omega` between latent blocks (partially collapsed samplers) may declare ``latent_blocks`` (the
+    attribute that also orders the CAVI updates; ``gibbs_blocks`` is a Gibbs-only alias), a sequence of lists of
+    latent indices; :math:`\Omega` is then redrawn before each block.
 
     **Caching.** The prior (mean, kernel matrix, Cholesky factor) is computed once. :meth:`sample` compares the
     model's parameters and buffers with a snapshot and calls :meth:`refresh` itself when they changed in place;
@@ -315,7 +316,9 @@ class GibbsSampler:
     **Likelihood hyper-parameters.** After every :math:`\Omega` draw the engine calls
     ``likelihood.sample_hyperparameters(y, Ω, f, generator)`` (a no-op by default). A likelihood that implements
     it must keep one value per chain (e.g. shape ``(chains, 1)``); the draws are recorded in
-    :attr:`GibbsSamples.hyper` under the parameter names (constrained values, ``raw_`` stripped).
+    :attr:`GibbsSamples.hyper` under the parameter names (constrained values, ``raw_`` stripped). If it returns a
+    new :math:`\Omega` (a dict; e.g. because :math:`\Omega \mid f` depends on the hyper-parameter just drawn), that
+    draw replaces the old one for the :math:`f`-step and in the record.
 
     Example::
 
@@ -381,19 +384,21 @@ class GibbsSampler:
         hook = getattr(type(likelihood), "sample_hyperparameters", None)
         base_hook = getattr(AugmentedLikelihood, "sample_hyperparameters", None)
         self._samples_hyperparameters = hook is not None and hook is not base_hook
-        blocks = getattr(likelihood, "gibbs_blocks", None)
-        self._blocks: list[list[int]] | None = self._check_blocks(blocks)
+        name = "latent_blocks" if getattr(likelihood, "latent_blocks", None) is not None else "gibbs_blocks"
+        self._blocks: list[list[int]] | None = self._check_blocks(getattr(likelihood, name, None), name)
         self.refresh()
 
     # ------------------------------------------------------------------ prior terms
-    def _check_blocks(self, blocks: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
+    def _check_blocks(
+        self, blocks: Sequence[Sequence[int]] | None, name: str = "latent_blocks"
+    ) -> list[list[int]] | None:
         if blocks is None:
             return None
         blocks = [list(map(int, b)) for b in blocks]
         flat = sorted(i for b in blocks for i in b)
         if flat != list(range(self.num_latents)):
             raise ValueError(
-                f"likelihood.gibbs_blocks must partition the latents 0..{self.num_latents - 1}; got {blocks}"
+                f"likelihood.{name} must partition the latents 0..{self.num_latents - 1}; got {blocks}"
             )
         return None if len(blocks) == 1 else blocks
 
@@ -607,7 +612,9 @@ class GibbsSampler:
             f_lik = self._to_likelihood(f)
             aux = likelihood.sample_aux(y, f_lik, generator=generator)
             if self._samples_hyperparameters:
-                likelihood.sample_hyperparameters(y, aux, f_lik, generator=generator)
+                refreshed = likelihood.sample_hyperparameters(y, aux, f_lik, generator=generator)
+                if refreshed is not None:  # Ω redrawn under the new hyper-parameters
+                    aux = refreshed
             h, lam = likelihood.potential_and_precision(y, aux, f_lik)
             h, lam = self._from_likelihood(h, f.shape), self._from_likelihood(lam, f.shape)
             if block is None:
@@ -801,6 +808,8 @@ class GibbsSampler:
 
         The random stream continues from the stored generator state, so ``sample(n1)`` followed by
         ``resume(·, n2)`` gives exactly the draws of ``sample(n1 + n2)``. Returns all draws, concatenated.
+        (Runs joined with ``GibbsSamples.cat(..., dim="chain")`` have no single generator state; they continue
+        with a fresh seed.)
         """
         more = self.sample(
             num_samples,

@@ -207,7 +207,11 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> None:
+    ) -> AuxDict | None:
         """Gibbs step for the likelihood's own constants given :math:`(\\Omega, f)`, for likelihoods with a
         conjugate prior on them (a no-op unless overridden). The Gibbs engine calls it after the
-        :math:`\\Omega` step of every sweep."""
+        :math:`\\Omega` step of every sweep.
+
+        Returns ``None``, or a fresh :math:`\\Omega` draw when the valid scan order redraws :math:`\\Omega` after
+        the hyper-parameters (its conditional depends on them); the engine then uses that draw for the
+        :math:`f`-step."""

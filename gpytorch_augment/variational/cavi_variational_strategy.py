@@ -185,6 +185,30 @@ class _CAVIMixin:
         return 0.5 * (R.pow(2).sum((-1, -2)) + m.pow(2).sum(-1) - M + logdet_prec)
 
     @torch.no_grad()
+    def cavi_target(
+        self, x: Tensor, h: Tensor, lam: Tensor, terms: CAVITerms | None = None
+    ) -> tuple[Tensor, Tensor]:
+        r"""The natural parameters of the optimal whitened :math:`q(v)` for potentials ``h`` and precisions
+        ``lam`` at ``x``, without writing anything: :math:`(b, B)` with
+
+        .. math::
+            B = I + A\,\mathrm{diag}(\bar\lambda)\,A^\top,\qquad b = A\,(\bar h - \bar\lambda\odot\mu_X),
+
+        i.e. :math:`\hat\theta_1 = b` and :math:`\hat\theta_2 = -\tfrac12 B` (``(*batch, M)`` and
+        ``(*batch, M, M)``, in the linear-algebra dtype). The natural gradient of the ELBO in whitened natural
+        parameters is :math:`\hat\theta - \theta`.
+        """
+        if terms is None:
+            terms = self.cavi_terms(x)
+        dtype = terms.A.dtype
+        h, lam = h.to(dtype), lam.to(dtype)
+        A = terms.A
+        B = (A * lam.unsqueeze(-2)) @ A.mT
+        B.diagonal(dim1=-1, dim2=-2).add_(1.0)
+        b = _mv(A, h - lam * terms.mu_X)
+        return b, B
+
+    @torch.no_grad()
     def cavi_update(
         self, x: Tensor, h: Tensor, lam: Tensor, step: float = 1.0, terms: CAVITerms | None = None
     ) -> WhitenedQ:
@@ -199,12 +223,7 @@ class _CAVIMixin:
         self._check_distribution()
         if terms is None:
             terms = self.cavi_terms(x)
-        dtype = terms.A.dtype
-        h, lam = h.to(dtype), lam.to(dtype)
-        A = terms.A
-        B = (A * lam.unsqueeze(-2)) @ A.mT
-        B.diagonal(dim1=-1, dim2=-2).add_(1.0)
-        b = _mv(A, h - lam * terms.mu_X)
+        b, B = self.cavi_target(x, h, lam, terms)
         if step < 1.0:
             old = self.whitened_q(terms)
             B = (1 - step) * (old.C.mT @ old.C) + step * B

@@ -13,7 +13,7 @@ import torch
 from scipy import integrate
 from torch.distributions import kl_divergence
 
-from gpytorch_augment._numerics import pg_kl, pg_mean, pg_variance
+from gpytorch_augment._numerics import pg_kl, pg_mean
 from gpytorch_augment._random import numpy_generator, seeded_by
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.polya_gamma import _kl_polyagamma_polyagamma
@@ -23,6 +23,14 @@ C_VALUES = (0.0, 0.7, 4.0)
 # Upper integration limits: the density beyond is < ~1e-7 in mass, and the series is still accurate up to there
 # (see the PolyaGamma docstring: it cancels catastrophically further out, the more so the larger b).
 X_HI = {0.5: 5.0, 1.0: 5.0, 3.7: 6.0, 10.0: 8.5, 20.0: 11.5}
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-7, atol: float = 1e-7) -> None:
+    """``torch.testing.assert_close`` without its ~2 s first-call import cost; dtypes may differ."""
+    actual, expected = torch.broadcast_tensors(actual.double(), expected.double())
+    err = (actual - expected).abs()
+    bad = ~(err <= atol + rtol * expected.abs())
+    assert not bad.any(), f"max abs err {err.max().item():.3g}: {actual[bad].tolist()} vs {expected[bad].tolist()}"
 
 
 def _pg(b: float, c: float, dtype: torch.dtype = torch.float64) -> PolyaGamma:
@@ -49,9 +57,11 @@ def _density_on_grid(b: float, c: float) -> tuple[np.ndarray, np.ndarray]:
 def _mp_log_pg(x: float, b: float, c: float) -> mpmath.mpf:
     """High-precision log PG(x | b, c) from the §2.7 series (terms summed until negligible) and the tilt."""
     x, b, c = mpmath.mpf(x), mpmath.mpf(b), mpmath.mpf(c)
+    assert x > 0
     total, n, biggest = mpmath.mpf(0), 0, mpmath.mpf(0)
-    while True:
-        term = mpmath.exp(mpmath.loggamma(n + b) - mpmath.loggamma(n + 1) + mpmath.log(2 * n + b) - (2 * n + b) ** 2 / (8 * x))
+    while n < 100_000:
+        m = 2 * n + b
+        term = mpmath.exp(mpmath.loggamma(n + b) - mpmath.loggamma(n + 1) + mpmath.log(m) - m * m / (8 * x))
         total += term if n % 2 == 0 else -term
         biggest = max(biggest, term)
         if n > 3 and term < biggest * mpmath.mpf(10) ** -60:
@@ -83,7 +93,7 @@ def test_mean_variance_match_integrated_density(b: float, c: float) -> None:
     assert var == pytest.approx(d.variance.item(), rel=1e-5)
 
 
-@pytest.mark.parametrize(("b", "c"), [(1.0, 0.0), (3.7, 0.7), (10.0, 4.0)])
+@pytest.mark.parametrize(("b", "c"), [(1.0, 0.0), (10.0, 4.0)])
 def test_mean_variance_scipy_quad(b: float, c: float) -> None:
     """Same check with scipy's adaptive quadrature (scalar log_prob calls) instead of the fixed grid."""
     d = _pg(b, c)
@@ -118,10 +128,10 @@ def test_log_prob_small_x_matches_mpmath(b: float) -> None:
         lp = _pg(b, c).log_prob(x)
         assert torch.isfinite(lp).all()
         ref = torch.tensor([float(_mp_log_pg(xi, b, c)) for xi in x.tolist()], dtype=torch.float64)
-        torch.testing.assert_close(lp, ref, rtol=1e-12, atol=1e-10)
+        _assert_close(lp, ref, rtol=1e-12, atol=1e-10)
         lp32 = _pg(b, c, torch.float32).log_prob(x.float())
         assert lp32.dtype == torch.float32 and torch.isfinite(lp32).all()
-        torch.testing.assert_close(lp32.double(), ref, rtol=1e-6, atol=1e-5)
+        _assert_close(lp32.double(), ref, rtol=1e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("b", [1.0, 3.7, 10.0, 20.0])
@@ -129,17 +139,19 @@ def test_log_prob_bulk_matches_mpmath(b: float) -> None:
     """Up to mean + 3 sd (where the float64 series is still accurate for b <= 20)."""
     mpmath.mp.dps = 60
     d = _pg(b, 0.7)
-    x = d.mean + d.variance.sqrt() * torch.tensor([-1.5, 0.0, 1.0, 3.0], dtype=torch.float64)
+    x = (d.mean + d.variance.sqrt() * torch.tensor([-1.0, 0.0, 1.0, 3.0], dtype=torch.float64)).clamp_min(0.2 * d.mean)
     ref = torch.tensor([float(_mp_log_pg(xi, b, 0.7)) for xi in x.tolist()], dtype=torch.float64)
-    torch.testing.assert_close(d.log_prob(x), ref, rtol=0, atol=1e-8)
+    _assert_close(d.log_prob(x), ref, rtol=0, atol=1e-8)
 
 
 def test_log_prob_outside_support_and_tilting_identity() -> None:
     d0, d = _pg(2.5, 0.0), _pg(2.5, -3.0)
     x = torch.tensor([0.05, 0.4, 1.3], dtype=torch.float64)
     tilt = 2.5 * math.log(math.cosh(1.5)) - 4.5 * x
-    torch.testing.assert_close(d.log_prob(x), d0.log_prob(x) + tilt, rtol=0, atol=1e-12)
-    assert torch.equal(d.log_prob(torch.tensor([0.0, -1.0], dtype=torch.float64)), torch.full((2,), -math.inf, dtype=torch.float64))
+    _assert_close(d.log_prob(x), d0.log_prob(x) + tilt, rtol=0, atol=1e-12)
+    outside = d.log_prob(torch.tensor([0.0, -1.0, math.inf], dtype=torch.float64))
+    assert (outside == -math.inf).all()
+    assert torch.isnan(d.log_prob(torch.tensor(math.nan, dtype=torch.float64)))
     with pytest.raises(ValueError):
         PolyaGamma(torch.tensor(1.0), torch.tensor(0.0), validate_args=True).log_prob(torch.tensor(-1.0))
 
@@ -248,13 +260,13 @@ def test_kl_matches_monte_carlo() -> None:
     se = diff.std(0) / math.sqrt(n)
     kl = kl_divergence(q, p)
     assert ((diff.mean(0) - kl).abs() < 5 * se).all()
-    torch.testing.assert_close(kl, pg_kl(b, c))
+    _assert_close(kl, pg_kl(b, c))
 
 
 def test_kl_registration_and_unsupported_pairs() -> None:
     assert torch.distributions.kl._KL_REGISTRY[(PolyaGamma, PolyaGamma)] is _kl_polyagamma_polyagamma
     q = PolyaGamma(torch.tensor([2.0, 2.0]), torch.tensor([1.0, 0.0]))
-    torch.testing.assert_close(kl_divergence(q, PolyaGamma(2.0, torch.zeros(2))), pg_kl(torch.tensor(2.0), q.c))
+    _assert_close(kl_divergence(q, PolyaGamma(2.0, torch.zeros(2))), pg_kl(torch.tensor(2.0), q.c))
     assert kl_divergence(q, PolyaGamma(2.0, torch.zeros(2)))[1] == 0
     with pytest.raises(NotImplementedError):
         kl_divergence(q, PolyaGamma(2.0, torch.ones(2)))
@@ -272,16 +284,18 @@ def test_broadcasting_and_expand() -> None:
     d = PolyaGamma(b, c)
     assert d.batch_shape == (3, 4) and d.event_shape == ()
     assert d.mean.shape == d.variance.shape == (3, 4)
-    torch.testing.assert_close(d.mean, pg_mean(b, c).expand(3, 4))
+    _assert_close(d.mean, pg_mean(b, c).expand(3, 4))
     assert d.log_prob(torch.full((3, 4), 0.5)).shape == (3, 4)
     assert d.log_prob(torch.rand(7, 1, 1) + 0.1).shape == (7, 3, 4)
     assert d.sample((2,)).shape == (2, 3, 4)
     e = d.expand((5, 3, 4))
     assert isinstance(e, PolyaGamma) and e.batch_shape == (5, 3, 4) and e.sample().shape == (5, 3, 4)
-    torch.testing.assert_close(e.variance, d.variance.expand(5, 3, 4))
+    _assert_close(e.variance, d.variance.expand(5, 3, 4))
     assert kl_divergence(d, PolyaGamma(b, torch.zeros(1))).shape == (3, 4)
     assert PolyaGamma(1.0, c).batch_shape == (4,)
-    assert PolyaGamma(torch.tensor([1, 2]), 0.5).mean.dtype == torch.get_default_dtype()
+    counts = PolyaGamma(torch.tensor([1, 2]), 0.5)  # integer b (counts) with a float number c
+    assert counts.b.dtype == counts.c.dtype == torch.get_default_dtype() and (counts.c == 0.5).all()
+    assert PolyaGamma(torch.tensor([3]), torch.tensor([2.0], dtype=torch.float32)).b.dtype == torch.float32
 
 
 def test_b_zero_is_point_mass_at_zero() -> None:
@@ -306,8 +320,8 @@ def test_finite_over_c_range(dtype: torch.dtype) -> None:
     s = d.sample()
     assert s.dtype == dtype and torch.isfinite(s).all() and (s > 0).all()
     ref = PolyaGamma(b.double(), c.double())
-    torch.testing.assert_close(d.mean.double(), ref.mean, rtol=1e-5, atol=0)
-    torch.testing.assert_close(d.variance.double(), ref.variance, rtol=1e-5, atol=0)
+    _assert_close(d.mean.double(), ref.mean, rtol=1e-5, atol=0)
+    _assert_close(d.variance.double(), ref.variance, rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

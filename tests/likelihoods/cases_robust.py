@@ -21,7 +21,7 @@ from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from gpytorch_augment.likelihoods.laplace import LaplaceLikelihood
 from gpytorch_augment.likelihoods.student_t import StudentTLikelihood
-from tests.likelihoods.registry import LikelihoodCase
+from tests.likelihoods.case import LikelihoodCase
 
 AuxDict = dict[str, Tensor]
 
@@ -58,6 +58,7 @@ def marginalise_omega(likelihood: AugmentedLikelihood, y: Tensor, f: Tensor) -> 
 
             values = torch.nan_to_num(log_integrand_t(grid), nan=-math.inf)
             mode = float(grid[values.argmax()])
+
             def scalar(t: float) -> float:  # the integrand vanishes where omega under/overflows
                 if not t_min < t < t_max:
                     return -math.inf

@@ -60,8 +60,11 @@ from __future__ import annotations
 from tests.likelihoods.case import LikelihoodCase
 from tests.likelihoods.cases_binary import BERNOULLI
 from tests.likelihoods.cases_counts import COUNT_CASES
+from tests.likelihoods.cases_robust import ROBUST_CASES
+from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_CASES
+from tests.likelihoods.cases_multiclass import MULTICLASS_CASES
 
 #: every registered likelihood; ``test_protocol.py`` (and the Gibbs Geweke test) are parametrised over it
-CASES: list[LikelihoodCase] = [BERNOULLI, *COUNT_CASES]
+CASES: list[LikelihoodCase] = [BERNOULLI, *COUNT_CASES, *ROBUST_CASES, *MULTICLASS_CASES, *HETEROSCEDASTIC_CASES]
 
 __all__ = ["BERNOULLI", "CASES", "LikelihoodCase"]

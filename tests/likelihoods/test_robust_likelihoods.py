@@ -15,22 +15,23 @@ The shared identities of §12 run through ``cases_robust.py``; this file adds wh
 from __future__ import annotations
 
 import math
+import unittest
 
 import gpytorch
 import numpy as np
 import pytest
 import torch
 from gpytorch.distributions import MultivariateNormal
+from gpytorch.test.base_likelihood_test_case import BaseLikelihoodTestCase
 from scipy import integrate
 from torch import Tensor
 from torch.distributions import StudentT
 
-import tests.likelihoods.registry  # noqa: F401  (import the registry before the cases that use it)
 from gpytorch_augment import CAVI, AugmentedELBO
 from gpytorch_augment._numerics import gauss_hermite
 from gpytorch_augment.likelihoods.laplace import LaplaceLikelihood
 from gpytorch_augment.likelihoods.student_t import StudentTLikelihood
-from tests.likelihoods.cases_robust import marginalise_omega
+from tests.likelihoods.cases_robust import laplace_expected_log_lik, marginalise_omega
 from tests.models import SVGP
 
 
@@ -146,8 +147,6 @@ def test_laplace_predictive_moments_by_sampling():
 
 def test_laplace_expected_log_prob_is_closed_form():
     """The true E_q log p via E|y - f| against adaptive quadrature (Gauss--Hermite is visibly worse at the kink)."""
-    from tests.likelihoods.cases_robust import laplace_expected_log_lik
-
     likelihood = LaplaceLikelihood(scale=0.7)
     y, m, s = _marginals(n=20, scale=0.3)
     closed = likelihood.expected_log_prob(y, MultivariateNormal(m, torch.diag_embed(s)))
@@ -176,6 +175,7 @@ def _student_t_reference(y: float, m: float, s: float, df: float, scale: float) 
 @pytest.mark.parametrize("scale", [1.0, 0.03], ids=["scale=sd", "scale=0.03sd"])
 def test_student_t_predictive_and_expected_log_prob_match_quadrature(df, scale):
     """Both are accurate where Gauss--Hermite over f is not (32 nodes: ~1 nat off at sigma = 0.03 sd)."""
+    torch.manual_seed(0)
     likelihood = StudentTLikelihood(df=df, scale=scale)
     m, s = torch.zeros(5), torch.ones(5)
     y = torch.tensor([0.0, 0.5, 2.0, 10.0, -40.0])
@@ -338,6 +338,22 @@ def test_drop_in_gpytorch_svgp_with_variational_elbo(make):
     inliers = torch.ones_like(y, dtype=torch.bool)
     inliers[::9] = False  # the robust fit ignores the outliers
     assert float((predictive.mean[inliers] - y[inliers]).abs().median()) < 0.5
+
+
+class TestLaplaceGPyTorchBase(BaseLikelihoodTestCase, unittest.TestCase):
+    """GPyTorch's own likelihood test case (marginal, expected_log_prob and log_marginal against Monte Carlo)."""
+
+    seed = 1
+
+    def create_likelihood(self, **kwargs):
+        return LaplaceLikelihood(scale=0.7, **kwargs)
+
+
+class TestStudentTGPyTorchBase(BaseLikelihoodTestCase, unittest.TestCase):
+    seed = 1
+
+    def create_likelihood(self, **kwargs):
+        return StudentTLikelihood(df=4.5, scale=0.7, **kwargs)
 
 
 # ================================================================================================ bad input, extremes

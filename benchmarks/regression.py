@@ -1,0 +1,877 @@
+r"""Robust GP regression on MASS ``Boston``: closed-form CAVI with a Student-t likelihood against GPyTorch's
+``StudentTLikelihood`` trained by SVGP + Adam.
+
+The model (identical for every compared method)::
+
+    f ~ GP(c, s^2 k_RBF-ARD),  u = f(Z) with M = 100 fixed k-means inducing inputs Z,
+    q(u) = N(m, S) (whitened, full covariance),  p(y | f) = t_nu(y | f, sigma),  nu = 4, sigma fixed.
+
+The kernel and mean hyper-parameters and sigma are chosen once by a fixed procedure that uses GPyTorch only
+(:func:`choose_hyperparameters`: an exact GP with a Gaussian likelihood for the kernel, then sigma learned by GPyTorch's
+own Student-t SVGP with the kernel frozen), then frozen; only q(u) is optimised, by
+
+* **CAVI** -- ``gpytorch_augment.CAVI`` full-batch steps with ``StudentTLikelihood(df=nu, scale=sigma)`` (Gamma
+  scale-mixture augmentation: closed-form q(omega) and q(u)), ``CAVIVariationalStrategy`` and a
+  ``NaturalVariationalDistribution``;
+* **SVGP+Adam** -- ``VariationalStrategy`` + ``CholeskyVariationalDistribution``, ``VariationalELBO`` with
+  GPyTorch's own ``gpytorch.likelihoods.StudentTLikelihood`` (``deg_free = nu``, ``noise = sigma^2``: GPyTorch's
+  ``noise`` is the *squared* scale, checked by comparing log-densities), full-batch Adam on the variational
+  parameters, lr in {0.01, 0.1}.
+
+One more, informative row: CAVI that also learns sigma by its closed-form update (``learn_scale=True``; a different
+model at the end, so not part of the speed comparison). A second, informative comparison repeats the runs with the
+smaller, moment-matched sigma (``--no-sensitivity`` skips it).
+
+Run ``python benchmarks/regression.py`` (full, a few minutes on 2 shared cores) or ``--quick`` (smoke check).
+``results/regression.md`` ("How to read this") explains what is measured; ``results/regression.json`` holds everything,
+with every trace.
+:func:`load_boston` and :func:`choose_hyperparameters` are also used by ``sampling.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common  # noqa: E402
+import gpytorch  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from gpytorch_augment import CAVI, CAVIVariationalStrategy, StudentTLikelihood  # noqa: E402
+from gpytorch_augment.datasets import load_rdataset  # noqa: E402
+from gpytorch_augment.likelihoods.student_t import StudentTPredictive  # noqa: E402
+
+#: test NLL tolerance (nats) defining "reached the target"
+TOLERANCE = 0.005
+#: degrees of freedom of the Student-t likelihood, fixed for every method (GPyTorch's constraint needs nu > 2)
+DF = 4.0
+#: where ``--quick`` writes by default (the committed results are full runs only)
+QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
+
+
+# ---------------------------------------------------------------------------------------------------- data
+@dataclass(frozen=True)
+class RegressionData:
+    """A fixed, standardised train/test split of a regression dataset.
+
+    Features and target are standardised with training statistics; ``y_mean``/``y_std`` undo the target's
+    standardisation (an NLL in original units is the standardised NLL plus ``log(y_std)``).
+    """
+
+    name: str
+    x_train: Tensor
+    y_train: Tensor
+    x_test: Tensor
+    y_test: Tensor
+    feature_names: list[str]
+    y_mean: float
+    y_std: float
+    split: str
+
+
+def load_boston(
+    test_fraction: float = 0.2, seed: int = 0, max_train: int | None = None, dtype: torch.dtype = torch.float64
+) -> RegressionData:
+    """MASS ``Boston`` (506 tracts, 13 features, target ``medv``): a seeded split, standardised with training
+    statistics.
+
+    The permutation is ``numpy.random.RandomState(seed).permutation(506)``; its first ``round(test_fraction * 506)``
+    entries are the test set (as in ``load_keel``). ``max_train`` keeps the first ``max_train`` training points of
+    the permutation (for smoke runs); statistics are computed on the kept training points.
+    """
+    frame = load_rdataset("MASS", "Boston")
+    names = [c for c in frame.columns if c not in ("rownames", "medv")]
+    x_all = frame[names].to_numpy(dtype=np.float64)
+    y_all = frame["medv"].to_numpy(dtype=np.float64)
+    perm = np.random.RandomState(seed).permutation(len(y_all))
+    n_test = int(round(test_fraction * len(y_all)))
+    test_idx, train_idx = perm[:n_test], perm[n_test:]
+    if max_train is not None:
+        train_idx = train_idx[:max_train]
+    x_mean, x_std = x_all[train_idx].mean(0), x_all[train_idx].std(0)
+    x_std = np.where(x_std > 0, x_std, 1.0)
+    y_mean, y_std = float(y_all[train_idx].mean()), float(y_all[train_idx].std())
+
+    def t(a: np.ndarray) -> Tensor:
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)
+
+    return RegressionData(
+        name="MASS Boston",
+        x_train=t((x_all[train_idx] - x_mean) / x_std),
+        y_train=t((y_all[train_idx] - y_mean) / y_std),
+        x_test=t((x_all[test_idx] - x_mean) / x_std),
+        y_test=t((y_all[test_idx] - y_mean) / y_std),
+        feature_names=names,
+        y_mean=y_mean,
+        y_std=y_std,
+        split=(
+            f"numpy.random.RandomState({seed}).permutation(506): first {n_test} test, the other "
+            f"{len(train_idx)} training{' (truncated by max_train)' if max_train is not None else ''}; features "
+            "and medv standardised with training statistics"
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- model
+class GPPrior(gpytorch.Module):
+    r"""The prior :math:`f \sim \mathcal{GP}(c, s^2 k_{\mathrm{RBF\text{-}ARD}})` with fixed hyper-parameters.
+
+    ``forward(x)`` returns the prior ``MultivariateNormal`` (what ``GibbsSampler`` needs).
+
+    :param hypers: ``{"lengthscale": [D floats], "outputscale": float, "mean_constant": float}``.
+    """
+
+    def __init__(self, hypers: dict[str, Any]) -> None:
+        super().__init__()
+        self.mean_module = gpytorch.means.ConstantMean()
+        self.covar_module = gpytorch.kernels.ScaleKernel(
+            gpytorch.kernels.RBFKernel(ard_num_dims=len(hypers["lengthscale"]))
+        )
+        set_hyperparameters(self, hypers)
+
+    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+
+def set_hyperparameters(module: Any, hypers: dict[str, Any], frozen: bool = True) -> None:
+    """Write lengthscales, outputscale and mean constant into ``module.covar_module``/``module.mean_module``."""
+    module.covar_module.base_kernel.lengthscale = torch.as_tensor(hypers["lengthscale"])
+    module.covar_module.outputscale = float(hypers["outputscale"])
+    module.mean_module.constant.data.fill_(float(hypers["mean_constant"]))
+    if frozen:
+        module.mean_module.requires_grad_(False)
+        module.covar_module.requires_grad_(False)
+
+
+class SparseGPRegressor(gpytorch.models.ApproximateGP):
+    r"""Sparse variational GP, constant mean, scaled ARD RBF kernel, frozen hyper-parameters, fixed :math:`Z`.
+
+    :param inducing_points: :math:`Z`, ``(M, D)``, not learned.
+    :param distribution_cls: the GPyTorch variational distribution class of :math:`q(u)`.
+    :param strategy_cls: ``CAVIVariationalStrategy`` (CAVI) or ``gpytorch.variational.VariationalStrategy``.
+    :param hypers: see :class:`GPPrior`.
+    """
+
+    def __init__(
+        self, inducing_points: Tensor, distribution_cls: type, strategy_cls: type, hypers: dict[str, Any]
+    ) -> None:
+        q_u = distribution_cls(inducing_points.size(-2))
+        super().__init__(strategy_cls(self, inducing_points, q_u, learn_inducing_locations=False))
+        self.mean_module = gpytorch.means.ConstantMean()
+        self.covar_module = gpytorch.kernels.ScaleKernel(
+            gpytorch.kernels.RBFKernel(ard_num_dims=inducing_points.size(-1))
+        )
+        set_hyperparameters(self, hypers)
+
+    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+
+class _ExactGaussianGP(gpytorch.models.ExactGP):
+    def __init__(self, x: Tensor, y: Tensor, likelihood: gpytorch.likelihoods.GaussianLikelihood) -> None:
+        super().__init__(x, y, likelihood)
+        self.mean_module = gpytorch.means.ConstantMean()
+        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=x.size(-1)))
+
+    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+
+def choose_hyperparameters(
+    data: RegressionData,
+    Z: Tensor,
+    iterations: int = 200,
+    lr: float = 0.1,
+    scale_iterations: int = 400,
+    scale_lr: float = 0.05,
+    df: float = DF,
+) -> dict[str, Any]:
+    r"""The fixed procedure that picks the frozen hyper-parameters (the same for every method and for
+    ``sampling.py``); it uses GPyTorch's own machinery only, none of this package's.
+
+    1. Kernel and mean: an exact GP with a Gaussian likelihood (``ConstantMean`` + ``ScaleKernel(RBF-ARD)``) fitted
+       to all training points by maximising the exact marginal likelihood with Adam (``lr``, ``iterations`` steps,
+       Cholesky), from lengthscales :math:`\sqrt D`, outputscale 1, mean 0, noise 1 (not the median heuristic,
+       which is 0 for the binary feature ``chas`` and would pin that lengthscale at 0).
+    2. The Student-t scale: GPyTorch's SVGP (``VariationalStrategy`` + ``CholeskyVariationalDistribution``, the
+       inducing inputs ``Z``, the kernel of step 1 frozen) with GPyTorch's ``StudentTLikelihood`` (``deg_free`` =
+       ``df`` fixed), Adam (``scale_lr``, ``scale_iterations`` steps) on q(u) and the noise, from the
+       moment-matched scale :math:`\sigma_{\mathcal N}\sqrt{(\nu-2)/\nu}` (same variance as the Gaussian
+       noise). The moment-matched value is recorded too.
+    """
+    x, y = data.x_train, data.y_train
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    model = _ExactGaussianGP(x, y, likelihood)
+    model.covar_module.base_kernel.lengthscale = math.sqrt(x.shape[-1])
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    start = time.perf_counter()
+    model.train()
+    with gpytorch.settings.max_cholesky_size(100_000):
+        for _ in range(iterations):
+            optimizer.zero_grad(set_to_none=True)
+            loss = -mll(model(x), y)
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            final = float(-mll(model(x), y))
+    noise = float(likelihood.noise.detach())
+    hypers: dict[str, Any] = {
+        "lengthscale": model.covar_module.base_kernel.lengthscale.detach().reshape(-1).tolist(),
+        "outputscale": float(model.covar_module.outputscale.detach()),
+        "mean_constant": float(model.mean_module.constant.detach()),
+        "gaussian_noise_variance": noise,
+        "exact_gaussian_neg_mll_per_datum": final,
+        "df": df,
+        "scale_moment_matched": math.sqrt(noise * (df - 2) / df),
+    }
+
+    svgp = SparseGPRegressor(
+        Z, gpytorch.variational.CholeskyVariationalDistribution, gpytorch.variational.VariationalStrategy, hypers
+    )
+    student = gpytorch.likelihoods.StudentTLikelihood()
+    student.deg_free = df
+    student.noise = hypers["scale_moment_matched"] ** 2
+    elbo = gpytorch.mlls.VariationalELBO(student, svgp, num_data=y.numel())
+    optimizer = torch.optim.Adam([*svgp.variational_parameters(), student.raw_noise], lr=scale_lr)
+    for _ in range(scale_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        loss = -elbo(svgp(x), y)
+        loss.backward()
+        optimizer.step()
+    hypers["scale"] = float(student.noise.detach().sqrt())
+    hypers["procedure"] = (
+        f"kernel and mean: exact GP with a Gaussian likelihood on all {x.shape[0]} training points, Adam lr={lr} "
+        f"for {iterations} steps on the exact marginal likelihood (Cholesky) from lengthscales sqrt(D), outputscale "
+        f"1, mean 0, noise 1; Student-t nu = {df:g} fixed; sigma: GPyTorch SVGP (M = {Z.shape[0]} fixed Z, the "
+        f"kernel frozen) with GPyTorch's StudentTLikelihood, Adam lr={scale_lr} for {scale_iterations} steps on "
+        f"q(u) and the noise, from the moment-matched sigma_gauss * sqrt((nu - 2) / nu) = "
+        f"{hypers['scale_moment_matched']:.4f}; everything then frozen"
+    )
+    hypers["fit_seconds"] = time.perf_counter() - start
+    return hypers
+
+
+def check_gpytorch_parametrisation(df: float, scale: float, seed: int = 0) -> dict[str, float]:
+    r"""Compare log-densities: GPyTorch's ``StudentTLikelihood(deg_free=nu, noise=sigma^2)``, ours with
+    ``(df=nu, scale=sigma)`` and SciPy's ``t.logpdf(y, nu, loc=f, scale=sigma)`` at random ``(y, f)``.
+
+    Also GPyTorch's with ``noise = sigma`` (the other possible reading), which must disagree; raises if the
+    ``noise = sigma^2`` reading does not match to 1e-10.
+    """
+    from scipy import stats
+
+    gen = torch.Generator().manual_seed(seed)
+    f = 2 * torch.randn(200, generator=gen, dtype=torch.float64)
+    y = f + 3 * scale * torch.randn(200, generator=gen, dtype=torch.float64) ** 3
+
+    def gpytorch_logp(noise: float) -> Tensor:
+        lik = gpytorch.likelihoods.StudentTLikelihood().to(torch.float64)
+        lik.deg_free, lik.noise = df, noise
+        with torch.no_grad():
+            return lik(f).log_prob(y)
+
+    ours = StudentTLikelihood(df=df, scale=scale).to(torch.float64)
+    with torch.no_grad():
+        logp_ours = ours.log_prob_at(y, f)
+    logp_scipy = torch.as_tensor(stats.t.logpdf(y.numpy(), df, loc=f.numpy(), scale=scale))
+    squared = gpytorch_logp(scale**2)
+    out = {
+        "max_abs_diff_gpytorch_noise_sigma2_vs_ours": float((squared - logp_ours).abs().max()),
+        "max_abs_diff_gpytorch_noise_sigma2_vs_scipy": float((squared - logp_scipy).abs().max()),
+        "max_abs_diff_ours_vs_scipy": float((logp_ours - logp_scipy).abs().max()),
+        "max_abs_diff_gpytorch_noise_sigma_vs_scipy": float((gpytorch_logp(scale) - logp_scipy).abs().max()),
+    }
+    if out["max_abs_diff_gpytorch_noise_sigma2_vs_scipy"] > 1e-10 or out["max_abs_diff_ours_vs_scipy"] > 1e-10:
+        raise RuntimeError(f"Student-t parametrisations disagree: {out}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- methods
+@dataclass
+class MethodSpec:
+    """One method of the comparison."""
+
+    name: str
+    engine: str  # "cavi" | "adam"
+    lr: float | None = None
+    learn_scale: bool = False  # CAVI only: closed-form sigma update (informative row)
+
+    @property
+    def compared(self) -> bool:
+        """Whether the run is part of the speed comparison (same fixed model as every other compared run)."""
+        return not self.learn_scale
+
+
+def default_methods() -> list[MethodSpec]:
+    return [
+        MethodSpec("CAVI", "cavi"),
+        MethodSpec("SVGP+Adam lr=0.1", "adam", 0.1),
+        MethodSpec("SVGP+Adam lr=0.01", "adam", 0.01),
+        MethodSpec("CAVI, learns σ (informative)", "cavi", learn_scale=True),
+    ]
+
+
+def build(
+    spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any]
+) -> tuple[SparseGPRegressor, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
+    """The model, its likelihood and a ``step()`` closure doing one full-batch training iteration."""
+    num_data = y.numel()
+    if spec.engine == "cavi":
+        model = SparseGPRegressor(Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, hypers)
+        likelihood = StudentTLikelihood(df=hypers["df"], scale=hypers["scale"], learn_scale=spec.learn_scale)
+        model.train()
+        likelihood.train()
+        cavi = CAVI(model, likelihood, num_data=num_data)
+
+        def step() -> Any:
+            return cavi.step(x, y)
+
+        return model, likelihood, step
+    if spec.engine != "adam":
+        raise ValueError(f"unknown engine {spec.engine!r}")
+    model = SparseGPRegressor(
+        Z, gpytorch.variational.CholeskyVariationalDistribution, gpytorch.variational.VariationalStrategy, hypers
+    )
+    likelihood = gpytorch.likelihoods.StudentTLikelihood()
+    likelihood.deg_free = hypers["df"]
+    likelihood.noise = hypers["scale"] ** 2  # GPyTorch's noise is the squared scale
+    likelihood.requires_grad_(False)
+    model.train()
+    likelihood.train()
+    mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=num_data)
+    optimizer = torch.optim.Adam(list(model.variational_parameters()), lr=spec.lr)
+
+    def step() -> Any:
+        optimizer.zero_grad(set_to_none=True)
+        loss = -mll(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return model, likelihood, step
+
+
+def likelihood_scale(likelihood: gpytorch.likelihoods.Likelihood) -> Tensor:
+    """:math:`\\sigma` of either Student-t likelihood."""
+    if isinstance(likelihood, StudentTLikelihood):
+        return likelihood.scale.detach()
+    return likelihood.noise.detach().sqrt()
+
+
+def make_evaluator(
+    model: SparseGPRegressor, likelihood: gpytorch.likelihoods.Likelihood, x_test: Tensor, y_test: Tensor, df: float
+) -> Callable[[], dict[str, float]]:
+    r"""Test NLL (standardised units) and RMSE of the predictive mean, for every method by the same code.
+
+    The predictive density is the exact :math:`\int t_\nu(y_*\mid f_*, \sigma)\,\mathcal N(f_*\mid m_*, s_*)\,df_*`
+    (``StudentTPredictive``, ~1e-13 relative error) with the method's own :math:`q(f_*)` in eval mode and its own
+    :math:`\sigma` — not GPyTorch's Monte-Carlo ``marginal``, which is noisy.
+    """
+
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        with torch.no_grad():
+            q = model(x_test)
+            mean, var = q.mean, q.variance
+            scale = likelihood_scale(likelihood)
+            nll = -StudentTPredictive(torch.as_tensor(df, dtype=mean.dtype), mean, var, scale).log_prob(y_test).mean()
+        model.train()
+        return {
+            "test_nll": float(nll),
+            "test_rmse": float((mean - y_test).pow(2).mean().sqrt()),
+            "scale": float(scale.reshape(-1)[0]),
+        }
+
+    return evaluate
+
+
+def warm_up(specs: list[MethodSpec], x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any], steps: int = 2) -> None:
+    """A few untimed full-data steps of every method on throw-away models (first-call allocations, caches)."""
+    for spec in specs:
+        step = build(spec, x, y, Z, hypers)[2]
+        for _ in range(steps):
+            step()
+
+
+# ---------------------------------------------------------------------------------------------------- analysis
+#: the two readings of "time to converged test NLL" (see :func:`summarise`)
+READINGS = {
+    "literal": "first evaluation with test NLL <= (best test NLL of any compared run at any evaluation) + tolerance",
+    "settled": "first evaluation from which the test NLL stays <= (best FINAL test NLL of the compared runs) + "
+    "tolerance until the end of the run",
+}
+
+
+def settle_time(trace: common.Trace, metric: str, level: float) -> common.Hit | None:
+    """The first evaluation from which ``metric`` stays ``<= level`` until the end of the trace (``None`` if the
+    last evaluation is above ``level``)."""
+    values = trace.metrics[metric]
+    first = None
+    for j in range(len(values) - 1, -1, -1):
+        if values[j] > level:
+            break
+        first = j
+    if first is None:
+        return None
+    return common.Hit(trace.time[first], trace.cpu_time[first], trace.iteration[first])
+
+
+def _ratios(r: dict[str, Any], c: dict[str, Any], reading: str) -> dict[str, Any]:
+    """Baseline ``r`` over CAVI ``c``: wall time, CPU time, iterations x median time per iteration."""
+    h, hc = r["hits"][reading], c["hits"][reading]
+    done = h is not None
+    its = h["iteration"] if done else r["trace"]["iteration"][-1]
+    wall = h["time"] if done else r["total_time"]
+    cpu = h["cpu_time"] if done else r["total_cpu_time"]
+    return {
+        "baseline": r["name"],
+        "wall": wall / hc["time"],
+        "cpu": cpu / hc["cpu_time"],
+        "iterations_x_cost": (its * r["median_step_time"]) / (hc["iteration"] * c["median_step_time"]),
+        "iterations": its / hc["iteration"],
+        "cost_per_iteration": r["median_step_time"] / c["median_step_time"],
+        "is_lower_bound": not done,
+    }
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Targets, times to target under both :data:`READINGS`, and CAVI's speed-ups (per-run ``hits`` are added to
+    ``runs``).
+
+    *literal* (the brief's definition): target = best test NLL reached by any compared (fixed-sigma) run at any
+    evaluation + TOLERANCE; a run's time is its first evaluation at or below it. A transient dip of a non-monotone
+    optimiser (Adam) sets the target and counts as reaching it. *settled*: target = best *final* test NLL of the
+    compared runs (where they end up) + TOLERANCE; a run's time is the first evaluation from which it stays at or
+    below the target. The learned-sigma row (a different model) is measured against its own best / final value.
+    """
+    compared = [r for r in runs if r["compared"]]
+    targets = {
+        "literal": min(r["best_test_nll"] for r in compared) + TOLERANCE,
+        "settled": min(r["final_test_nll"] for r in compared) + TOLERANCE,
+    }
+    for r in runs:
+        trace = common.Trace(**{k: v for k, v in r["trace"].items() if k != "median_step_time"})
+        r["hits"] = {}
+        for reading, target in targets.items():
+            if not r["compared"]:
+                target = (r["best_test_nll"] if reading == "literal" else r["final_test_nll"]) + TOLERANCE
+            if reading == "literal":
+                hit = common.time_to_target(trace, "test_nll", target)
+            else:
+                hit = settle_time(trace, "test_nll", target)
+            r["hits"][reading] = {"target": target, **asdict(hit)} if hit else None
+    summary: dict[str, Any] = {
+        "tolerance_nats": TOLERANCE,
+        "readings": READINGS,
+        "best_test_nll_any_evaluation": targets["literal"] - TOLERANCE,
+        "best_final_test_nll": targets["settled"] - TOLERANCE,
+        "targets": targets,
+        "speedups": {},
+        "issue_target_speedup_ge_20": {},
+    }
+    cavi = next((r for r in compared if r["engine"] == "cavi"), None)
+    adam = [r for r in compared if r["engine"] == "adam"]
+    for reading in READINGS:
+        if cavi is None or cavi["hits"][reading] is None or not adam:
+            summary["speedups"][reading] = None
+            summary["issue_target_speedup_ge_20"][reading] = False
+            continue
+        candidates = [_ratios(r, cavi, reading) for r in adam]
+        reached = [x for x in candidates if not x["is_lower_bound"]]
+        best = min(reached or candidates, key=lambda x: x["wall"])
+        summary["speedups"][reading] = best
+        summary["issue_target_speedup_ge_20"][reading] = bool(best["wall"] >= 20)
+    if cavi is not None and adam:
+        summary["cavi_final_nll_minus_best_adam_final_nll"] = cavi["final_test_nll"] - min(
+            r["final_test_nll"] for r in adam
+        )
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------- output
+def _x(value: float, lower_bound: bool) -> str:
+    return f"{'> ' if lower_bound else ''}{value:.1f}×"
+
+
+def _hit_cells(r: dict[str, Any], reading: str, speedup: dict[str, Any] | None) -> list[str]:
+    h = r["hits"][reading]
+    time_cell = f"{h['time']:.3f}" if h else f"not reached ({r['total_time']:.1f})"
+    if h and not r["compared"]:
+        time_cell += " (own)"
+    sp = "—"
+    if speedup is not None and r["engine"] == "adam":
+        lb = speedup["is_lower_bound"]
+        sp = _x(speedup["wall"], lb)
+    return [time_cell, str(h["iteration"]) if h else "—", sp]
+
+
+def _table(runs: list[dict[str, Any]], y_std: float) -> str:
+    headers = [
+        "method",
+        "σ",
+        "literal: time to target [s]",
+        "its",
+        "CAVI speed-up",
+        "settled: time to target [s]",
+        "its",
+        "CAVI speed-up",
+        "final test NLL",
+        "best test NLL",
+        "final RMSE (std. / $1000)",
+        "ms / it",
+        "run: its, s, stop",
+    ]
+    cavi = next((r for r in runs if r["compared"] and r["engine"] == "cavi"), None)
+    rows = []
+    for r in runs:
+        cells = [r["name"], f"{r['final_scale']:.4f}" + (" (learned)" if r["learn_scale"] else "")]
+        for reading in READINGS:
+            sp = _ratios(r, cavi, reading) if cavi and cavi["hits"][reading] and r["engine"] == "adam" else None
+            cells += _hit_cells(r, reading, sp)
+        cells += [
+            f"{r['final_test_nll']:.4f}",
+            f"{r['best_test_nll']:.4f}",
+            f"{r['final_test_rmse']:.4f} / {r['final_test_rmse'] * y_std:.3f}",
+            f"{1e3 * r['median_step_time']:.1f}",
+            f"{r['trace']['iteration'][-1]}, {r['total_time']:.1f}, {r['stop_reason']}",
+        ]
+        rows.append(cells)
+    return common.markdown_table(headers, rows)
+
+
+def _speedup_sentence(sp: dict[str, Any] | None) -> str:
+    if not sp:
+        return "CAVI did not reach the target"
+    lb = sp["is_lower_bound"]
+    return (
+        f"{_x(sp['wall'], lb)} in wall time vs {sp['baseline']} ({_x(sp['cpu'], lb)} in CPU time, "
+        f"{_x(sp['iterations_x_cost'], lb)} as iterations × median time per iteration = {sp['iterations']:.1f}× as "
+        f"many iterations × {sp['cost_per_iteration']:.2f}× the cost per iteration)"
+    )
+
+
+def _comparison_lines(block: dict[str, Any], y_std: float) -> list[str]:
+    s = block["summary"]
+    lines = [
+        f"Targets (tolerance {TOLERANCE} nats): *literal* = best test NLL of any fixed-σ run at any evaluation "
+        f"{s['best_test_nll_any_evaluation']:.4f} + {TOLERANCE} = **{s['targets']['literal']:.4f}**; *settled* = best "
+        f"final test NLL {s['best_final_test_nll']:.4f} + {TOLERANCE} = **{s['targets']['settled']:.4f}**.",
+        "",
+        _table(block["runs"], y_std),
+    ]
+    for reading in READINGS:
+        met = s["issue_target_speedup_ge_20"][reading]
+        lines.append(
+            f"* **{reading}** — CAVI vs the fastest SVGP+Adam: {_speedup_sentence(s['speedups'][reading])}. "
+            f"Issue target ≥ 20×: **{'met' if met else 'NOT met'}**."
+        )
+    if "cavi_final_nll_minus_best_adam_final_nll" in s:
+        lines.append(
+            f"* Final test NLL of CAVI minus the best final test NLL of SVGP+Adam: "
+            f"{s['cavi_final_nll_minus_best_adam_final_nll']:+.4f} nats."
+        )
+    return lines
+
+
+def write_markdown(path: Path, result: dict[str, Any]) -> None:
+    cfg, hyp, m = result["config"], result["hyperparameters"], result["machine"]
+    rule, sched, chk = cfg["stopping"], cfg["schedule"], result["parametrisation_check"]
+    lines = [
+        f"# Student-t GP regression on MASS `Boston`{' — QUICK smoke run, not a result' if cfg['quick'] else ''}",
+        "",
+        f"Generated by `python benchmarks/regression.py{' --quick' if cfg['quick'] else ''}` "
+        f"({m['date_utc']}, whole script {result['wall_time_total']:.0f} s). Issue 4, item 10 (first half).",
+        "",
+        f"N_train = {cfg['n_train']}, N_test = {cfg['n_test']}, D = {cfg['num_features']}, M = {cfg['num_inducing']} "
+        f"fixed k-means inducing points, float64, {cfg['threads']} torch thread for every method, all methods run "
+        "round-robin (one step of each in turn). Student-t likelihood with ν = "
+        f"{hyp['df']:g} and σ = {hyp['scale']:.4f} fixed (standardised medv units), the same for every compared "
+        f"method; kernel ScaleKernel(RBF-ARD) + ConstantMean frozen: outputscale {hyp['outputscale']:.4f}, mean "
+        f"{hyp['mean_constant']:.4f}, lengthscales [{', '.join(f'{v:.3g}' for v in hyp['lengthscale'])}]. Times "
+        "are each method's own clock: training steps only, evaluation excluded.",
+        "",
+    ]
+    lines += _comparison_lines(result["main"], cfg["y_std"])
+    sens = result.get("sensitivity")
+    if sens:
+        lines += [
+            "",
+            f"## Sensitivity: σ = {sens['scale']:.4f} (moment-matched to the Gaussian noise, informative)",
+            "",
+            "The same comparison with the smaller, moment-matched σ = σ_Gauss·√((ν−2)/ν) (the first fixed σ we "
+            "tried). CAVI's fixed point maximises the *augmented* (collapsed) bound, "
+            "Σᵢ log t_ν(rᵢ | 0, σ) with rᵢ² = (yᵢ − mᵢ)² + sᵢ, which lies below the true ELBO by a Jensen gap that "
+            "grows with sᵢ/(νσ²); GPyTorch's SVGP maximises (a 20-point Gauss–Hermite approximation of) the true "
+            "ELBO. With a small σ the two optima, and their test NLLs, differ by more.",
+            "",
+        ]
+        lines += _comparison_lines(sens, cfg["y_std"])
+    lines += [
+        "",
+        "## How to read this",
+        "",
+        "* Compared runs share one model: the same fixed Z, kernel, ν and σ. CAVI uses our `StudentTLikelihood` "
+        "(closed-form Gamma scale-mixture updates) with a `NaturalVariationalDistribution`; SVGP+Adam uses GPyTorch's "
+        "`gpytorch.likelihoods.StudentTLikelihood` with `deg_free` = ν and `noise` = σ² — GPyTorch's `noise` is the "
+        f"*squared* scale: its log-density with noise = σ² matches SciPy's `t.logpdf(y, ν, f, σ)` to "
+        f"{chk['max_abs_diff_gpytorch_noise_sigma2_vs_scipy']:.1e} and ours to "
+        f"{chk['max_abs_diff_gpytorch_noise_sigma2_vs_ours']:.1e} nats; with noise = σ it is off by up to "
+        f"{chk['max_abs_diff_gpytorch_noise_sigma_vs_scipy']:.2f} nats. GPyTorch's `expected_log_prob` in the ELBO "
+        "is 20-point Gauss–Hermite.",
+        "* Test NLL: −mean log p(y*) in standardised medv units (add log sd(medv) = "
+        f"{math.log(cfg['y_std']):.4f} for original units), p(y*) the exact Student-t ⊗ Gaussian predictive "
+        "(`StudentTPredictive`) of each method's own q(f*) and σ — the same code for every method. RMSE of the "
+        "predictive mean, standardised / in $1000s.",
+        "* Two readings of 'time to converged test NLL'. *literal* (the brief's): the first evaluation at or below "
+        "the best test NLL any compared run reached at any evaluation + tolerance. Adam's test NLL is not monotone "
+        "(it overshoots, dips below its final value and comes back up), so this target can be set, and met, by a "
+        "transient dip that the run then leaves. *settled*: the first evaluation from which the run stays at or "
+        "below the best *final* test NLL + tolerance for the rest of its run. 'not reached (s)': never (the run's "
+        "length in s).",
+        "* 'CAVI speed-up' = the baseline's wall time to target / CAVI's ('> x': the baseline never reached it; its "
+        "whole run is used, a lower bound). In the bullets: the same ratio in CPU time and as iterations × median "
+        "time per iteration, which a burst of load cannot move.",
+        "* The learned-σ row (informative) starts from the same σ and updates it in closed form every CAVI step "
+        "(`StudentTLikelihood(learn_scale=True)`, the exact maximiser of the collapsed bound); it ends at a different "
+        "model, so its times are to within the tolerance of its *own* best / final test NLL ('(own)').",
+        f"* Stopping: a run stops when its best test NLL improved by ≤ {rule['min_improvement']} over the last "
+        f"{rule['patience']} evaluations spanning ≥ {rule['min_window_iterations']} iterations ('plateau'; the long "
+        "window keeps a non-monotone Adam run from being stopped in a trough), or at "
+        f"{rule['max_iter']} iterations, or after {rule['max_time']:.0f} s of its own clock ('max_time'). "
+        f"Evaluations: after every iteration up to {sched['dense_until']}, every {sched['every']} up to "
+        f"{sched['sparse_from']}, then every {sched['sparse_every']}. Two untimed warm-up steps of every method on "
+        "throw-away models first.",
+        f"* Hyper-parameters: {hyp['procedure']}. Split: {cfg['split']}. Inducing points: {cfg['inducing_points']}.",
+        f"* Machine: {m['cpu_count']} cores shared with other jobs; load average (1, 5, 15 min) at start "
+        f"{[round(v, 1) for v in m['load_average_start']]}, at end {[round(v, 1) for v in m['load_average_end']]}; "
+        f"torch {m['torch']}, gpytorch {m['gpytorch']}. Absolute times vary with the load; compare the ratios.",
+        "",
+        "![test NLL vs time](regression.png)",
+        "",
+    ]
+    common.write_text(path, "\n".join(lines))
+
+
+def plot(path: Path, result: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    blocks = [("main", result["main"], result["hyperparameters"]["scale"])]
+    if result.get("sensitivity"):
+        blocks.append(("sensitivity", result["sensitivity"], result["sensitivity"]["scale"]))
+    fig, axes = plt.subplots(1, len(blocks), figsize=(6.5 * len(blocks), 4.5), squeeze=False)
+    styles = {"CAVI": ("C3", "-"), "SVGP+Adam lr=0.1": ("C2", "-"), "SVGP+Adam lr=0.01": ("C2", "--")}
+    for ax, (label, block, scale) in zip(axes[0], blocks):
+        s = block["summary"]
+        for r in block["runs"]:
+            color, ls = styles.get(r["name"], ("C1", ":"))
+            tr = r["trace"]
+            pts = [(t, v) for t, v in zip(tr["time"], tr["metrics"]["test_nll"]) if t > 0]
+            if not pts:
+                continue
+            ts, vs = zip(*pts)
+            ax.plot(ts, vs, ls, color=color, label=r["name"], lw=1.5)
+            h = r["hits"]["settled"]
+            if h and r["compared"]:
+                ax.plot([h["time"]], [h["target"]], "o", ms=5, color=color)
+        ax.axhline(s["targets"]["literal"], color="k", lw=0.8, ls=":", label="literal target")
+        ax.axhline(s["targets"]["settled"], color="k", lw=0.8, ls="--", label="settled target (dots: settled)")
+        lo = min(min(r["trace"]["metrics"]["test_nll"]) for r in block["runs"])
+        ax.set_ylim(lo - 0.01, s["best_final_test_nll"] + 0.15)
+        ax.set_xscale("log")
+        ax.set_xlabel("wall time of training steps [s] (log scale)")
+        ax.set_ylabel("test NLL [nats / point, standardised medv]")
+        ax.set_title(f"{'main' if label == 'main' else 'sensitivity'}: σ = {scale:.4f}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    cfg = result["config"]
+    fig.suptitle(
+        f"Boston, Student-t (ν={result['hyperparameters']['df']:g}), N={cfg['n_train']}, M={cfg['num_inducing']}, "
+        f"{cfg['threads']} thread(s)" + (" — QUICK smoke run" if cfg["quick"] else "")
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run (< 1 min)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for every method (default 1)")
+    p.add_argument("--max-time", type=float, default=None, help="cap on each run's own clock [s]")
+    p.add_argument("--max-iter", type=int, default=None, help="cap on each run's iterations")
+    p.add_argument("--no-sensitivity", action="store_true", help="skip the second comparison at the moment-matched σ")
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=None,
+        help=f"default {common.RESULTS_DIR} (full run) or {QUICK_DIR} (--quick: never overwrites the results)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def compare(
+    specs: list[MethodSpec],
+    data: RegressionData,
+    Z: Tensor,
+    hypers: dict[str, Any],
+    rule: common.StoppingRule,
+    schedule: common.EvalSchedule,
+    seed: int,
+) -> dict[str, Any]:
+    """Run ``specs`` round-robin on the same data, Z and hyper-parameters; the runs and their summary."""
+    x, y = data.x_train, data.y_train
+    warm_up(specs, x, y, Z, hypers)
+    methods = {}
+    for spec in specs:
+        torch.manual_seed(seed)
+        model, likelihood, step = build(spec, x, y, Z, hypers)
+        methods[spec.name] = (step, make_evaluator(model, likelihood, data.x_test, data.y_test, hypers["df"]))
+
+    def report(name: str, trace: common.Trace) -> None:
+        print(
+            f"  {name:30s} {trace.num_iterations:6d} it  {trace.total_time:7.2f} s  "
+            f"{1e3 * trace.median_step_time():6.1f} ms/it  final NLL {trace.metrics['test_nll'][-1]:.5f}  best "
+            f"{min(trace.metrics['test_nll']):.5f}  RMSE {trace.metrics['test_rmse'][-1]:.4f}  "
+            f"sigma {trace.metrics['scale'][-1]:.4f}  ({trace.stop_reason})",
+            flush=True,
+        )
+
+    started = time.perf_counter()
+    traces = common.run_interleaved(methods, "test_nll", rule, schedule, on_done=report)
+    runs = []
+    for spec in specs:
+        trace = traces[spec.name]
+        runs.append(
+            {
+                **asdict(spec),
+                "compared": spec.compared,
+                "stop_reason": trace.stop_reason,
+                "total_time": trace.total_time,
+                "total_cpu_time": trace.cpu_time[-1],
+                "median_step_time": trace.median_step_time(),
+                "final_test_nll": trace.metrics["test_nll"][-1],
+                "final_test_rmse": trace.metrics["test_rmse"][-1],
+                "final_scale": trace.metrics["scale"][-1],
+                "best_test_nll": min(trace.metrics["test_nll"]),
+                "trace": trace.to_dict(),
+            }
+        )
+    return {
+        "scale": hypers["scale"],
+        "runs": runs,
+        "summary": summarise(runs),
+        "wall_time_including_evaluation": time.perf_counter() - started,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    wall_start = time.perf_counter()
+    common.configure_torch(threads=args.threads, dtype=torch.float64)
+    machine = common.machine_info()
+    torch.manual_seed(args.seed)
+
+    data = load_boston(test_fraction=0.2, seed=args.seed)
+    if args.quick:
+        num_inducing, hyper_iters, scale_iters = 30, 40, 60
+        rule = common.StoppingRule(
+            patience=10, min_improvement=1e-4, min_window_iterations=50, max_iter=400, max_time=3.0
+        )
+        schedule = common.EvalSchedule(dense_until=50, every=5, sparse_from=200, sparse_every=10)
+    else:
+        num_inducing, hyper_iters, scale_iters = 100, 200, 400
+        rule = common.StoppingRule(
+            patience=20, min_improvement=1e-4, min_window_iterations=500, max_iter=20_000, max_time=90.0
+        )
+        schedule = common.EvalSchedule(dense_until=100, every=5, sparse_from=1000, sparse_every=10)
+    if args.max_time is not None:
+        rule.max_time = args.max_time
+    if args.max_iter is not None:
+        rule.max_iter = args.max_iter
+    x = data.x_train
+    print(f"Boston: train {tuple(x.shape)}, test {tuple(data.x_test.shape)}, threads {torch.get_num_threads()}",
+          flush=True)
+
+    Z = common.kmeans_inducing_points(x, num_inducing, seed=args.seed)
+    hypers = choose_hyperparameters(data, Z, iterations=hyper_iters, scale_iterations=scale_iters)
+    print(
+        f"hyper-parameters ({hypers['fit_seconds']:.1f} s): outputscale {hypers['outputscale']:.4f}, mean "
+        f"{hypers['mean_constant']:.4f}, lengthscale {[round(v, 3) for v in hypers['lengthscale']]}, Gaussian noise "
+        f"{hypers['gaussian_noise_variance']:.4f}; Student-t nu {hypers['df']:g}, sigma {hypers['scale']:.4f} "
+        f"(moment-matched {hypers['scale_moment_matched']:.4f})",
+        flush=True,
+    )
+    check = check_gpytorch_parametrisation(hypers["df"], hypers["scale"], seed=args.seed)
+    print(f"parametrisation check: {check}", flush=True)
+
+    print(f"main comparison, sigma = {hypers['scale']:.4f}", flush=True)
+    main_block = compare(default_methods(), data, Z, hypers, rule, schedule, args.seed)
+    sensitivity = None
+    if not args.quick and not args.no_sensitivity:
+        sens_hypers = {**hypers, "scale": hypers["scale_moment_matched"]}
+        print(f"sensitivity, sigma = {sens_hypers['scale']:.4f}", flush=True)
+        specs = [s for s in default_methods() if s.compared]
+        sensitivity = compare(specs, data, Z, sens_hypers, rule, schedule, args.seed)
+
+    machine["load_average_start"] = machine.pop("load_average_1_5_15_min")
+    machine["load_average_end"] = common.machine_info()["load_average_1_5_15_min"]
+    result = {
+        "benchmark": "regression",
+        "issue": "issue 4, item 10 (first half)",
+        "config": {
+            "dataset": data.name,
+            "split": data.split,
+            "quick": args.quick,
+            "n_train": int(x.shape[0]),
+            "n_test": int(data.x_test.shape[0]),
+            "num_features": int(x.shape[1]),
+            "features": data.feature_names,
+            "y_mean": data.y_mean,
+            "y_std": data.y_std,
+            "num_inducing": num_inducing,
+            "inducing_points": f"k-means (scikit-learn, seed {args.seed}, n_init 3) of the training inputs, fixed",
+            "dtype": "float64",
+            "threads": torch.get_num_threads(),
+            "tolerance_nats": TOLERANCE,
+            "stopping": asdict(rule),
+            "schedule": asdict(schedule),
+            "execution": "all methods round-robin (one step of each unfinished method in turn), after 2 untimed "
+            "warm-up steps of each on throw-away models",
+            "seed": args.seed,
+        },
+        "hyperparameters": hypers,
+        "parametrisation_check": check,
+        "machine": machine,
+        "main": main_block,
+        "sensitivity": sensitivity,
+        "wall_time_total": time.perf_counter() - wall_start,
+    }
+    out = args.output_dir or (QUICK_DIR if args.quick else common.RESULTS_DIR)
+    common.write_json(out / "regression.json", result)
+    write_markdown(out / "regression.md", result)
+    plot(out / "regression.png", result)
+    print((out / "regression.md").read_text())
+    print(f"wrote {out}/regression.{{json,md,png}}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,760 @@
+r"""Scale and hyper-parameter learning: mini-batch CAVI against GPyTorch's SVGP+Adam and NGD+Adam.
+
+Three measurements, all in one run of the script (``python benchmarks/scale.py``, < 25 min; ``--quick`` < 2 min):
+
+**(a) KEEL ``magic``, hyper-parameters learned.** ``load_keel("magic")`` (15,216 training / 3,804 test points,
+D = 10). Every method fits the same model family -- constant mean, ``ScaleKernel(RBFKernel(ard_num_dims=10))``,
+M = 100 inducing inputs placed once by :func:`gpytorch_augment.kmeans_plus_plus` and kept fixed, whitened
+:math:`q(u)` with a full covariance -- from the same initial hyper-parameters (median-heuristic lengthscales,
+outputscale 1, mean 0), on the same sequence of mini-batches of 100 points, and learns the kernel and mean
+hyper-parameters with Adam:
+
+* **CAVI** -- ``CAVI.step(x_b, y_b, hyper_optimizer=Adam(model.hyperparameters()))``: closed-form Pólya-Gamma local
+  step and natural-gradient global step with the adaptive step size of Ranganath et al. (2013), then one Adam step on
+  the ``AugmentedELBO`` of the batch; ``BernoulliLogitLikelihood``, ``NaturalVariationalDistribution``.
+* **SVGP+Adam** -- GPyTorch's ``VariationalStrategy`` + ``CholeskyVariationalDistribution``, ``VariationalELBO``,
+  ``BernoulliLikelihood``, one Adam over all parameters.
+* **NGD+Adam** -- ``VariationalStrategy`` + ``NaturalVariationalDistribution``, ``VariationalELBO``,
+  ``BernoulliLikelihood``, ``gpytorch.optim.NGD(lr=0.1)`` on q(u) and Adam on the hyper-parameters.
+
+Each method runs with Adam learning rates 0.01, 0.05 and 0.2 (its hyper-parameter optimiser; for SVGP+Adam the one
+optimiser of everything); all runs go round-robin (one step of each in turn, so they share the machine's load) until
+their best test NLL stops improving or a time cap. Reported: the time until the test NLL first comes within 0.005 nats of the best any run reaches (each method's
+own clock: training steps only, evaluation excluded), and the speed-ups of the fastest CAVI run over the fastest
+run of each baseline. Note: GPyTorch's ``BernoulliLikelihood`` is the *probit* link, CAVI's the logistic: the
+models differ slightly (see the README).
+
+**(b) 10^6 synthetic points** (D = 10, M = 200, batches of 1,000, hyper-parameters learned): time per epoch and
+peak resident memory of CAVI and of GPyTorch SVGP+Adam, each in its own subprocess (``resource.getrusage``).
+Both are timed on a stated number of steps and the epoch time (1,000 steps) extrapolated from the median step.
+
+**(c) Per-step time against N** (N = 10^3 ... 10^6, same batch): flat, because a step touches only its batch.
+
+Every process uses ``torch.set_num_threads(1)`` (the machine has 2 cores shared with other jobs: one thread per
+process keeps the methods' timings comparable). Results: ``results/scale.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common  # noqa: E402
+import gpytorch  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from gpytorch_augment import CAVI, BernoulliLogitLikelihood, CAVIVariationalStrategy, kmeans_plus_plus  # noqa: E402
+from gpytorch_augment.datasets import load_keel  # noqa: E402
+from gpytorch_augment.inference.schedules import AdaptiveStep  # noqa: E402
+
+#: test NLL tolerance (nats) defining "reached the target"
+TOLERANCE = 0.005
+#: where ``--quick`` writes by default (the committed results are full runs only)
+QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
+#: evaluate the test metrics every this many iterations in (a)
+EVAL_EVERY = 25
+
+
+# ---------------------------------------------------------------------------------------------------- model
+class SparseGP(gpytorch.models.ApproximateGP):
+    """Constant mean, scaled ARD RBF kernel, fixed inducing inputs ``Z``; the variational strategy and distribution
+    are the method's choice. Hyper-parameters start at median-heuristic lengthscales, outputscale 1, mean 0."""
+
+    def __init__(self, Z: Tensor, distribution_cls: type, strategy_cls: type, lengthscale: Tensor) -> None:
+        q_u = distribution_cls(Z.size(-2))
+        super().__init__(strategy_cls(self, Z, q_u, learn_inducing_locations=False))
+        self.mean_module = gpytorch.means.ConstantMean()
+        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=Z.size(-1)))
+        self.covar_module.base_kernel.lengthscale = lengthscale
+        self.covar_module.outputscale = 1.0
+
+    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+    def hyperparameter_values(self) -> dict[str, Any]:
+        return {
+            "lengthscale": self.covar_module.base_kernel.lengthscale.detach().reshape(-1).tolist(),
+            "outputscale": float(self.covar_module.outputscale.detach()),
+            "mean_constant": float(self.mean_module.constant.detach()),
+        }
+
+
+def batch_stream(x: Tensor, y: Tensor, batch_size: int, seed: int) -> Callable[[], tuple[Tensor, Tensor]]:
+    """Endless mini-batches from fresh seeded permutations (full batches only): the same sequence for every method."""
+    gen = torch.Generator().manual_seed(seed)
+    state: dict[str, Any] = {"order": torch.empty(0, dtype=torch.long), "pos": 0}
+
+    def next_batch() -> tuple[Tensor, Tensor]:
+        if state["pos"] + batch_size > state["order"].numel():
+            state["order"], state["pos"] = torch.randperm(y.shape[-1], generator=gen), 0
+        idx = state["order"][state["pos"] : state["pos"] + batch_size]
+        state["pos"] += batch_size
+        return x[idx], y[idx]
+
+    return next_batch
+
+
+def build_method(
+    engine: str, lr: float, Z: Tensor, lengthscale: Tensor, num_data: int, next_batch: Callable
+) -> tuple[SparseGP, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
+    """A fresh model, likelihood and one-iteration ``step()`` for ``engine`` in {"cavi", "adam", "ngd"}."""
+    if engine == "cavi":
+        model = SparseGP(Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, lengthscale)
+        likelihood: gpytorch.likelihoods.Likelihood = BernoulliLogitLikelihood()
+        cavi = CAVI(model, likelihood, num_data=num_data, step_size=AdaptiveStep())
+        hyper = torch.optim.Adam(model.hyperparameters(), lr=lr)
+
+        def step() -> Any:
+            xb, yb = next_batch()
+            return cavi.step(xb, yb, hyper_optimizer=hyper)
+
+        return model, likelihood, step
+
+    likelihood = gpytorch.likelihoods.BernoulliLikelihood()
+    if engine == "adam":
+        model = SparseGP(
+            Z, gpytorch.variational.CholeskyVariationalDistribution, gpytorch.variational.VariationalStrategy, lengthscale
+        )
+        optimizers: list[torch.optim.Optimizer] = [torch.optim.Adam(model.parameters(), lr=lr)]
+    elif engine == "ngd":
+        model = SparseGP(
+            Z, gpytorch.variational.NaturalVariationalDistribution, gpytorch.variational.VariationalStrategy, lengthscale
+        )
+        optimizers = [
+            gpytorch.optim.NGD(model.variational_parameters(), num_data=num_data, lr=0.1),
+            torch.optim.Adam(model.hyperparameters(), lr=lr),
+        ]
+    else:
+        raise ValueError(f"unknown engine {engine!r}")
+    mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=num_data)
+
+    def step() -> Any:
+        xb, yb = next_batch()
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss = -mll(model(xb), yb)
+        loss.backward()
+        for opt in optimizers:
+            opt.step()
+        return loss
+
+    return model, likelihood, step
+
+
+def make_evaluator(model: SparseGP, likelihood: Any, x_test: Tensor, y_test: Tensor) -> Callable[[], dict[str, float]]:
+    """Test NLL and error of the method's own predictive ``likelihood(model(x_test))`` in eval mode."""
+
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        likelihood.eval()
+        with torch.no_grad():
+            probs = likelihood(model(x_test)).probs
+        model.train()
+        likelihood.train()
+        return {"test_nll": common.bernoulli_nll(probs, y_test), "test_error": common.error_rate(probs, y_test)}
+
+    return evaluate
+
+
+# ---------------------------------------------------------------------------------------------------- (a)
+def run_magic(args: argparse.Namespace) -> dict[str, Any]:
+    data = load_keel("magic", test_fraction=0.2, seed=0)
+    x, y, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
+    num_data = y.numel()
+    Z = kmeans_plus_plus(x, args.num_inducing, generator=torch.Generator().manual_seed(0))
+    lengthscale = common.median_heuristic_lengthscales(x, seed=0)
+    lrs = [float(v) for v in args.lrs]
+    specs = [(engine, lr) for engine in ("cavi", "adam", "ngd") for lr in lrs]
+    names = {("cavi", lr): f"CAVI adaptive + Adam lr={lr:g}" for lr in lrs}
+    names.update({("adam", lr): f"SVGP+Adam lr={lr:g}" for lr in lrs})
+    names.update({("ngd", lr): f"NGD lr=0.1 + Adam lr={lr:g}" for lr in lrs})
+
+    # warm-up: a few untimed steps of every method on throw-away models (first-call allocations, caches)
+    for engine, lr in specs:
+        step = build_method(engine, lr, Z, lengthscale, num_data, batch_stream(x, y, args.batch_size, 99))[2]
+        for _ in range(3):
+            step()
+
+    methods, models = {}, {}
+    for engine, lr in specs:
+        model, likelihood, step = build_method(
+            engine, lr, Z, lengthscale, num_data, batch_stream(x, y, args.batch_size, seed=1)
+        )
+        methods[names[engine, lr]] = (step, make_evaluator(model, likelihood, x_test, y_test))
+        models[names[engine, lr]] = model
+    rule = common.StoppingRule(
+        patience=args.patience,
+        min_improvement=1e-4,
+        min_window_iterations=args.patience * EVAL_EVERY,
+        max_iter=10**7,
+        max_time=args.max_time,
+    )
+
+    def on_done(name: str, trace: common.Trace) -> None:
+        best = min(trace.metrics["test_nll"])
+        print(
+            f"  (a) {name:32s} {trace.num_iterations:6d} its {trace.total_time:7.1f} s  best test NLL {best:.4f}  "
+            f"({trace.stop_reason})",
+            flush=True,
+        )
+
+    start = time.perf_counter()
+    traces = common.run_interleaved(
+        methods, "test_nll", rule, schedule=lambda t: t % EVAL_EVERY == 0, on_done=on_done
+    )
+    wall = time.perf_counter() - start
+
+    runs = []
+    for (engine, lr), name in names.items():
+        trace = traces[name]
+        nll = trace.metrics["test_nll"]
+        runs.append(
+            {
+                "name": name,
+                "engine": engine,
+                "hyper_lr": lr,
+                "link": "logit" if engine == "cavi" else "probit",
+                "trace": trace.to_dict(),
+                "best_test_nll": min(nll),
+                "final_test_nll": nll[-1],
+                "final_test_error": trace.metrics["test_error"][-1],
+                "total_time": trace.total_time,
+                "total_cpu_time": trace.cpu_time[-1],
+                "median_step_time": trace.median_step_time(),
+                "num_iterations": trace.num_iterations,
+                "stop_reason": trace.stop_reason,
+                "final_hyperparameters": models[name].hyperparameter_values(),
+            }
+        )
+    best_any = min(r["best_test_nll"] for r in runs)
+    target = best_any + TOLERANCE
+    for r in runs:
+        hit = common.time_to_target(
+            common.Trace(**{k: v for k, v in r["trace"].items() if k != "median_step_time"}), "test_nll", target
+        )
+        r["reached_target"] = hit is not None
+        r["time_to_target"] = hit.time if hit else None
+        r["cpu_time_to_target"] = hit.cpu_time if hit else None
+        r["iterations_to_target"] = hit.iteration if hit else None
+
+    def fastest(engine: str) -> dict[str, Any] | None:
+        rs = [r for r in runs if r["engine"] == engine]
+        done = [r for r in rs if r["reached_target"]]
+        if done:
+            return min(done, key=lambda r: r["time_to_target"])
+        return min(rs, key=lambda r: r["best_test_nll"]) if rs else None
+
+    cavi = fastest("cavi")
+    speedups = {}
+    for engine in ("adam", "ngd"):
+        b = fastest(engine)
+        if cavi is None or b is None or not cavi["reached_target"]:
+            speedups[engine] = None
+            continue
+        done = b["reached_target"]
+        wall_b = b["time_to_target"] if done else b["total_time"]
+        cpu_b = b["cpu_time_to_target"] if done else b["total_cpu_time"]
+        its_b = b["iterations_to_target"] if done else b["num_iterations"]
+        speedups[engine] = {
+            "baseline": b["name"],
+            "wall": wall_b / cavi["time_to_target"],
+            "cpu": cpu_b / cavi["cpu_time_to_target"],
+            "iterations": its_b / cavi["iterations_to_target"],
+            "cost_per_iteration": b["median_step_time"] / cavi["median_step_time"],
+            "is_lower_bound": not done,
+            "baseline_best_nll_minus_cavi_best_nll": b["best_test_nll"] - cavi["best_test_nll"],
+        }
+    return {
+        "data": {"name": "magic", "n_train": num_data, "n_test": y_test.numel(), "dim": x.shape[-1]},
+        "settings": {
+            "num_inducing": args.num_inducing,
+            "batch_size": args.batch_size,
+            "hyper_lrs": lrs,
+            "ngd_lr": 0.1,
+            "eval_every": EVAL_EVERY,
+            "stopping_rule": vars(rule) if hasattr(rule, "__dict__") else str(rule),
+            "tolerance": TOLERANCE,
+            "initial_lengthscale": lengthscale.tolist(),
+        },
+        "best_test_nll_any_run": best_any,
+        "target": target,
+        "cavi_reported": cavi["name"] if cavi else None,
+        "speedups": speedups,
+        "issue_targets": {
+            "vs_svgp_adam_ge_20": bool(speedups.get("adam") and speedups["adam"]["wall"] >= 20),
+            "vs_ngd_ge_3": bool(speedups.get("ngd") and speedups["ngd"]["wall"] >= 3),
+        },
+        "runs": runs,
+        "wall_time": wall,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- (b) and (c)
+def synthetic_data(n: int, dim: int = 10, seed: int = 0, chunk: int = 100_000) -> tuple[Tensor, Tensor]:
+    r"""``x ~ N(0, I_D)``, ``y ~ Bernoulli(sigma(f(x)))`` with :math:`f(x) = 2\sin(2x_1) + x_2x_3 - x_4^2/2 + 1/2`,
+    generated in chunks (float64)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.empty(n, dim)
+    y = torch.empty(n)
+    for s in range(0, n, chunk):
+        xc = torch.randn(min(chunk, n - s), dim, generator=gen)
+        f = 2 * torch.sin(2 * xc[:, 0]) + xc[:, 1] * xc[:, 2] - 0.5 * xc[:, 3] ** 2 + 0.5
+        x[s : s + chunk] = xc
+        y[s : s + chunk] = torch.bernoulli(torch.sigmoid(f), generator=gen)
+    return x, y
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident set size so far (``resource.getrusage``: ``ru_maxrss``, KiB on Linux), in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def vm_hwm_mb() -> float | None:
+    """The same peak from ``/proc/self/status`` (``VmHWM``), as a cross-check (Linux only)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    return None
+
+
+def _memory(rss_start: float, rss_data: float) -> dict[str, Any]:
+    return {
+        "rss_start_mb": rss_start,
+        "rss_after_data_mb": rss_data,
+        "peak_rss_mb": peak_rss_mb(),
+        "vm_hwm_mb": vm_hwm_mb(),
+    }
+
+
+def worker_kmeans(n: int, num_inducing: int, iters: int, z_path: str) -> dict[str, Any]:
+    """Subprocess: chunked k-means++ (+ Lloyd) on all ``n`` points; saves Z."""
+    common.configure_torch(1, torch.float64)
+    rss_start = peak_rss_mb()
+    x, _ = synthetic_data(n)
+    rss_data = peak_rss_mb()
+    start = time.perf_counter()
+    Z = kmeans_plus_plus(x, num_inducing, generator=torch.Generator().manual_seed(0), num_iters=iters)
+    elapsed = time.perf_counter() - start
+    torch.save(Z, z_path)
+    return {"time": elapsed, "num_iters": iters, **_memory(rss_start, rss_data)}
+
+
+def worker_fit(engine: str, n: int, steps: int, batch_size: int, z_path: str) -> dict[str, Any]:
+    """Subprocess: data, then ``steps`` training steps of ``engine`` (CAVI + Adam on the hyper-parameters, or
+    GPyTorch SVGP + Adam), then the test NLL on 10,000 held-out points; times and peak RSS."""
+    common.configure_torch(1, torch.float64)
+    rss_start = peak_rss_mb()
+    x, y = synthetic_data(n)
+    rss_data = peak_rss_mb()
+    x_test, y_test = synthetic_data(10_000, seed=123)
+    Z = torch.load(z_path)
+    lengthscale = torch.full((x.shape[-1],), math.sqrt(x.shape[-1]))
+    model, likelihood, _ = build_method(engine, 0.01, Z, lengthscale, n, lambda: (x[:batch_size], y[:batch_size]))
+    evaluate = make_evaluator(model, likelihood, x_test, y_test)
+    times: list[float] = []
+    if engine == "cavi":
+        cavi = CAVI(model, likelihood, num_data=n, step_size=AdaptiveStep())
+        hyper = torch.optim.Adam(model.hyperparameters(), lr=0.01)
+        last = [time.perf_counter()]
+
+        def callback(t: int, value: float) -> None:
+            now = time.perf_counter()
+            times.append(now - last[0])
+            last[0] = now
+
+        # the public mini-batch path: fit on the full tensors, one permutation per epoch, steps touch their batch only
+        trace = cavi.fit(
+            x, y, batch_size=batch_size, max_iter=steps, num_epochs=1, hyper_optimizer=hyper,
+            callback=callback, generator=torch.Generator().manual_seed(0),
+        )
+        finite = all(math.isfinite(v) for v in trace.elbo)
+    else:
+        mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+        finite = True
+        for t in range(steps):
+            t0 = time.perf_counter()
+            idx = order[t * batch_size : (t + 1) * batch_size]
+            opt.zero_grad(set_to_none=True)
+            loss = -mll(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            finite = finite and math.isfinite(float(loss))
+    memory = _memory(rss_start, rss_data)
+    metrics = evaluate()
+    skip = min(3, len(times) - 1)  # first steps: allocations and caches
+    per_step = float(np.median(times[skip:]))
+    steps_per_epoch = math.ceil(n / batch_size)
+    return {
+        "engine": engine,
+        "n": n,
+        "batch_size": batch_size,
+        "num_inducing": Z.shape[0],
+        "steps_timed": len(times),
+        "median_step_time": per_step,
+        "mean_step_time": float(np.mean(times[skip:])),
+        "steps_per_epoch": steps_per_epoch,
+        "epoch_time_extrapolated": per_step * steps_per_epoch,
+        "test_nll_after_steps": metrics["test_nll"],
+        "test_error_after_steps": metrics["test_error"],
+        **memory,
+        "data_mb": (x.numel() * x.element_size() + y.numel() * y.element_size()) / 2**20,
+        "n_by_m_float64_mb": n * Z.shape[0] * 8 / 2**20,
+        "finite": finite,
+    }
+
+
+def _subprocess(args: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_synthetic(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """(b): chunked k-means++ on the full data, then each method, every one in its own fresh subprocess (started
+    before this process holds any data, so that no worker inherits a large peak RSS)."""
+    z_path = out_dir / "_scale_Z.pt"
+    common_args = ["--big-n", str(args.big_n), "--big-m", str(args.big_m), "--z-path", str(z_path)]
+    kmeans = _subprocess(["--worker", "kmeans", "--kmeans-iters", str(args.kmeans_iters), *common_args])
+    print(f"  (b) k-means++ on {args.big_n:,} points: {kmeans['time']:.1f} s, peak RSS {kmeans['peak_rss_mb']:.0f} MiB", flush=True)
+    results = {}
+    for engine in ("cavi", "adam"):
+        r = _subprocess(
+            ["--worker", engine, "--big-steps", str(args.big_steps), "--big-batch", str(args.big_batch), *common_args]
+        )
+        results[engine] = r
+        print(
+            f"  (b) {engine:5s} {r['median_step_time'] * 1e3:7.1f} ms/step, epoch ~{r['epoch_time_extrapolated']:6.1f} s, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MiB (after data {r['rss_after_data_mb']:.0f} MiB), "
+            f"test NLL after {r['steps_timed']} steps {r['test_nll_after_steps']:.4f}",
+            flush=True,
+        )
+    z_path.unlink(missing_ok=True)
+    c, a = results["cavi"], results["adam"]
+    return {
+        "settings": {
+            "n": args.big_n, "dim": 10, "num_inducing": args.big_m, "batch_size": args.big_batch,
+            "steps_timed": args.big_steps, "kmeans_iters": args.kmeans_iters,
+        },
+        "kmeans_plus_plus": kmeans,
+        "cavi": c,
+        "svgp_adam": a,
+        "epoch_time_ratio_svgp_over_cavi": a["epoch_time_extrapolated"] / c["epoch_time_extrapolated"],
+    }
+
+
+def run_per_step_vs_n(args: argparse.Namespace) -> dict[str, Any]:
+    """(c): median time of a CAVI step inside ``fit(x, y, batch_size=...)`` (with and without the hyper-parameter
+    step) for growing N, same batch. Wall and CPU time between consecutive steps (``callback`` time stamps); two
+    passes (N ascending, then descending), the smaller median of the two kept, so that a change of the machine's
+    load does not masquerade as a trend in N."""
+    data = {n: synthetic_data(n, seed=1) for n in args.ns}
+    medians: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    finite = True
+    for order in (list(args.ns), list(reversed(args.ns))):
+        for n in order:
+            x, y = data[n]
+            Z = x[torch.randperm(n, generator=torch.Generator().manual_seed(0))[: args.curve_m]].clone()
+            lengthscale = torch.full((x.shape[-1],), math.sqrt(x.shape[-1]))
+            for label, with_hyper in (("step", False), ("step_and_hyper", True)):
+                model = SparseGP(Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, lengthscale)
+                cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=n, step_size=AdaptiveStep())
+                hyper = torch.optim.Adam(model.hyperparameters(), lr=0.01) if with_hyper else None
+                stamps: list[tuple[float, float]] = []
+                trace = cavi.fit(
+                    x, y, batch_size=args.curve_batch, max_iter=args.curve_steps, num_epochs=args.curve_steps,
+                    hyper_optimizer=hyper, generator=torch.Generator().manual_seed(0),
+                    callback=lambda t, v: stamps.append((time.perf_counter(), time.process_time())),
+                )
+                finite = finite and all(math.isfinite(v) for v in trace.elbo)
+                gaps = np.diff(np.asarray(stamps), axis=0)[2:]  # the first steps: allocations and caches
+                medians.setdefault((n, label), []).append((float(np.median(gaps[:, 0])), float(np.median(gaps[:, 1]))))
+    rows = []
+    for n in args.ns:
+        row: dict[str, Any] = {"n": n}
+        for label in ("step", "step_and_hyper"):
+            row[label] = min(m[0] for m in medians[n, label])
+            row[f"{label}_cpu"] = min(m[1] for m in medians[n, label])
+        rows.append(row)
+        print(
+            f"  (c) N = {n:>9,d}: step {row['step'] * 1e3:6.1f} ms ({row['step_cpu'] * 1e3:6.1f} CPU), "
+            f"step + hyper {row['step_and_hyper'] * 1e3:6.1f} ms ({row['step_and_hyper_cpu'] * 1e3:6.1f} CPU)",
+            flush=True,
+        )
+    del data
+
+    def spread(key: str) -> float:
+        values = [r[key] for r in rows]
+        return max(values) / min(values)
+
+    return {
+        "settings": {"dim": 10, "num_inducing": args.curve_m, "batch_size": args.curve_batch, "steps": args.curve_steps},
+        "rows": rows,
+        "finite": finite,
+        "max_over_min_step": spread("step"),
+        "max_over_min_step_and_hyper": spread("step_and_hyper"),
+        "max_over_min_step_cpu": spread("step_cpu"),
+        "max_over_min_step_and_hyper_cpu": spread("step_and_hyper_cpu"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- output
+def _x(value: float, lower_bound: bool) -> str:
+    return f"{'> ' if lower_bound else ''}{value:.1f}×"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    a, b, c = result["magic"], result["synthetic"], result["per_step_vs_n"]
+    info = result["machine"]
+    lines = [
+        "# Scale: mini-batch CAVI vs GPyTorch SVGP+Adam and NGD+Adam",
+        "",
+        f"Generated by `python benchmarks/scale.py{' --quick' if result['quick'] else ''}` ({info['date_utc']}, "
+        f"whole script {result['wall_time']:.0f} s). Every process ran with `torch.set_num_threads(1)` on a 2-core "
+        "machine shared with other jobs; float64 throughout.",
+        "",
+        "## (a) KEEL `magic`, hyper-parameters learned, M = 100, batch 100",
+        "",
+        f"N_train = {a['data']['n_train']}, N_test = {a['data']['n_test']}, D = {a['data']['dim']}. Same k-means++ "
+        "inducing inputs (fixed), same initial hyper-parameters, same mini-batch sequence for every run; kernel "
+        "and mean hyper-parameters learned by Adam in every method. **Target**: test NLL within "
+        f"{TOLERANCE} nats of the best any run reached ({a['best_test_nll_any_run']:.4f}, so target "
+        f"{a['target']:.4f}). Times are each run's own clock (training steps only, evaluation excluded); all runs went "
+        "round-robin, so they shared the machine's load.",
+        "",
+    ]
+    headers = [
+        "run", "likelihood", "time to target [s]", "iterations to target", "best test NLL", "final test NLL",
+        "final error", "ms / iteration", "run: its, s, stop",
+    ]
+    rows = []
+    for r in a["runs"]:
+        rows.append(
+            [
+                f"**{r['name']}**" if r["name"] == a["cavi_reported"] else r["name"],
+                "logistic (Pólya-Gamma)" if r["link"] == "logit" else "probit (GPyTorch)",
+                f"{r['time_to_target']:.1f}" if r["reached_target"] else f"not reached ({r['total_time']:.0f})",
+                r["iterations_to_target"] if r["reached_target"] else "—",
+                f"{r['best_test_nll']:.4f}",
+                f"{r['final_test_nll']:.4f}",
+                f"{r['final_test_error']:.4f}",
+                f"{1e3 * r['median_step_time']:.1f}",
+                f"{r['num_iterations']}, {r['total_time']:.0f}, {r['stop_reason']}",
+            ]
+        )
+    lines.append(common.markdown_table(headers, rows))
+    for engine, label, goal in (("adam", "SVGP+Adam", 20), ("ngd", "NGD+Adam", 3)):
+        sp = a["speedups"].get(engine)
+        if sp is None:
+            lines.append(f"* CAVI vs {label}: no CAVI run reached the target.")
+            continue
+        lb = sp["is_lower_bound"]
+        lines.append(
+            f"* CAVI ({a['cavi_reported']}) vs {label} (fastest: {sp['baseline']}): **{_x(sp['wall'], lb)}** wall time, "
+            f"{_x(sp['cpu'], lb)} CPU time, {_x(sp['iterations'], lb)} iterations; cost per iteration ratio "
+            f"{sp['cost_per_iteration']:.2f}. Issue target ≥ {goal}×: **{'met' if sp['wall'] >= goal else 'NOT met'}**. "
+            f"Best test NLL of the baseline minus CAVI's: {sp['baseline_best_nll_minus_cavi_best_nll']:+.4f} nats."
+        )
+    lines += [
+        "",
+        f"## (b) {b['settings']['n']:,} synthetic points, D = 10, M = {b['settings']['num_inducing']}, "
+        f"batch {b['settings']['batch_size']:,}, hyper-parameters learned",
+        "",
+        f"Each method in its own fresh subprocess; {b['settings']['steps_timed']} steps timed (the first 3 dropped) and the "
+        f"epoch ({b['cavi']['steps_per_epoch']:,} steps) extrapolated from the median step; test NLL on 10,000 held-out "
+        "points after those steps; Adam lr 0.01 on the hyper-parameters (SVGP: on everything). Peak RSS is "
+        "`resource.getrusage(RUSAGE_SELF).ru_maxrss` of the worker (VmHWM agrees). Inducing inputs: chunked k-means++ "
+        f"(`kmeans_plus_plus`, {b['settings']['kmeans_iters']} Lloyd iterations) on all the points in "
+        f"{b['kmeans_plus_plus']['time']:.1f} s, peak RSS {b['kmeans_plus_plus']['peak_rss_mb']:.0f} MiB. For scale: an "
+        f"N × M float64 matrix would take {b['cavi']['n_by_m_float64_mb']:.0f} MiB; the data take "
+        f"{b['cavi']['data_mb']:.0f} MiB; the RSS of a worker right after `import torch, gpytorch` is "
+        f"{b['cavi']['rss_start_mb']:.0f} MiB.",
+        "",
+    ]
+    headers = [
+        "method", "ms / step (median)", "epoch [s] (extrapolated)", f"test NLL after {b['settings']['steps_timed']} steps",
+        "peak RSS [MiB]", "RSS after data [MiB]", "peak − after data [MiB]", "finite",
+    ]
+    rows = []
+    for key, label in (("cavi", "CAVI (`fit`, batch_size) + Adam on hyper-parameters"), ("svgp_adam", "GPyTorch SVGP + Adam")):
+        r = b[key]
+        rows.append(
+            [
+                label, f"{1e3 * r['median_step_time']:.1f}", f"{r['epoch_time_extrapolated']:.1f}",
+                f"{r['test_nll_after_steps']:.4f}", f"{r['peak_rss_mb']:.0f}", f"{r['rss_after_data_mb']:.0f}",
+                f"{r['peak_rss_mb'] - r['rss_after_data_mb']:.0f}", "yes" if r["finite"] else "NO",
+            ]
+        )
+    lines.append(common.markdown_table(headers, rows))
+    lines.append(f"* Epoch time ratio SVGP+Adam / CAVI: {b['epoch_time_ratio_svgp_over_cavi']:.2f}×.")
+    lines += [
+        "",
+        f"## (c) Per-step time against N (D = 10, M = {c['settings']['num_inducing']}, batch {c['settings']['batch_size']})",
+        "",
+    ]
+    headers = ["N", "CAVI step [ms]", "(CPU [ms])", "CAVI step + hyper-parameter step [ms]", "(CPU [ms])"]
+    rows = [
+        [f"{r['n']:,}", f"{1e3 * r['step']:.1f}", f"{1e3 * r['step_cpu']:.1f}", f"{1e3 * r['step_and_hyper']:.1f}",
+         f"{1e3 * r['step_and_hyper_cpu']:.1f}"]
+        for r in c["rows"]
+    ]
+    lines.append(common.markdown_table(headers, rows))
+    lines.append(
+        f"* Median over {c['settings']['steps']} steps inside `fit(x, y, batch_size={c['settings']['batch_size']})`, "
+        "the smaller of two passes (N ascending, then descending). Largest / smallest over N: "
+        f"{c['max_over_min_step']:.2f} wall ({c['max_over_min_step_cpu']:.2f} CPU) for the step, "
+        f"{c['max_over_min_step_and_hyper']:.2f} wall ({c['max_over_min_step_and_hyper_cpu']:.2f} CPU) with the "
+        "hyper-parameter step."
+    )
+    lines += [
+        "",
+        "## How to read this",
+        "",
+        "* 'time to target' is the run's own wall clock (training steps only) at the first evaluation (every "
+        f"{EVAL_EVERY} iterations) with test NLL ≤ target; 'not reached' runs show their whole run time, and a "
+        "speed-up against such a baseline is a lower bound ('> x'). The speed-ups compare the fastest CAVI run with "
+        "the fastest run of each baseline (over the Adam learning rates tried).",
+        "* Links: CAVI's `BernoulliLogitLikelihood` is the logistic link (Pólya-Gamma augmentation); GPyTorch's "
+        "`BernoulliLikelihood` is the probit Φ(f). With the same kernel they are slightly different models.",
+        f"* Machine: load average (1, 5, 15 min) at start {result['load_start']}, at end {result['load_end']}; torch "
+        f"{info['torch']}, gpytorch {info['gpytorch']}. Compare ratios, not absolute seconds.",
+        "",
+        "![test NLL vs time and step time vs N](scale.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def figure(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a, c = result["magic"], result["per_step_vs_n"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = {"cavi": "C0", "adam": "C1", "ngd": "C2"}
+    styles = {lr: ls for lr, ls in zip(a["settings"]["hyper_lrs"], ["-", "--", ":"])}
+    for r in a["runs"]:
+        tr = r["trace"]
+        t = np.maximum(np.asarray(tr["time"]), 1e-2)
+        axes[0].plot(t, tr["metrics"]["test_nll"], color=colors[r["engine"]], ls=styles.get(r["hyper_lr"], "-"), lw=1.2, label=r["name"])
+        if r["reached_target"]:
+            axes[0].plot([r["time_to_target"]], [a["target"]], "o", color=colors[r["engine"]], ms=5)
+    axes[0].axhline(a["target"], color="k", lw=0.8, ls="--", label=f"target (best + {TOLERANCE})")
+    axes[0].set_xscale("log")
+    lo = a["best_test_nll_any_run"]
+    axes[0].set_ylim(lo - 0.005, lo + 0.06)
+    axes[0].set_xlabel("training wall time [s] (own clock)")
+    axes[0].set_ylabel("test NLL (magic)")
+    axes[0].set_title("(a) magic, M = 100, batch 100, hyper-parameters learned")
+    axes[0].legend(fontsize=7)
+    ns = [r["n"] for r in c["rows"]]
+    axes[1].plot(ns, [1e3 * r["step"] for r in c["rows"]], "o-", label="CAVI step")
+    axes[1].plot(ns, [1e3 * r["step_and_hyper"] for r in c["rows"]], "s-", label="CAVI step + Adam step on AugmentedELBO")
+    axes[1].set_xscale("log")
+    axes[1].set_ylim(0, 1.3 * max(1e3 * r["step_and_hyper"] for r in c["rows"]))
+    axes[1].set_xlabel("N (number of training points)")
+    axes[1].set_ylabel("median time per step [ms]")
+    axes[1].set_title(f"(c) per-step time vs N (M = {c['settings']['num_inducing']}, batch {c['settings']['batch_size']})")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smoke check, < 2 min, writes to $TMPDIR unless --output-dir")
+    p.add_argument("--output-dir", type=Path, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-time", type=float, default=None, help="(a): cap on each run's own clock [s]")
+    p.add_argument("--patience", type=int, default=None, help="(a): evaluations without improvement before stopping")
+    p.add_argument("--lrs", nargs="+", default=None, help="(a): Adam learning rates of the hyper-parameters")
+    p.add_argument("--num-inducing", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--big-n", type=int, default=None)
+    p.add_argument("--big-m", type=int, default=200)
+    p.add_argument("--big-batch", type=int, default=1000)
+    p.add_argument("--big-steps", type=int, default=None)
+    p.add_argument("--kmeans-iters", type=int, default=None)
+    p.add_argument("--ns", type=int, nargs="+", default=None)
+    p.add_argument("--curve-m", type=int, default=200)
+    p.add_argument("--curve-batch", type=int, default=1000)
+    p.add_argument("--curve-steps", type=int, default=None)
+    p.add_argument("--skip", nargs="*", default=[], choices=["magic", "synthetic", "curve"])
+    # internal: one method of (b) in a fresh process
+    p.add_argument("--worker", choices=["kmeans", "cavi", "adam"], default=None, help=argparse.SUPPRESS)
+    p.add_argument("--z-path", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    quick = args.quick
+    defaults = {
+        "max_time": 10.0 if quick else 90.0,
+        "patience": 8 if quick else 40,
+        "lrs": ["0.2"] if quick else ["0.01", "0.05", "0.2"],
+        "big_n": 100_000 if quick else 1_000_000,
+        "big_steps": 12 if quick else 150,
+        "kmeans_iters": 1 if quick else 3,
+        "ns": [1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000],
+        "curve_steps": 8 if quick else 30,
+    }
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker == "kmeans":
+        print(json.dumps(worker_kmeans(args.big_n, args.big_m, args.kmeans_iters, args.z_path)))
+        return
+    if args.worker is not None:
+        print(json.dumps(worker_fit(args.worker, args.big_n, args.big_steps, args.big_batch, args.z_path)))
+        return
+    common.configure_torch(args.threads, torch.float64)
+    out_dir = args.output_dir or (QUICK_DIR if args.quick else common.RESULTS_DIR)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    load_start = list(os.getloadavg())
+    print(f"scale benchmark ({'quick' if args.quick else 'full'}), {args.threads} thread(s), output {out_dir}", flush=True)
+    result: dict[str, Any] = {"quick": args.quick, "machine": common.machine_info(), "load_start": load_start}
+    # (b) first: its workers are started while this process is still small (see run_synthetic)
+    result["synthetic"] = run_synthetic(args, out_dir) if "synthetic" not in args.skip else None
+    result["magic"] = run_magic(args) if "magic" not in args.skip else None
+    result["per_step_vs_n"] = run_per_step_vs_n(args) if "curve" not in args.skip else None
+    result["load_end"] = [round(v, 2) for v in os.getloadavg()]
+    result["load_start"] = [round(v, 2) for v in load_start]
+    result["wall_time"] = time.perf_counter() - start
+    result["peak_rss_main_process_mb"] = peak_rss_mb()
+    common.write_json(out_dir / "scale.json", result)
+    if not args.skip:
+        common.write_text(out_dir / "scale.md", markdown(result))
+        figure(result, out_dir / "scale.png")
+    print(f"done in {result['wall_time']:.0f} s -> {out_dir}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,605 @@
+r"""Categorical likelihood with the (scaled) logistic-softmax link, augmented with negative-multinomial counts and
+Pólya-Gamma variables (``augmentations.md`` §9)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import gpytorch
+import torch
+from gpytorch.distributions import MultivariateNormal
+from gpytorch.priors import GammaPrior
+from torch import Tensor
+from torch.distributions import Categorical, Distribution, Gamma, Independent, constraints
+from torch.nn.functional import logsigmoid, one_hot
+
+from .._numerics import LOG2, gauss_hermite, log_sigma_tilde, log_sigma_tilde_plus, pg_kl, pg_mean
+from .._random import seeded_by
+from .._validation import check_finite
+from ..distributions.auxiliary import AuxiliaryDistribution
+from ..distributions.polya_gamma import PolyaGamma
+from .augmented_likelihood import AugmentedLikelihood, AuxDict
+
+__all__ = ["LogisticSoftmaxLikelihood", "NegativeMultinomial", "maximise_class_scales"]
+
+#: :math:`\log D = \log\sigma(0)`, the fixed factor of the bijective link's reference class
+LOG_D = -LOG2
+#: product Gauss--Hermite rule (nodes per latent) for J <= 3 latents; quasi-Monte Carlo beyond
+_PRODUCT_NODES = {1: 64, 2: 40, 3: 20}
+#: Gauss--Hermite nodes of the one-dimensional :math:`E\log\sigma(f_k)` in ``expected_log_prob``
+_LOG_SIGMOID_NODES = 64
+#: quasi-Monte Carlo points (scrambled Sobol, fixed seed) for J > 3 latents
+NUM_QMC_POINTS = 2**14
+_QMC_SEED = 20240917
+#: elements of one chunk of (points x data x latents) in the latent integrals
+_CHUNK_ELEMENTS = 2**22
+
+
+class NegativeMultinomial(Distribution):
+    r"""Negative multinomial :math:`\mathrm{NM}(n \mid 1, p)` over counts :math:`n \in \mathbb N^J`,
+
+    .. math::
+        \mathrm{NM}(n \mid 1, p) = \Gamma\Big(1 + \sum_j n_j\Big)\, p_0 \prod_{j=1}^J \frac{p_j^{n_j}}{n_j!},
+        \qquad p_0 = 1 - \sum_j p_j > 0,
+
+    parametrised by ``log_probs`` (:math:`\log p_j`, shape ``(*batch, J)``) and ``log_p0`` (shape ``batch``, passed
+    separately so that it never suffers the cancellation of :math:`1 - \sum_j p_j`). With ``log_p0=None`` it is the
+    **measure** :math:`\mathrm{NM}/p_0` (``log_prob`` without the :math:`\log p_0` term), the improper prior of the
+    over-parametrised logistic-softmax augmentation; such a measure cannot be sampled.
+
+    Sampling: :math:`G \sim \mathrm{Ga}(1, \text{rate } p_0)`, then :math:`n_j \sim \mathrm{Po}(G p_j)` independently.
+    """
+
+    arg_constraints: dict = {}
+    support = constraints.independent(constraints.nonnegative_integer, 1)
+    has_rsample = False
+
+    def __init__(self, log_probs: Tensor, log_p0: Tensor | None = None, validate_args: bool | None = None) -> None:
+        self.log_probs = log_probs
+        self.log_p0 = None if log_p0 is None else log_p0.expand(log_probs.shape[:-1])
+        super().__init__(log_probs.shape[:-1], log_probs.shape[-1:], validate_args=False)
+
+    @property
+    def mean(self) -> Tensor:
+        if self.log_p0 is None:
+            raise ValueError("the negative-multinomial measure (log_p0=None) has no mean")
+        return (self.log_probs - self.log_p0.unsqueeze(-1)).exp()
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
+        if self.log_p0 is None:
+            raise ValueError("the negative-multinomial measure (log_p0=None) is improper and cannot be sampled")
+        shape = self._extended_shape(torch.Size(sample_shape))
+        with torch.no_grad():
+            gamma = torch.empty(shape[:-1], dtype=self.log_probs.dtype, device=self.log_probs.device).exponential_()
+            rate = gamma.unsqueeze(-1) * (self.log_probs - self.log_p0.unsqueeze(-1)).exp()
+            return torch.poisson(rate.expand(shape))
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        total = value.sum(-1)
+        lp = torch.lgamma(1 + total) + (value * self.log_probs - torch.lgamma(value + 1)).sum(-1)
+        return lp if self.log_p0 is None else lp + self.log_p0
+
+
+# ---------------------------------------------------------------------------------------------- latent integrals
+@lru_cache(maxsize=32)
+def _standard_points(num_latents: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    r"""Points :math:`z_p \in \mathbb R^J` and weights :math:`w_p` with :math:`E\,g(z) \approx \sum_p w_p g(z_p)`
+    for :math:`z \sim \mathcal N(0, I_J)`: a product Gauss--Hermite rule for :math:`J \le 3`, else scrambled Sobol
+    points (seeded, :data:`NUM_QMC_POINTS`) through the inverse normal CDF."""
+    if num_latents in _PRODUCT_NODES:
+        zero = torch.zeros((), dtype=torch.float64)
+        x, w = gauss_hermite(zero, torch.ones_like(zero), _PRODUCT_NODES[num_latents])
+        grid = torch.cartesian_prod(*([x] * num_latents)).reshape(-1, num_latents)
+        weights = torch.cartesian_prod(*([w] * num_latents)).reshape(-1, num_latents).prod(-1)
+    else:
+        engine = torch.quasirandom.SobolEngine(num_latents, scramble=True, seed=_QMC_SEED)
+        u = engine.draw(NUM_QMC_POINTS, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+        grid = math.sqrt(2.0) * torch.erfinv(2 * u - 1)
+        weights = torch.full((NUM_QMC_POINTS,), 1.0 / NUM_QMC_POINTS, dtype=torch.float64)
+    return grid.to(device=device, dtype=dtype), weights.to(device=device, dtype=dtype)
+
+
+def _expectation(fn: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor) -> Tensor:
+    r""":math:`E_{f_{ij} \sim \mathcal N(m_{ij}, s_{ij})\ \text{indep.}}\, \mathrm{fn}(f)` for ``mean, var`` of shape
+    ``(..., N, J)``; ``fn`` maps latents with a leading point dimension to values with the same leading dimension.
+    Chunked over the points (differentiable in ``mean`` and ``var``)."""
+    z, w = _standard_points(mean.shape[-1], mean.dtype, mean.device)
+    sd = var.clamp_min(0).sqrt()
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, mean.numel()))
+    total: Tensor | None = None
+    for start in range(0, z.shape[0], chunk):
+        zc = z[start : start + chunk].reshape(-1, *([1] * (mean.dim() - 1)), mean.shape[-1])
+        values = fn(mean + sd * zc)
+        wc = w[start : start + chunk].reshape(-1, *([1] * (values.dim() - 1)))
+        part = (wc * values).sum(0)
+        total = part if total is None else total + part
+    assert total is not None
+    return total
+
+
+# ---------------------------------------------------------------------------------------------- class scales
+def maximise_class_scales(
+    a: Tensor,
+    counts: Tensor,
+    init: Tensor,
+    prior: tuple[float, float] | None = None,
+    max_iter: int = 100,
+    tol: float = 1e-11,
+) -> Tensor:
+    r"""The class scales maximising :math:`F(\theta) = \sum_k (N_k + \alpha - 1)\log\theta_k - \sum_i \log\sum_k
+    \theta_k a_{ik} - \beta\sum_k\theta_k` (``augmentations.md`` §9.6; :math:`\alpha = 1, \beta = 0` without prior).
+
+    :math:`F` is concave in :math:`\phi = \log\theta`, so Newton's method on :math:`\phi` (with backtracking) finds
+    the exact maximiser. Without a prior :math:`F` is invariant under :math:`\theta \to c\theta`: the Newton steps are
+    then taken orthogonally to that direction and the result is normalised to mean 1. A class with
+    :math:`N_k + \alpha - 1 \le 0` (absent from the data, e.g. from a mini-batch) has its supremum at
+    :math:`\theta_k \to 0`, which would make it unpredictable: it keeps its current value and the others are
+    maximised given it (still a monotone step). The one-step thesis formula
+    :math:`\theta_k \leftarrow N_k / \sum_i a_{ik}/Q_i` is the minorise-maximise step of the same objective.
+
+    :param a: :math:`a_{ik} > 0`, shape ``(M, K)``.
+    :param counts: :math:`N_k`, shape ``(K,)``.
+    :param init: starting point (e.g. the current :math:`\theta`), shape ``(K,)``.
+    :param prior: optional :math:`(\alpha, \beta)` of a :math:`\mathrm{Ga}(\alpha, \beta)` prior (MAP).
+    """
+    a, counts, init = (t.detach().to(torch.float64) for t in (a, counts, init))
+    alpha, beta = (1.0, 0.0) if prior is None else (float(prior[0]), float(prior[1]))
+    c = counts + alpha - 1
+    free = c > 0
+    log_a = a.log()
+    phi_all = init.clamp_min(torch.finfo(init.dtype).tiny).log()
+    gauge = prior is None and bool(free.all())
+
+    def full(p: Tensor) -> Tensor:
+        out = phi_all.clone()
+        out[free] = p
+        return out
+
+    def objective(p: Tensor) -> Tensor:
+        return (c[free] * p).sum() - torch.logsumexp(full(p) + log_a, -1).sum() - beta * p.exp().sum()
+
+    phi = phi_all[free]
+    if bool(free.any()):
+        value = objective(phi)
+        for _ in range(max_iter):
+            w = torch.softmax(full(phi) + log_a, -1)[:, free]  # (M, K_free)
+            grad = c[free] - w.sum(0) - beta * phi.exp()
+            if float(grad.abs().max()) <= tol * (1 + float(c[free].sum())):
+                break
+            neg_hess = torch.diag(w.sum(0) + beta * phi.exp()) - w.mT @ w
+            if gauge:  # the objective is flat along the all-ones direction
+                neg_hess = neg_hess + neg_hess.diagonal().mean() * torch.ones_like(neg_hess) / neg_hess.shape[-1]
+            step = torch.linalg.solve(neg_hess, grad)
+            t = 1.0
+            while True:
+                candidate = phi + t * step
+                new_value = objective(candidate)
+                if new_value >= value or t < 1e-12:
+                    break
+                t /= 2
+            if not new_value >= value:
+                break
+            phi, value = candidate, new_value
+    theta = full(phi).exp()
+    return theta / theta.mean() if prior is None else theta
+
+
+# ---------------------------------------------------------------------------------------------- the likelihood
+class LogisticSoftmaxLikelihood(AugmentedLikelihood):
+    r"""Multi-class classification with the scaled logistic-softmax link, labels :math:`y \in \{0, \dots, K-1\}`:
+
+    .. math::
+        p(y = k \mid f) = \frac{\theta_k\, s_k(f)}{\sum_{l} \theta_l\, s_l(f)}, \qquad s_l(f) = \sigma(f_l),
+
+    with class scales :math:`\theta_k > 0` (:math:`\theta \equiv 1`: the plain logistic-softmax). The
+    **over-parametrised** link has :math:`J = K` latent GPs; the **bijective** one (``bijective=True``) has
+    :math:`J = K - 1` and fixes :math:`f_K \equiv 0`, i.e. :math:`s_K = D = \sigma(0) = \frac12` (then classes
+    :math:`k < K` are capped at :math:`\theta_k / (\theta_k + \theta_K D)`).
+
+    **Augmentation** (the Gamma variable marginalised: negative-multinomial form, ``augmentations.md`` §9.2). With
+    :math:`S = \sum_{j\le J}\theta_j + [\text{bij}]\,\theta_K D`, :math:`p_j = \theta_j / S`, one-hot labels
+    :math:`Y_j = [y = j]` and :math:`\bar s_k = D` for the bijective reference class (1 otherwise),
+
+    .. math::
+        p(y = k, n, \omega \mid f) = \frac{\theta_k \bar s_k}{S}\, \mu_p(n) \prod_{j\le J} 2^{-(Y_j + n_j)}
+        \exp\!\Big(\frac{(Y_j - n_j) f_j - \omega_j f_j^2}{2}\Big)\, \mathrm{PG}(\omega_j \mid Y_j + n_j, 0),
+        \qquad \mu_p(n) = \Gamma\Big(1 + \sum_j n_j\Big)\prod_j \frac{p_j^{n_j}}{n_j!},
+
+    so :math:`h_j = (Y_j - n_j)/2` and :math:`\lambda_j = \omega_j` (no cross terms between latents). The measure
+    :math:`\mu_p` is improper for the over-parametrised link; every conditional and every :math:`q` is proper.
+
+    * **Gibbs**: :math:`n \mid f \sim \mathrm{NM}(1, p')` with :math:`p'_j = p_j \sigma(-f_j)` (note :math:`\sigma(-f)`,
+      not the reference implementation's :math:`\sigma(f)`), then :math:`\omega_j \mid n, f \sim \mathrm{PG}(Y_j + n_j, |f_j|)`.
+    * **CAVI**: :math:`q(n) = \mathrm{NM}(1, p^q)`, :math:`p^q_j = p_j\tilde\sigma_j`, :math:`q(\omega_j\mid n) =
+      \mathrm{PG}(Y_j + n_j, c_j)` with :math:`c_j = \sqrt{m_j^2 + s_j}`, :math:`\tilde\sigma_j = \tilde\sigma(m_j, c_j)`;
+      :math:`\bar n_j = \theta_j\tilde\sigma_j / Q`, :math:`Q = \sum_{j \le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D`,
+      and :math:`\ell^* = \log\theta_k\bar s_k + [k \le J]\log\tilde\sigma^+(m_k, c_k) - \log Q`.
+    * **Class scales** (``learn_class_scales=True``): :meth:`update_hyperparameters` sets :math:`\theta` to the exact
+      maximiser of :math:`\sum_i \ell^*_i` given :math:`q(f)` (:func:`maximise_class_scales`; normalised to mean 1), or
+      to the MAP under ``class_scale_prior`` :math:`= (\alpha, \beta)`, a :math:`\mathrm{Ga}(\alpha, \beta)` prior on every
+      :math:`\theta_k`. With a prior, :meth:`sample_hyperparameters` is the Gibbs step of §9.6 with the Gamma variable
+      :math:`\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1, \sum_l \theta_l s_l(f_i))`,
+      :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i \zeta_i s_k(f_i))` (both collapsed over
+      :math:`(n, \omega)`), then a fresh :math:`(n, \omega) \mid f, \theta` for the :math:`f`-step.
+    * **Predictive**: :meth:`marginal` integrates the latent variance,
+      :math:`p(y_* = k) = E_{q(f_*)}[\theta_k s_k / \sum_l \theta_l s_l]`, by a product Gauss--Hermite rule for
+      :math:`J \le 3` and by :data:`NUM_QMC_POINTS` scrambled-Sobol quasi-Monte Carlo points (fixed seed) otherwise;
+      :meth:`expected_log_prob` is the true :math:`E_q \log p(y \mid f)` by the same rule.
+
+    Latents come as ``(*batch, N, J)`` (GPyTorch's multitask layout); potentials and precisions are ``(*batch, J, N)``.
+    The auxiliary variables are ``{"n": n, "omega": ω}``, both ``(*batch, N, J)``; their variational parameters
+    ``{"c": c, "sigma_tilde": σ̃}``. :math:`q(n)` is stored through :math:`\tilde\sigma`, i.e. relative to
+    :math:`\theta`, so it stays optimal when :math:`\theta` changes. :math:`\theta` is a GPyTorch parameter
+    (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)`` (one row per chain while a Gibbs sampler draws it).
+
+    Example::
+
+        >>> likelihood = LogisticSoftmaxLikelihood(num_classes=3, learn_class_scales=True)
+        >>> model = MySVGP(Z, batch_shape=torch.Size([likelihood.num_latents]))    # J latent GPs, CAVI strategy
+        >>> model.variational_strategy = IndependentMultitaskVariationalStrategy(
+        ...     model.variational_strategy, num_tasks=likelihood.num_latents)
+        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)        # q(u) and θ in closed form
+        >>> model.eval()
+        >>> probs = likelihood.predict_proba(model(x_test))           # (N*, K), variance integrated
+        >>> labels = likelihood.predict_labels(model(x_test))         # (N*,)
+
+    :param num_classes: :math:`K \ge 2`.
+    :param bijective: use :math:`K - 1` latents and fix :math:`f_K \equiv 0`.
+    :param learn_class_scales: update :math:`\theta` (closed form in CAVI, Gibbs step under a prior, gradients
+        through :class:`~gpytorch_augment.AugmentedELBO`); otherwise :math:`\theta` is fixed.
+    :param class_scale_prior: optional ``(alpha, beta)`` or a ``gpytorch.priors.GammaPrior``; needs
+        ``learn_class_scales=True``.
+    :param class_scales: initial :math:`\theta` (a number or ``K`` values; default 1).
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        bijective: bool = False,
+        learn_class_scales: bool = False,
+        class_scale_prior: tuple[float, float] | GammaPrior | None = None,
+        class_scales: float | Sequence[float] | Tensor = 1.0,
+    ) -> None:
+        super().__init__()
+        if isinstance(num_classes, bool) or int(num_classes) != num_classes or int(num_classes) < 2:
+            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        self.num_classes = int(num_classes)
+        self.bijective = bool(bijective)
+        self.num_latents = self.num_classes - 1 if self.bijective else self.num_classes
+        self.learn_class_scales = bool(learn_class_scales)
+        self.register_parameter(
+            "raw_class_scales", torch.nn.Parameter(torch.zeros(self.num_classes), requires_grad=self.learn_class_scales)
+        )
+        self.register_constraint("raw_class_scales", gpytorch.constraints.Positive())
+        self.class_scales = class_scales
+        if class_scale_prior is not None:
+            if not self.learn_class_scales:
+                raise ValueError("class_scale_prior needs learn_class_scales=True (a prior on fixed class scales)")
+            if not isinstance(class_scale_prior, GammaPrior):
+                alpha, beta = (float(v) for v in class_scale_prior)
+                if not (alpha > 0 and beta > 0):
+                    raise ValueError(f"class_scale_prior (alpha, beta) needs alpha > 0 and beta > 0; got {class_scale_prior}")
+                class_scale_prior = GammaPrior(alpha, beta)
+            self.register_prior(
+                "class_scale_prior", class_scale_prior, lambda m: m.class_scales, lambda m, v: m._set_class_scales(v)
+            )
+        else:
+            self.class_scale_prior = None
+
+    # ------------------------------------------------------------------ class scales
+    @property
+    def class_scales(self) -> Tensor:
+        r"""The class scales :math:`\theta`, shape ``(K,)`` (``(chains, K)`` while a Gibbs sampler draws them)."""
+        return self.raw_class_scales_constraint.transform(self.raw_class_scales)
+
+    @class_scales.setter
+    def class_scales(self, value: float | Sequence[float] | Tensor) -> None:
+        self._set_class_scales(value)
+
+    def _set_class_scales(self, value: float | Sequence[float] | Tensor) -> None:
+        value = torch.as_tensor(value).to(self.raw_class_scales)
+        if value.dim() == 0:
+            value = value.expand(self.num_classes)
+        if value.shape[-1] != self.num_classes or (value <= 0).any() or not torch.isfinite(value).all():
+            raise ValueError(f"class_scales must be {self.num_classes} positive finite values; got {value}")
+        raw = self.raw_class_scales_constraint.inverse_transform(value)
+        if raw.shape == self.raw_class_scales.shape:
+            self.initialize(raw_class_scales=raw)
+        else:  # one row per Gibbs chain
+            self.raw_class_scales.data = raw
+
+    @property
+    def _prior_parameters(self) -> tuple[float, float] | None:
+        prior = self.class_scale_prior
+        return None if prior is None else (float(prior.concentration), float(prior.rate))
+
+    def _log_weights(self) -> tuple[Tensor, Tensor]:
+        r"""``log_w`` = :math:`\log\theta_k\bar s_k` of shape ``(..., 1, K)`` and :math:`\log S` of shape ``(..., 1)``."""
+        log_w = self.class_scales.log().unsqueeze(-2)
+        if self.bijective:
+            log_w = torch.cat([log_w[..., :-1], log_w[..., -1:] + LOG_D], -1)
+        return log_w, torch.logsumexp(log_w, -1)
+
+    def _labels(self, y: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """One-hot labels over all classes ``(..., N, K)`` and over the latent classes ``(..., N, J)``."""
+        full = one_hot(y.long(), self.num_classes).to(dtype)
+        return full, full[..., : self.num_latents]
+
+    def _logits(self, f: Tensor) -> Tensor:
+        r""":math:`\log\theta_l s_l(f)` for every class, ``(..., N, K)``."""
+        log_w, _ = self._log_weights()
+        latent = log_w[..., : self.num_latents] + logsigmoid(f)
+        if not self.bijective:
+            return latent
+        return torch.cat([latent, log_w[..., -1:].expand(*latent.shape[:-1], 1)], -1)
+
+    def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
+        """Labels must be integer class indices in ``0..K-1``; returned as floats."""
+        check_finite("labels y", y)
+        if not y.is_floating_point():
+            y = y.to(torch.get_default_dtype())
+        bad = (y != y.round()) | (y < 0) | (y > self.num_classes - 1)
+        if bad.any():
+            raise ValueError(
+                f"labels y must be integer class indices in 0..{self.num_classes - 1}; found {y[bad].flatten()[0].item()}"
+            )
+        return y
+
+    # ------------------------------------------------------------------ drop-in
+    def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Categorical:
+        r""":math:`p(y = k \mid f) \propto \theta_k s_k(f)` over the :math:`K` classes."""
+        return Categorical(logits=self._logits(function_samples))
+
+    def log_prob_at(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
+        logits = self._logits(f)
+        full, _ = self._labels(y, f.dtype)
+        return (full * logits).sum(-1) - torch.logsumexp(logits, -1)
+
+    def _moments(self, function_dist: MultivariateNormal) -> tuple[Tensor, Tensor]:
+        mean, var = function_dist.mean, function_dist.variance
+        if mean.dim() < 2 or mean.shape[-1] != self.num_latents:
+            raise ValueError(
+                f"{type(self).__name__} needs q(f) over {self.num_latents} latents (a MultitaskMultivariateNormal with "
+                f"event shape (N, {self.num_latents})); got mean shape {tuple(mean.shape)}"
+            )
+        theta_batch = self.class_scales.shape[:-1]
+        try:
+            torch.broadcast_shapes(theta_batch, mean.shape[:-2])
+        except RuntimeError as err:
+            raise ValueError(
+                f"the class scales hold one row per Gibbs chain (shape {tuple(self.class_scales.shape)}); set "
+                "likelihood.class_scales to one value per class (e.g. samples.hyper['class_scales'].mean((0, 1))) "
+                "before predicting"
+            ) from err
+        return mean, var
+
+    def _integrate(self, mean: Tensor, var: Tensor, probs: bool) -> Tensor:
+        r"""Integrals over independent :math:`f_j \sim \mathcal N(m_j, v_j)`: the class probabilities
+        :math:`E[\theta_k s_k / T]` (``probs=True``, shape ``(..., N, K)``) or :math:`E\log T` (shape ``(..., N)``),
+        :math:`T = \sum_l \theta_l s_l(f)`.
+
+        For :math:`J \le 3` a product Gauss--Hermite rule, evaluated through its structure: :math:`T` on the grid
+        is a sum of per-latent terms, so only the :math:`nJ` node values need a logistic function and the grid
+        itself costs one division (or logarithm) per point. For :math:`J > 3`, scrambled-Sobol quasi-Monte Carlo.
+        """
+        J, K = self.num_latents, self.num_classes
+        if J not in _PRODUCT_NODES:
+            if probs:
+                return _expectation(lambda f: torch.softmax(self._logits(f), -1), mean, var)
+            return _expectation(lambda f: torch.logsumexp(self._logits(f), -1), mean, var)
+        n = _PRODUCT_NODES[J]
+        zero = torch.zeros((), dtype=mean.dtype, device=mean.device)
+        z, w = gauss_hermite(zero, torch.ones_like(zero), n)  # (n,), (n,)
+        batch = mean.shape[:-1]
+        log_w, _ = self._log_weights()
+        log_w = log_w.squeeze(-2).unsqueeze(-2).expand(*batch, K).reshape(-1, K)
+        m, sd = mean.reshape(-1, J), var.clamp_min(0).sqrt().reshape(-1, J)
+        grid_axes = tuple(range(J))
+        weights = w.reshape(-1, *([1] * J))
+        for j in range(1, J):
+            weights = weights * w.reshape(*([1] * j), n, *([1] * (J - j)))
+        chunk = max(1, _CHUNK_ELEMENTS // n**J)
+        parts = []
+        for start in range(0, m.shape[0], chunk):
+            rows = slice(start, start + chunk)
+            lw = log_w[rows]  # (B, K)
+            t = (lw[:, :J] + logsigmoid(m[rows] + sd[rows] * z.view(n, 1, 1))).exp()  # (n, B, J)
+            total = lw[:, -1].exp() if self.bijective else torch.zeros_like(lw[:, 0])
+            views = [t[..., j].reshape(*([1] * j), n, *([1] * (J - 1 - j)), -1) for j in range(J)]
+            for view in views:
+                total = total + view  # (n,)*J + (B,)
+            if probs:
+                inv = weights / total
+                cols = [(inv * view).sum(grid_axes) for view in views]
+                if self.bijective:
+                    cols.append(inv.sum(grid_axes) * lw[:, -1].exp())
+                parts.append(torch.stack(cols, -1))
+            else:
+                parts.append((weights * total.log()).sum(grid_axes))
+        out = torch.cat(parts, 0)
+        return out.reshape(*batch, K) if probs else out.reshape(batch)
+
+    def predict_proba(self, function_dist: MultivariateNormal) -> Tensor:
+        r"""Class probabilities :math:`E_{q(f_*)}[\theta_k s_k / \sum_l \theta_l s_l]`, ``(..., N, K)``."""
+        mean, var = self._moments(function_dist)
+        return self._integrate(mean, var, probs=True)
+
+    def predict_labels(self, function_dist: MultivariateNormal) -> Tensor:
+        """The most probable class under :meth:`predict_proba`, ``(..., N)`` (``torch.long``)."""
+        return self.predict_proba(function_dist).argmax(-1)
+
+    def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Categorical:
+        """The predictive ``Categorical(probs=predict_proba(q_f))`` (the latent variance integrated, not plugged in)."""
+        return Categorical(probs=self.predict_proba(function_dist))
+
+    def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+        r"""The true :math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum (product Gauss--Hermite or quasi-Monte Carlo)."""
+        y = self.check_observations(observations, function_dist, **kwargs)
+        mean, var = self._moments(function_dist)
+        log_w, _ = self._log_weights()
+        full, Y = self._labels(y, mean.dtype)
+        nodes, weights = gauss_hermite(mean, var, _LOG_SIGMOID_NODES)
+        expected_log_sigmoid = (weights * logsigmoid(nodes)).sum(0)  # (..., N, J)
+        return (full * log_w).sum(-1) + (Y * expected_log_sigmoid).sum(-1) - self._integrate(mean, var, probs=False)
+
+    def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+        r""":math:`\log p(y_i \mid \text{data})` per datum under :meth:`predict_proba`."""
+        y = self.check_observations(observations, function_dist, **kwargs)
+        probs = self.predict_proba(function_dist)
+        full, _ = self._labels(y, probs.dtype)
+        return (full * probs).sum(-1).log()
+
+    # ------------------------------------------------------------------ sampling side
+    def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:
+        log_w, log_s = self._log_weights()
+        _, Y = self._labels(y, log_w.dtype)
+        log_p = (log_w[..., : self.num_latents] - log_s.unsqueeze(-1)).expand(Y.shape)
+        return AuxiliaryDistribution(
+            n=NegativeMultinomial(log_p),  # the measure mu_p (improper for the over-parametrised link)
+            omega=lambda aux: Independent(PolyaGamma(Y + aux["n"], torch.zeros_like(aux["n"])), 1),
+        )
+
+    def aux_conditional(self, y: Tensor, f: Tensor) -> AuxiliaryDistribution:
+        r""":math:`n \mid f \sim \mathrm{NM}(1, p')`, :math:`p'_j = p_j\sigma(-f_j)`,
+        :math:`p'_0 = \sum_l \theta_l s_l(f) / S`; :math:`\omega_j \mid n, f \sim \mathrm{PG}(Y_j + n_j, |f_j|)`."""
+        log_w, log_s = self._log_weights()
+        _, Y = self._labels(y, f.dtype)
+        log_p = log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + logsigmoid(-f)
+        log_p0 = torch.logsumexp(self._logits(f), -1) - log_s
+        log_p, log_p0 = torch.broadcast_tensors(log_p, log_p0.unsqueeze(-1))
+        return AuxiliaryDistribution(
+            n=NegativeMultinomial(log_p, log_p0[..., 0]),
+            omega=lambda aux: Independent(PolyaGamma(Y + aux["n"], f.abs()), 1),
+        )
+
+    def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        n, omega = aux["n"], aux["omega"]
+        _, Y = self._labels(y, n.dtype)
+        return ((Y - n) / 2).expand_as(omega).mT, omega.mT
+
+    def _log_label_weight(self, y: Tensor, dtype: torch.dtype) -> Tensor:
+        r""":math:`\log(\theta_k \bar s_k / S)` of each datum's class, ``(..., N)``."""
+        log_w, log_s = self._log_weights()
+        full, _ = self._labels(y, dtype)
+        return (full * log_w).sum(-1) - log_s
+
+    def log_tilt_constant(self, y: Tensor, aux: AuxDict) -> Tensor:
+        n = aux["n"]
+        _, Y = self._labels(y, n.dtype)
+        return self._log_label_weight(y, n.dtype) - (Y + n).sum(-1) * LOG2
+
+    def sample_hyperparameters(
+        self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
+    ) -> AuxDict | None:
+        r"""Gibbs step for :math:`\theta` under ``class_scale_prior`` (a no-op returning ``None`` without one).
+
+        With the Gamma variable :math:`\zeta` of :math:`1/\sum_l\theta_l s_l = \int_0^\infty e^{-\zeta\sum_l\theta_l s_l}
+        d\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1, \sum_l \theta_l s_l(f_i))`, then
+        :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i \zeta_i s_k(f_i))`, both collapsed
+        over :math:`(n, \omega)`; returns a fresh :math:`(n, \omega) \sim p(n, \omega \mid y, f, \theta)` for the
+        :math:`f`-step (the incoming ``aux`` was drawn under the old :math:`\theta`). Each is an exact block draw of
+        the joint :math:`p(f, \theta, \zeta, n, \omega \mid y)`, so the sweep leaves the posterior invariant. One
+        :math:`\theta` per chain: leading dimensions of ``f`` are chains.
+        """
+        prior = self._prior_parameters
+        if prior is None:
+            return None
+        alpha, beta = prior
+        with torch.no_grad(), seeded_by(generator):
+            theta = self.class_scales.unsqueeze(-2)  # (..., 1, K)
+            s = (self._logits(f) - theta.log()).exp()  # s_l(f): sigma(f_l), and D for the reference class
+            rate = (theta * s).sum(-1)  # (..., N)
+            zeta = torch.empty_like(rate).exponential_() / rate
+            full, _ = self._labels(y, f.dtype)
+            shape = alpha + full.sum(-2)
+            rate_theta = beta + (zeta.unsqueeze(-1) * s).sum(-2)
+            shape, rate_theta = torch.broadcast_tensors(shape, rate_theta)
+            draw = Gamma(shape, rate_theta).sample().clamp_min(torch.finfo(f.dtype).tiny)
+            self.class_scales = draw
+        return self.sample_aux(y, f, generator=generator)
+
+    # ------------------------------------------------------------------ variational side
+    def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
+        c = (f_mean**2 + f_var).sqrt()
+        return {"c": c, "sigma_tilde": log_sigma_tilde(f_mean, c).exp()}
+
+    def _log_q(self, one_minus_sigma_tilde: Tensor) -> Tensor:
+        r""":math:`\log Q = \log\big(\sum_{j\le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D\big)`, ``(..., N)``."""
+        log_w, _ = self._log_weights()
+        terms = log_w[..., : self.num_latents] + one_minus_sigma_tilde.log()
+        if self.bijective:
+            terms = torch.cat([terms, log_w[..., -1:].expand(*terms.shape[:-1], 1)], -1)
+        return torch.logsumexp(terms, -1)
+
+    def _count_mean(self, q_aux: AuxDict) -> tuple[Tensor, Tensor]:
+        r""":math:`\bar n_j = \theta_j\tilde\sigma_j / Q` and :math:`\log Q` under :math:`q(n) = \mathrm{NM}(1, p^q)`."""
+        sigma_tilde = q_aux["sigma_tilde"]
+        log_q = self._log_q(1 - sigma_tilde)
+        log_w, _ = self._log_weights()
+        return (log_w[..., : self.num_latents] + sigma_tilde.log() - log_q.unsqueeze(-1)).exp(), log_q
+
+    def aux_posterior_distribution(self, y: Tensor, q_aux: AuxDict) -> AuxiliaryDistribution:
+        r"""The law of :math:`q^*(n, \omega) = \mathrm{NM}(n \mid 1, p^q)\prod_j \mathrm{PG}(\omega_j \mid Y_j + n_j, c_j)`."""
+        c, sigma_tilde = q_aux["c"], q_aux["sigma_tilde"]
+        log_w, log_s = self._log_weights()
+        _, Y = self._labels(y, c.dtype)
+        log_q = self._log_q(1 - sigma_tilde)
+        return AuxiliaryDistribution(
+            n=NegativeMultinomial(log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + sigma_tilde.log(), log_q - log_s),
+            omega=lambda aux: Independent(PolyaGamma(Y + aux["n"], c), 1),
+        )
+
+    def expected_potential_and_precision(
+        self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        c = q_aux["c"]
+        n_mean, _ = self._count_mean(q_aux)
+        _, Y = self._labels(y, c.dtype)
+        return ((Y - n_mean) / 2).mT, pg_mean(Y + n_mean, c).mT
+
+    def expected_log_tilt_constant(self, y: Tensor, q_aux: AuxDict) -> Tensor:
+        n_mean, _ = self._count_mean(q_aux)
+        _, Y = self._labels(y, n_mean.dtype)
+        return self._log_label_weight(y, n_mean.dtype) - (Y + n_mean).sum(-1) * LOG2
+
+    def aux_kl(self, y: Tensor, q_aux: AuxDict) -> Tensor:
+        r""":math:`\sum_j \mathrm{KL}_{PG}(Y_j + \bar n_j, c_j) + \log p^q_0 + \sum_j \bar n_j \log\tilde\sigma_j`
+        (the KL of :math:`q(n)` to the measure :math:`\mu_p`, finite for both links), with
+        :math:`\log p^q_0 = \log Q - \log S`."""
+        c, sigma_tilde = q_aux["c"], q_aux["sigma_tilde"]
+        n_mean, log_q = self._count_mean(q_aux)
+        _, log_s = self._log_weights()
+        _, Y = self._labels(y, c.dtype)
+        return pg_kl(Y + n_mean, c).sum(-1) + log_q - log_s + (n_mean * sigma_tilde.log()).sum(-1)
+
+    def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
+        c = (f_mean**2 + f_var).sqrt()
+        log_w, _ = self._log_weights()
+        full, Y = self._labels(y, f_mean.dtype)
+        log_q = self._log_q(-torch.expm1(log_sigma_tilde(f_mean, c)))
+        return (full * log_w).sum(-1) + (Y * log_sigma_tilde_plus(f_mean, c)).sum(-1) - log_q
+
+    def _class_scale_terms(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor]:
+        r""":math:`a_{ik}` (``(M, K)``, every datum of every batch) and the class counts :math:`N_k`."""
+        c = (f_mean**2 + f_var).sqrt()
+        a = -torch.expm1(log_sigma_tilde(f_mean, c))
+        if self.bijective:
+            a = torch.cat([a, torch.full_like(a[..., :1], math.exp(LOG_D))], -1)
+        full, _ = self._labels(y, f_mean.dtype)
+        full = full.expand(*a.shape)
+        return a.reshape(-1, self.num_classes), full.reshape(-1, self.num_classes).sum(0)
+
+    def update_hyperparameters(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> None:
+        r"""With ``learn_class_scales``: :math:`\theta \leftarrow \arg\max_\theta \sum_i \ell^*_i` (normalised to mean
+        1), or the MAP under ``class_scale_prior`` (:func:`maximise_class_scales`), given :math:`q(f)`."""
+        if not self.learn_class_scales:
+            return
+        with torch.no_grad():
+            a, counts = self._class_scale_terms(y, f_mean.detach(), f_var.detach())
+            theta = self.class_scales.detach()
+            if theta.dim() > 1:
+                theta = theta.mean(tuple(range(theta.dim() - 1)))
+            self.class_scales = maximise_class_scales(a, counts, theta, self._prior_parameters).to(theta)
