@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -498,9 +499,23 @@ class CAVI:
         else:
             f_dist = MultivariateNormal(mean, DiagLinearOperator(var))
         optimizer.zero_grad()
-        loss = -self._augmented_elbo()(f_dist, y, **kwargs).sum()
-        loss.backward()
+        with self._frozen_q():
+            loss = -self._augmented_elbo()(f_dist, y, **kwargs).sum()
+            loss.backward()
         optimizer.step()
+
+    @contextmanager
+    def _frozen_q(self) -> Iterator[None]:
+        """q(u) belongs to CAVI: no gradients for its parameters while the hyper-parameter loss is back-propagated
+        (GPyTorch's forward and KL term would otherwise differentiate through them, for nothing)."""
+        variational = [p for p in self.model.variational_parameters() if p.requires_grad]
+        try:
+            for p in variational:
+                p.requires_grad_(False)
+            yield
+        finally:
+            for p in variational:
+                p.requires_grad_(True)
 
     def hyper_step(
         self, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, steps: int = 1, **kwargs: Any
@@ -512,8 +527,9 @@ class CAVI:
         loss = math.nan
         for _ in range(steps):
             optimizer.zero_grad()
-            value = -mll(self.model(x), y, **kwargs).sum()
-            value.backward()
+            with self._frozen_q():
+                value = -mll(self.model(x), y, **kwargs).sum()
+                value.backward()
             optimizer.step()
             loss = float(value.detach())
         return loss

@@ -423,6 +423,19 @@ def test_hyper_step_inside_fit_equals_a_separate_augmented_elbo_step(strategy_cl
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10)
 
 
+def test_hyper_steps_per_cavi_step():
+    x, y, z = _problem(n=80)
+    model = SVGP(z)
+    hyper = torch.optim.Adam(model.hyperparameters(), lr=0.01)
+    trace = CAVI(model, BernoulliLogitLikelihood(), num_data=80).fit(
+        x, y, batch_size=20, num_epochs=1, hyper_optimizer=hyper, hyper_steps=3
+    )
+    assert trace.num_steps == 4
+    assert all(int(state["step"]) == 12 for state in hyper.state.values())
+    # the CAVI step never leaves gradients on q(u)'s parameters
+    assert all(p.grad is None for p in model.variational_parameters())
+
+
 def test_hyper_optimizer_must_not_hold_variational_parameters():
     x, y, z = _problem(n=50)
     model = SVGP(z)
