@@ -50,7 +50,7 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 import regression  # noqa: E402
-from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, StudentTLikelihood  # noqa: E402
+from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GibbsSamples, StudentTLikelihood  # noqa: E402
 from gpytorch_augment.datasets import load_keel  # noqa: E402
 from gpytorch_augment.inference.gibbs import bulk_ess, rank_normalized_rhat  # noqa: E402
 from gpytorch_augment.likelihoods.augmented_likelihood import AugmentedLikelihood  # noqa: E402
@@ -228,36 +228,55 @@ class Run:
     extra: dict[str, Any]
 
 
-def run_gibbs(problem: Problem, warmup: int, draws: int, chains: int, seed: int) -> Run:
-    """``GibbsSampler.sample`` for ``warmup`` sweeps (timed), then, continuing the same chains and random stream,
-    ``draws`` kept sweeps (timed separately); every chain in one vectorised batch."""
-    with common.Stopwatch() as setup:
-        sampler = GibbsSampler(problem.prior, problem.likelihood, problem.x, problem.y, jitter=JITTER)
-    warm = common.Stopwatch()
-    if warmup > 0:
-        with warm:
-            state = sampler.sample(1, warmup=warmup - 1, num_chains=chains, seed=seed, progress=False).last_state()
-        init, seed_ = state, None
-    else:
-        init, seed_ = None, seed
-    with common.Stopwatch() as clock:
-        samples = sampler.sample(draws, warmup=0, num_chains=chains, seed=seed_, init=init, progress=False)
-    summary = samples.summary()
-    return Run(
-        f=samples.f.detach().cpu().numpy().astype(np.float64),
-        warmup_wall=warm.elapsed,
-        warmup_cpu=warm.cpu,
-        sample_wall=clock.elapsed,
-        sample_cpu=clock.cpu,
-        setup_wall=setup.elapsed,
-        extra={
-            "f_update": samples.f_update,
-            "sweeps_per_chain": warmup + draws,
-            "ms_per_sweep_all_chains": 1e3 * clock.elapsed / draws,
-            "summary_ess_bulk_min": float(summary.ess_bulk.min()),
-            "summary_rhat_max": float(summary.rhat.max()),
-        },
-    )
+class GibbsRunner:
+    """``GibbsSampler`` on one problem, every chain in one vectorised batch, run in timed pieces: :meth:`warmup`
+    (``sample(1, warmup=W-1)``), then any number of :meth:`draws` segments, each continuing the same chains and
+    random stream (``sample(n, init=last_state)``; the concatenated draws equal those of one long run)."""
+
+    def __init__(self, problem: Problem, chains: int, seed: int) -> None:
+        with common.Stopwatch() as setup:
+            self.sampler = GibbsSampler(problem.prior, problem.likelihood, problem.x, problem.y, jitter=JITTER)
+        self.setup_wall = setup.elapsed
+        self.chains, self.seed = chains, seed
+        self.state = None
+        self.warm, self.clock = common.Stopwatch(), common.Stopwatch()
+        self.parts: list[Any] = []
+        self.num_warmup = 0
+
+    def warmup(self, sweeps: int) -> None:
+        if sweeps <= 0:
+            return
+        with self.warm:
+            samples = self.sampler.sample(1, warmup=sweeps - 1, num_chains=self.chains, seed=self.seed, progress=False)
+        self.state, self.num_warmup = samples.last_state(), sweeps
+
+    def draws(self, num: int) -> None:
+        seed = self.seed if self.state is None else None
+        with self.clock:
+            samples = self.sampler.sample(
+                num, warmup=0, num_chains=self.chains, seed=seed, init=self.state, progress=False
+            )
+        self.state = samples.last_state()
+        self.parts.append(samples)
+
+    def result(self) -> Run:
+        samples = GibbsSamples.cat(self.parts, dim="draw")
+        summary = samples.summary()
+        return Run(
+            f=samples.f.detach().cpu().numpy().astype(np.float64),
+            warmup_wall=self.warm.elapsed,
+            warmup_cpu=self.warm.cpu,
+            sample_wall=self.clock.elapsed,
+            sample_cpu=self.clock.cpu,
+            setup_wall=self.setup_wall,
+            extra={
+                "f_update": samples.f_update,
+                "sweeps_per_chain": self.num_warmup + samples.num_draws,
+                "ms_per_sweep_all_chains": 1e3 * self.clock.elapsed / samples.num_draws,
+                "summary_ess_bulk_min": float(summary.ess_bulk.min()),
+                "summary_rhat_max": float(summary.rhat.max()),
+            },
+        )
 
 
 class _WhitenedPotential(torch.autograd.Function):
@@ -285,101 +304,124 @@ def whitened_prior(problem: Problem) -> tuple[Tensor, Tensor]:
         return prior.mean.to(torch.float64), torch.linalg.cholesky(K)
 
 
-def run_nuts(
-    problem: Problem, warmup: int, draws: int, chains: int, seed: int, max_tree_depth: int = 10
-) -> Run:
-    """Pyro ``MCMC(NUTS(potential_fn=U), num_chains=1)`` once per chain, one after the other; the warm-up /
-    sampling boundary is timed by Pyro's ``hook_fn``. Each chain starts from a prior draw :math:`v \\sim N(0, I)`
+class NutsRunner:
+    r"""Pyro ``MCMC(NUTS(potential_fn=U), num_chains=1)``, one chain per call of :meth:`chain`; the warm-up /
+    sampling boundary is timed by Pyro's ``hook_fn``. Each chain starts from a prior draw :math:`v \sim N(0, I)`
     (as Gibbs starts from a prior draw of f)."""
-    import pyro
-    from pyro.infer import MCMC, NUTS
 
-    with common.Stopwatch() as setup:
-        mu, L = whitened_prior(problem)
-    calls = [0]
+    def __init__(self, problem: Problem, warmup: int, draws: int, seed: int, max_tree_depth: int = 10) -> None:
+        with common.Stopwatch() as setup:
+            self.mu, self.L = whitened_prior(problem)
+        self.setup_wall = setup.elapsed
+        self.problem, self.num_warmup, self.num_draws = problem, warmup, draws
+        self.seed, self.max_tree_depth = seed, max_tree_depth
+        self.gen = torch.Generator().manual_seed(seed)
+        self.calls = 0
+        self.f_draws: list[np.ndarray] = []
+        self.per_chain: list[dict[str, Any]] = []
+        self.warm_wall = self.warm_cpu = self.sample_wall = self.sample_cpu = 0.0
 
-    def potential(params: dict[str, Tensor]) -> Tensor:
-        calls[0] += 1
-        return _WhitenedPotential.apply(params["v"], mu, L, problem.log_lik)
+    def potential(self, params: dict[str, Tensor]) -> Tensor:
+        self.calls += 1
+        return _WhitenedPotential.apply(params["v"], self.mu, self.L, self.problem.log_lik)
 
-    gen = torch.Generator().manual_seed(seed)
-    f_draws, per_chain = [], []
-    warm_wall = warm_cpu = sample_wall = sample_cpu = 0.0
-    for chain in range(chains):
-        pyro.set_rng_seed(seed + 1 + chain)
-        v0 = torch.randn(L.shape[-1], generator=gen, dtype=L.dtype)
+    def chain(self, index: int) -> None:
+        import pyro
+        from pyro.infer import MCMC, NUTS
+
+        warmup, draws = self.num_warmup, self.num_draws
+        pyro.set_rng_seed(self.seed + 1 + index)
+        v0 = torch.randn(self.L.shape[-1], generator=self.gen, dtype=self.L.dtype)
         marks: dict[str, Any] = {}
 
         def hook(kernel: Any, params: Any, stage: str, i: int) -> None:
             if stage.startswith("Warmup") and i == warmup - 1:
-                marks["warm"] = (time.perf_counter(), time.process_time(), calls[0])
+                marks["warm"] = (time.perf_counter(), time.process_time(), self.calls)
             elif stage.startswith("Sample") and i == draws - 1:
                 marks["diagnostics"] = dict(kernel.diagnostics())
 
         kernel = NUTS(
-            potential_fn=potential,
+            potential_fn=self.potential,
             adapt_step_size=True,
             adapt_mass_matrix=True,
             full_mass=False,
-            max_tree_depth=max_tree_depth,
+            max_tree_depth=self.max_tree_depth,
             target_accept_prob=0.8,
         )
-        mcmc = MCMC(kernel, num_samples=draws, warmup_steps=warmup, initial_params={"v": v0}, hook_fn=hook,
-                    disable_progbar=True)
-        calls[0] = 0
+        mcmc = MCMC(
+            kernel, num_samples=draws, warmup_steps=warmup, initial_params={"v": v0}, hook_fn=hook,
+            disable_progbar=True,
+        )
+        self.calls = 0
         t0, c0 = time.perf_counter(), time.process_time()
         mcmc.run()
         t1, c1 = time.perf_counter(), time.process_time()
         tw, cw, gw = marks.get("warm", (t0, c0, 0))
-        warm_wall += tw - t0
-        warm_cpu += cw - c0
-        sample_wall += t1 - tw
-        sample_cpu += c1 - cw
+        self.warm_wall += tw - t0
+        self.warm_cpu += cw - c0
+        self.sample_wall += t1 - tw
+        self.sample_cpu += c1 - cw
         v = mcmc.get_samples()["v"].to(torch.float64)
         with torch.no_grad():
-            f_draws.append((mu + v @ L.mT).numpy())
-        diag = marks.get("diagnostics", {})
-        divergences = [d for d in diag.get("divergences", []) if d >= 0]
-        per_chain.append(
-            {
-                "warmup_wall": tw - t0,
-                "sample_wall": t1 - tw,
-                "warmup_gradients": gw,
-                "sample_gradients": calls[0] - gw,
-                "gradients_per_draw": (calls[0] - gw) / draws,
-                "step_size": float(kernel.step_size),
-                "acceptance_rate": float(diag.get("acceptance rate", float("nan"))),
-                "divergences": len(divergences),
-            }
-        )
+            self.f_draws.append((self.mu + v @ self.L.mT).numpy())
+        divergences = [d for d in marks.get("diagnostics", {}).get("divergences", []) if d >= 0]
+        stats = {
+            "warmup_wall": tw - t0,
+            "sample_wall": t1 - tw,
+            "warmup_gradients": gw,
+            "sample_gradients": self.calls - gw,
+            "gradients_per_draw": (self.calls - gw) / draws,
+            "step_size": float(kernel.step_size),
+            "acceptance_rate": float(marks.get("diagnostics", {}).get("acceptance rate", float("nan"))),
+            "divergences": len(divergences),
+        }
+        self.per_chain.append(stats)
         print(
-            f"  NUTS chain {chain}: warm-up {tw - t0:.1f} s ({gw} gradients), sampling {t1 - tw:.1f} s "
-            f"({per_chain[-1]['gradients_per_draw']:.1f} gradients / draw, step {kernel.step_size:.3g}, "
+            f"  NUTS chain {index}: warm-up {tw - t0:.1f} s ({gw} gradients), sampling {t1 - tw:.1f} s "
+            f"({stats['gradients_per_draw']:.1f} gradients / draw, step {kernel.step_size:.3g}, "
             f"{len(divergences)} divergences)",
             flush=True,
         )
-    total_grads = sum(c["sample_gradients"] for c in per_chain)
-    raw_ms, raw_cpu_ms = raw_gradient_ms(problem, mu, L)
-    return Run(
-        f=np.stack(f_draws),
-        warmup_wall=warm_wall,
-        warmup_cpu=warm_cpu,
-        sample_wall=sample_wall,
-        sample_cpu=sample_cpu,
-        setup_wall=setup.elapsed,
-        extra={
-            "per_chain": per_chain,
-            "gradients_per_draw": total_grads / (chains * draws),
-            "ms_per_gradient_sampling": 1e3 * sample_wall / max(total_grads, 1),
-            "ms_per_gradient_cpu": 1e3 * sample_cpu / max(total_grads, 1),
-            "ms_per_gradient_raw": raw_ms,
-            "ms_per_gradient_raw_cpu": raw_cpu_ms,
-            "sample_cpu_overhead_free": 1e-3 * raw_cpu_ms * total_grads,
-            "divergences": sum(c["divergences"] for c in per_chain),
-            "max_tree_depth": max_tree_depth,
-            "mass_matrix": "diagonal, adapted",
-        },
-    )
+
+    def result(self) -> Run:
+        total_grads = sum(c["sample_gradients"] for c in self.per_chain)
+        raw_ms, raw_cpu_ms = raw_gradient_ms(self.problem, self.mu, self.L)
+        return Run(
+            f=np.stack(self.f_draws),
+            warmup_wall=self.warm_wall,
+            warmup_cpu=self.warm_cpu,
+            sample_wall=self.sample_wall,
+            sample_cpu=self.sample_cpu,
+            setup_wall=self.setup_wall,
+            extra={
+                "per_chain": self.per_chain,
+                "gradients_per_draw": total_grads / (len(self.per_chain) * self.num_draws),
+                "ms_per_gradient_sampling": 1e3 * self.sample_wall / max(total_grads, 1),
+                "ms_per_gradient_cpu": 1e3 * self.sample_cpu / max(total_grads, 1),
+                "ms_per_gradient_raw": raw_ms,
+                "ms_per_gradient_raw_cpu": raw_cpu_ms,
+                "sample_cpu_overhead_free": 1e-3 * raw_cpu_ms * total_grads,
+                "divergences": sum(c["divergences"] for c in self.per_chain),
+                "max_tree_depth": self.max_tree_depth,
+                "mass_matrix": "diagonal, adapted",
+            },
+        )
+
+
+def run_interleaved_samplers(
+    problem: Problem, warmup: int, gibbs_draws: int, nuts_draws: int, chains: int, seed: int
+) -> tuple[Run, Run]:
+    """Both samplers on one problem, interleaved so that they share the machine's load: Gibbs warm-up, then for
+    each chain k a segment of ``gibbs_draws / chains`` Gibbs sweeps (all chains, continuing the stream) followed by
+    NUTS chain k (its warm-up and draws). Each sampler's clocks count its own pieces only."""
+    gibbs = GibbsRunner(problem, chains, seed)
+    nuts = NutsRunner(problem, warmup, nuts_draws, seed)
+    gibbs.warmup(warmup)
+    segments = [gibbs_draws // chains + (1 if k < gibbs_draws % chains else 0) for k in range(chains)]
+    for k in range(chains):
+        gibbs.draws(segments[k])
+        nuts.chain(k)
+    return gibbs.result(), nuts.result()
 
 
 def raw_gradient_ms(problem: Problem, mu: Tensor, L: Tensor, repeats: int = 300) -> tuple[float, float]:
@@ -588,7 +630,9 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         "10, target acceptance 0.8), analytic gradient. ESS is the rank-normalised bulk ESS of "
         "`GibbsSamples.summary()` "
         "(Vehtari et al. 2021) applied to both sets of draws of f; median and minimum over the N latent "
-        "coordinates. ESS/s uses the sampling wall time only (warm-up is reported separately and in 'incl. warm-up').",
+        "coordinates. ESS/s uses the sampling wall time only (warm-up is reported separately and in 'incl. warm-up'). "
+        "The two samplers run interleaved (Gibbs warm-up, then 1/chains of the Gibbs draws before each NUTS chain) "
+        "so that both see the same machine load over the same period.",
         "",
         common.markdown_table(headers, rows),
         common.markdown_table(ratio_headers, ratio_rows),
@@ -749,12 +793,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{problem.title}: N = {problem.x.shape[0]}, hyper-parameters chosen in "
               f"{problem.hypers['fit_seconds']:.1f} s; log-likelihood check {check}", flush=True)
         smoke(problem)
-        gibbs = run_gibbs(problem, st.warmup, st.gibbs_draws, chains, seed=args.seed)
-        g = statistics(gibbs)
+        gibbs, nuts = run_interleaved_samplers(problem, st.warmup, st.gibbs_draws, st.nuts_draws, chains, args.seed)
+        g, n = statistics(gibbs), statistics(nuts)
         print(f"  Gibbs: warm-up {gibbs.warmup_wall:.1f} s, sampling {gibbs.sample_wall:.1f} s, ESS min "
               f"{g['ess_bulk_min']:.0f}, ESS/s min {g['ess_per_s_min']:.1f}", flush=True)
-        nuts = run_nuts(problem, st.warmup, st.nuts_draws, chains, seed=args.seed)
-        n = statistics(nuts)
         print(f"  NUTS: warm-up {nuts.warmup_wall:.1f} s, sampling {nuts.sample_wall:.1f} s, ESS min "
               f"{n['ess_bulk_min']:.0f}, ESS/s min {n['ess_per_s_min']:.1f}", flush=True)
         r = ratios(g, n)
@@ -791,12 +833,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "jitter": JITTER,
             "seed": args.seed,
             "gibbs": "GibbsSampler(prior, likelihood, x, y, jitter), f_update 'auto' (GPML-stable draw); chains as "
-            "one batch; warm-up = sample(1, warmup=W-1), then sample(S, init=last_state) continuing the stream",
+            "one batch; warm-up = sample(1, warmup=W-1), then `chains` segments sample(S/chains, init=last_state) "
+            "continuing the stream",
             "nuts": "pyro.infer.NUTS(potential_fn=U, adapt_step_size, adapt_mass_matrix, full_mass=False, "
             "max_tree_depth=10, target_accept_prob=0.8) in MCMC(num_chains=1) per chain, chains sequential; "
             "U(v) = |v|^2/2 - log p(y | mu + L v) with an analytic gradient (torch.autograd.Function)",
-            "timing": "time.perf_counter (wall) and time.process_time (CPU) around each phase; NUTS's warm-up/"
-            "sampling boundary from MCMC's hook_fn; one tiny untimed run of each sampler first",
+            "timing": "time.perf_counter (wall) and time.process_time (CPU) around each piece; NUTS's warm-up/"
+            "sampling boundary from MCMC's hook_fn; one tiny untimed run of each sampler first; interleaved: Gibbs "
+            "warm-up, then for each k a Gibbs segment and NUTS chain k, so both samplers share the machine's load",
         },
         "versions": {"pyro": pyro.__version__},
         "machine": machine,
