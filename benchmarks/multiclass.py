@@ -24,7 +24,7 @@ by 512 fixed standard-normal draws while tracking (shared by all methods, so the
 :math:`2^{14}` scrambled-Sobol points for the final numbers (the latent variance integrated, not plugged in).
 
 Run ``python benchmarks/multiclass.py`` (full, ~20 min on 2 shared cores) or ``--quick`` (smoke check, < 2 min).
-See ``benchmarks/README.md``; results go to ``results/multiclass.{json,md,png}``.
+Results go to ``results/multiclass.{json,md,png}`` (``--render results/multiclass.json`` re-renders them).
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
 TRACKING_DRAWS = 512
 #: "equal accuracy" slack for the secondary target (fraction of test points)
 ACCURACY_SLACK = 0.0
+#: accuracy levels of the time-to-accuracy table: the baseline's best tracked accuracy minus these
+ACCURACY_GAPS = (0.02, 0.015, 0.01, 0.005, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------- model
@@ -85,7 +87,9 @@ class MultiLatentSVGP(gpytorch.models.ApproximateGP):
 
 
 def _softmax_likelihood(num_classes: int) -> gpytorch.likelihoods.SoftmaxLikelihood:
-    return gpytorch.likelihoods.SoftmaxLikelihood(num_features=num_classes, num_classes=num_classes, mixing_weights=False)
+    return gpytorch.likelihoods.SoftmaxLikelihood(
+        num_features=num_classes, num_classes=num_classes, mixing_weights=False
+    )
 
 
 def choose_hyperparameters(
@@ -138,7 +142,8 @@ class MethodSpec:
     def link(self) -> str:
         if self.engine == "adam":
             return "softmax"
-        return "logistic-softmax" + (", bijective" if self.bijective else "") + (", θ learned" if self.learn_class_scales else ", θ = 1")
+        scales = ", θ learned" if self.learn_class_scales else ", θ = 1"
+        return "logistic-softmax" + (", bijective" if self.bijective else "") + scales
 
 
 def default_methods(quick: bool) -> list[MethodSpec]:
@@ -210,7 +215,9 @@ def classification_metrics(probs: Tensor, y: Tensor, bins: int = 10) -> dict[str
         if inside.any():
             acc, conf = float(correct[inside].mean()), float(confidence[inside].mean())
             ece += float(inside.double().mean()) * abs(acc - conf)
-            table.append({"bin": [float(lo), float(hi)], "count": int(inside.sum()), "accuracy": acc, "confidence": conf})
+            table.append(
+                {"bin": [float(lo), float(hi)], "count": int(inside.sum()), "accuracy": acc, "confidence": conf}
+            )
     return {
         "accuracy": float(correct.mean()),
         "test_nll": float(-probs[torch.arange(len(labels)), labels].clamp_min(1e-300).log().mean()),
@@ -284,11 +291,24 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             entry.update(
                 wall=hb["time"] / hc["time"],
                 cpu=hb["cpu_time"] / hc["cpu_time"],
-                iterations_x_cost=(hb["iteration"] * fb["median_step_time"]) / (hc["iteration"] * fc["median_step_time"]),
+                iterations_x_cost=(hb["iteration"] * fb["median_step_time"])
+                / (hc["iteration"] * fc["median_step_time"]),
                 cavi_time=hc["time"],
                 baseline_time=hb["time"],
             )
         out["speedups"][key] = entry
+    levels = []
+    for gap in ACCURACY_GAPS:
+        level = best_baseline - gap
+        hits = {r["name"]: _hit(r, level) for r in runs}
+        fc = min((r for r in cavi if hits[r["name"]]), key=lambda r: hits[r["name"]]["time"], default=None)
+        fb = min((r for r in adam if hits[r["name"]]), key=lambda r: hits[r["name"]]["time"], default=None)
+        levels.append({
+            "gap": gap, "accuracy": level, "hits": hits,
+            "fastest_cavi": fc["name"] if fc else None, "fastest_baseline": fb["name"] if fb else None,
+            "speedup_wall": hits[fb["name"]]["time"] / hits[fc["name"]]["time"] if fc and fb else None,
+        })
+    out["accuracy_levels"] = levels
     best_final_baseline = max(adam, key=lambda r: r["final"]["accuracy"])
     best_final_cavi = max(cavi, key=lambda r: r["final"]["accuracy"])
     out["final"] = {
@@ -311,6 +331,14 @@ def _hit_cell(h: dict[str, Any] | None) -> str:
     return f"{h['time']:.1f} s / {h['iteration']} it." if h else "not reached"
 
 
+def _level_sentence(level: dict[str, Any]) -> str:
+    hits = level["hits"]
+    cavi = f"CAVI {hits[level['fastest_cavi']]['time']:.1f} s" if level["fastest_cavi"] else "CAVI: not reached"
+    base = f"Adam {hits[level['fastest_baseline']]['time']:.1f} s" if level["fastest_baseline"] else "Adam: not reached"
+    ratio = f" (**{level['speedup_wall']:.1f}×**)" if level["speedup_wall"] else ""
+    return f"{level['accuracy']:.4f} (best − {level['gap']:.3f}): {cavi} vs {base}{ratio}"
+
+
 def write_markdown(path: Path, result: dict[str, Any]) -> None:
     runs, s, cfg, m = result["runs"], result["summary"], result["config"], result["machine"]
     t = s["targets"]
@@ -325,7 +353,8 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         rows.append([
             r["name"], r["link"], _hit_cell(r["hits"]["baseline_best"]), _hit_cell(r["hits"]["equal"]),
             _f(f["accuracy"]), _f(f["test_nll"]), _f(f["mean_confidence"]), _f(f["ece"]), _f(r["best_accuracy"]),
-            f"{1e3 * r['median_step_time']:.0f}", f"{r['trace']['iteration'][-1]}, {r['total_time']:.1f}, {r['stop_reason']}",
+            f"{1e3 * r['median_step_time']:.0f}",
+            f"{r['trace']['iteration'][-1]}, {r['total_time']:.1f}, {r['stop_reason']}",
             "[" + ", ".join(f"{v:.2f}" for v in theta) + "]" if theta else "—",
         ])
 
@@ -336,13 +365,15 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
             return f"not measurable: {who} reached it"
         return (
             f"{e['wall']:.1f}× in wall time ({e['cavi']}: {e['cavi_time']:.1f} s vs {e['baseline']}: "
-            f"{e['baseline_time']:.1f} s; {e['cpu']:.1f}× in CPU time, {e['iterations_x_cost']:.1f}× as iterations × "
+            f"{e['baseline_time']:.1f} s; {e['cpu']:.1f}× in CPU time, {e['iterations_x_cost']:.1f}× as "
+            "iterations × "
             "median time per iteration)"
         )
 
     fin = s["final"]
+    quick_note = " — QUICK smoke run, not a result" if cfg["quick"] else ""
     lines = [
-        f"# Multi-class classification on KEEL `satimage`{' — QUICK smoke run, not a result' if cfg['quick'] else ''}",
+        f"# Multi-class classification on KEEL `satimage`{quick_note}",
         "",
         f"Generated by `python benchmarks/multiclass.py{' --quick' if cfg['quick'] else ''}` ({m['date_utc']}, whole "
         f"script {result['wall_time_total']:.0f} s). Issue 5, item 7.",
@@ -358,6 +389,8 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         f"{speed('baseline_best')}.",
         f"* **Time to equal accuracy** ({t['equal']:.4f} = the lower of the best accuracies reached by the two "
         f"families, i.e. an accuracy both reach): {speed('equal')}.",
+        f"* **Time to accuracy levels** below the baseline's best (fastest run of each family, wall time): "
+        + "; ".join(_level_sentence(level) for level in s["accuracy_levels"]) + ".",
         f"* **Final**: best CAVI run ({fin['best_cavi']}) minus best baseline ({fin['best_baseline']}): accuracy "
         f"{fin['accuracy_difference']:+.4f}, test NLL {fin['nll_difference']:+.4f} nats.",
         f"* Issue target (≥ 10× faster to the baseline's best accuracy, at equal or better final accuracy): "
@@ -368,7 +401,11 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
     ]
     for r in runs:
         rel = r["final"]["reliability"]
-        cells = ", ".join(f"{b['bin'][0]:.1f}–{b['bin'][1]:.1f}: acc {b['accuracy']:.2f} / conf {b['confidence']:.2f} (n={b['count']})" for b in rel)
+        cells = ", ".join(
+            f"{b['bin'][0]:.1f}–{b['bin'][1]:.1f}: acc {b['accuracy']:.2f} / conf {b['confidence']:.2f} "
+            f"(n={b['count']})"
+            for b in rel
+        )
         lines.append(f"* {r['name']}: {cells}")
     lines += ["", "## Reading", ""] + [f"* {p}" for p in result["reading"]] + [
         "",
@@ -379,8 +416,9 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         "(the same draws for every method); the final columns use 2^14 scrambled-Sobol points. NLL = mean negative log "
         "predictive probability of the test labels; mean conf. = mean max-probability; ECE over 10 equal-width bins.",
         f"* Stopping: a run stops when its best tracked test NLL improved by ≤ {cfg['stopping']['min_improvement']} "
-        f"over the last {cfg['stopping']['patience']} evaluations spanning ≥ {cfg['stopping']['min_window_iterations']} "
-        f"iterations ('plateau'), at {cfg['stopping']['max_iter']} iterations, or after {cfg['stopping']['max_time']:.0f} s "
+        f"over the last {cfg['stopping']['patience']} evaluations spanning ≥ "
+        f"{cfg['stopping']['min_window_iterations']} iterations ('plateau'), at {cfg['stopping']['max_iter']} "
+        f"iterations, or after {cfg['stopping']['max_time']:.0f} s "
         "of its own clock.",
         f"* Hyper-parameters: {result['hyperparameters']['procedure']}.",
         f"* Machine: {m['cpu_count']} cores shared with other jobs; load average at start "
@@ -402,13 +440,15 @@ def reading(result: dict[str, Any]) -> list[str]:
         gap = f["accuracy"] - f["mean_confidence"]
         out.append(
             f"{r['name']} ({r['link']}): accuracy {f['accuracy']:.4f} vs mean confidence {f['mean_confidence']:.4f} "
-            f"({'under' if gap > 0 else 'over'}-confident by {abs(gap):.3f}), ECE {f['ece']:.3f}, NLL {f['test_nll']:.4f}."
+            f"({'under' if gap > 0 else 'over'}-confident by {abs(gap):.3f}), ECE {f['ece']:.3f}, "
+            f"NLL {f['test_nll']:.4f}."
         )
     for base, scaled in [("CAVI", "CAVI + class scales"), ("CAVI bijective", "CAVI bijective + class scales")]:
         if base in runs and scaled in runs:
             a, b = runs[base]["final"], runs[scaled]["final"]
             out.append(
-                f"Class scales, {base} → {scaled}: NLL {a['test_nll']:.4f} → {b['test_nll']:.4f}, ECE {a['ece']:.3f} → "
+                f"Class scales, {base} → {scaled}: NLL {a['test_nll']:.4f} → {b['test_nll']:.4f}, "
+                f"ECE {a['ece']:.3f} → "
                 f"{b['ece']:.3f}, mean confidence {a['mean_confidence']:.3f} → {b['mean_confidence']:.3f}, accuracy "
                 f"{a['accuracy']:.4f} → {b['accuracy']:.4f}."
             )
@@ -424,7 +464,8 @@ def plot(path: Path, result: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     for i, r in enumerate(result["runs"]):
         tr = r["trace"]
-        pts = [(t, 1 - e, v) for t, e, v in zip(tr["time"], tr["metrics"]["test_error"], tr["metrics"]["test_nll"]) if t > 0]
+        metrics = zip(tr["time"], tr["metrics"]["test_error"], tr["metrics"]["test_nll"])
+        pts = [(t, 1 - e, v) for t, e, v in metrics if t > 0]
         if not pts:
             continue
         ts, acc, nll = zip(*pts)
@@ -460,11 +501,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads for every method (default 1)")
     p.add_argument("--max-time", type=float, default=None, help="cap on each run's own clock [s]")
     p.add_argument("--out", type=Path, default=None, help="output directory (default results/, --quick: a temp dir)")
+    p.add_argument("--render", type=Path, default=None, help="only re-render the summary of a saved multiclass.json")
     return p.parse_args(argv)
+
+
+def render(json_path: Path) -> None:
+    """Recompute the summary and rewrite the Markdown and the plot from a saved ``multiclass.json``."""
+    import json
+
+    result = json.loads(Path(json_path).read_text())
+    result["summary"] = summarise(result["runs"])
+    result["reading"] = reading(result)
+    out = Path(json_path).parent
+    common.write_json(out / "multiclass.json", result)
+    write_markdown(out / "multiclass.md", result)
+    plot(out / "multiclass.png", result)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.render is not None:
+        render(args.render)
+        return {}
     start_all = time.perf_counter()
     common.configure_torch(args.threads)
     machine = common.machine_info()

@@ -173,14 +173,21 @@ def maximise_class_scales(
             if gauge:  # the objective is flat along the all-ones direction
                 neg_hess = neg_hess + neg_hess.diagonal().mean() * torch.ones_like(neg_hess) / neg_hess.shape[-1]
             step = torch.linalg.solve(neg_hess, grad)
+            decrement = float(grad @ step)  # Newton decrement^2: twice the predicted gain of a full step
+            if decrement <= 1e-8 * (1 + abs(float(value))):
+                # quadratic-convergence region: the gain is below what the objective can resolve, so take the full
+                # step and let the gradient test decide
+                phi = phi + step
+                value = objective(phi)
+                continue
             t = 1.0
-            while True:
+            for _ in range(30):  # backtracking (Armijo)
                 candidate = phi + t * step
                 new_value = objective(candidate)
-                if new_value >= value or t < 1e-12:
+                if new_value >= value + 0.25 * t * decrement:
                     break
                 t /= 2
-            if not new_value >= value:
+            if not new_value > value:
                 break
             phi, value = candidate, new_value
     theta = full(phi).exp()
@@ -211,29 +218,35 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     so :math:`h_j = (Y_j - n_j)/2` and :math:`\lambda_j = \omega_j` (no cross terms between latents). The measure
     :math:`\mu_p` is improper for the over-parametrised link; every conditional and every :math:`q` is proper.
 
-    * **Gibbs**: :math:`n \mid f \sim \mathrm{NM}(1, p')` with :math:`p'_j = p_j \sigma(-f_j)` (note :math:`\sigma(-f)`,
-      not the reference implementation's :math:`\sigma(f)`), then :math:`\omega_j \mid n, f \sim \mathrm{PG}(Y_j + n_j, |f_j|)`.
-    * **CAVI**: :math:`q(n) = \mathrm{NM}(1, p^q)`, :math:`p^q_j = p_j\tilde\sigma_j`, :math:`q(\omega_j\mid n) =
-      \mathrm{PG}(Y_j + n_j, c_j)` with :math:`c_j = \sqrt{m_j^2 + s_j}`, :math:`\tilde\sigma_j = \tilde\sigma(m_j, c_j)`;
-      :math:`\bar n_j = \theta_j\tilde\sigma_j / Q`, :math:`Q = \sum_{j \le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D`,
-      and :math:`\ell^* = \log\theta_k\bar s_k + [k \le J]\log\tilde\sigma^+(m_k, c_k) - \log Q`.
-    * **Class scales** (``learn_class_scales=True``): :meth:`update_hyperparameters` sets :math:`\theta` to the exact
-      maximiser of :math:`\sum_i \ell^*_i` given :math:`q(f)` (:func:`maximise_class_scales`; normalised to mean 1), or
-      to the MAP under ``class_scale_prior`` :math:`= (\alpha, \beta)`, a :math:`\mathrm{Ga}(\alpha, \beta)` prior on every
-      :math:`\theta_k`. With a prior, :meth:`sample_hyperparameters` is the Gibbs step of §9.6 with the Gamma variable
-      :math:`\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1, \sum_l \theta_l s_l(f_i))`,
-      :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i \zeta_i s_k(f_i))` (both collapsed over
-      :math:`(n, \omega)`), then a fresh :math:`(n, \omega) \mid f, \theta` for the :math:`f`-step.
-    * **Predictive**: :meth:`marginal` integrates the latent variance,
-      :math:`p(y_* = k) = E_{q(f_*)}[\theta_k s_k / \sum_l \theta_l s_l]`, by a product Gauss--Hermite rule for
-      :math:`J \le 3` and by :data:`NUM_QMC_POINTS` scrambled-Sobol quasi-Monte Carlo points (fixed seed) otherwise;
-      :meth:`expected_log_prob` is the true :math:`E_q \log p(y \mid f)` by the same rule.
+    * **Gibbs**: :math:`n \mid f \sim \mathrm{NM}(1, p')` with :math:`p'_j = p_j \sigma(-f_j)` (note
+      :math:`\sigma(-f)`, not the reference implementation's :math:`\sigma(f)`), then
+      :math:`\omega_j \mid n, f \sim \mathrm{PG}(Y_j + n_j, |f_j|)`.
+    * **CAVI**: :math:`q(n) = \mathrm{NM}(1, p^q)`, :math:`p^q_j = p_j\tilde\sigma_j`,
+      :math:`q(\omega_j\mid n) = \mathrm{PG}(Y_j + n_j, c_j)` with :math:`c_j = \sqrt{m_j^2 + s_j}` and
+      :math:`\tilde\sigma_j = \tilde\sigma(m_j, c_j)`; :math:`\bar n_j = \theta_j\tilde\sigma_j / Q` with
+      :math:`Q = \sum_{j \le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D`, and
+      :math:`\ell^* = \log\theta_k\bar s_k + [k \le J]\log\tilde\sigma^+(m_k, c_k) - \log Q`.
+    * **Class scales** (``learn_class_scales=True``): :meth:`update_hyperparameters` sets :math:`\theta` to the
+      exact maximiser of :math:`\sum_i \ell^*_i` given :math:`q(f)` (:func:`maximise_class_scales`; normalised to
+      mean 1), or to the MAP under ``class_scale_prior`` :math:`= (\alpha, \beta)`, a :math:`\mathrm{Ga}(\alpha,
+      \beta)` prior on every :math:`\theta_k`. With a prior, :meth:`sample_hyperparameters` is the Gibbs step of
+      §9.6 with the Gamma variable :math:`\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1,
+      \sum_l \theta_l s_l(f_i))`, :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i
+      \zeta_i s_k(f_i))` (both collapsed over :math:`(n, \omega)`), then a fresh :math:`(n, \omega) \mid f, \theta`
+      for the :math:`f`-step.
+    * **Predictive**: :meth:`marginal` / :meth:`predict_proba` integrate the latent variance,
+      :math:`p(y_* = k) = E_{q(f_*)}[\theta_k s_k / \sum_l \theta_l s_l]` over independent
+      :math:`q(f_{*j})`: a product Gauss--Hermite rule for :math:`J \le 3`, :data:`NUM_QMC_POINTS` scrambled-Sobol
+      quasi-Monte Carlo points (fixed seed) otherwise. :meth:`expected_log_prob` is the true
+      :math:`E_q \log p(y \mid f) = \log\theta_k\bar s_k + E\log\sigma(f_k) - E\log\sum_l\theta_l s_l`: the middle
+      term by 1-D Gauss--Hermite, the last by the same multi-dimensional rule.
 
-    Latents come as ``(*batch, N, J)`` (GPyTorch's multitask layout); potentials and precisions are ``(*batch, J, N)``.
-    The auxiliary variables are ``{"n": n, "omega": ω}``, both ``(*batch, N, J)``; their variational parameters
-    ``{"c": c, "sigma_tilde": σ̃}``. :math:`q(n)` is stored through :math:`\tilde\sigma`, i.e. relative to
-    :math:`\theta`, so it stays optimal when :math:`\theta` changes. :math:`\theta` is a GPyTorch parameter
-    (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)`` (one row per chain while a Gibbs sampler draws it).
+    Latents come as ``(*batch, N, J)`` (GPyTorch's multitask layout); potentials and precisions are
+    ``(*batch, J, N)``. The auxiliary variables are ``{"n": n, "omega": ω}``, both ``(*batch, N, J)``; their
+    variational parameters ``{"c": c, "sigma_tilde": σ̃}``. :math:`q(n)` is stored through :math:`\tilde\sigma`,
+    i.e. relative to :math:`\theta`, so it stays optimal when :math:`\theta` changes. :math:`\theta` is a GPyTorch
+    parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)`` (one row per chain while a Gibbs
+    sampler draws it).
 
     Example::
 
@@ -281,7 +294,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             if not isinstance(class_scale_prior, GammaPrior):
                 alpha, beta = (float(v) for v in class_scale_prior)
                 if not (alpha > 0 and beta > 0):
-                    raise ValueError(f"class_scale_prior (alpha, beta) needs alpha > 0 and beta > 0; got {class_scale_prior}")
+                    raise ValueError(
+                        f"class_scale_prior (alpha, beta) needs alpha > 0 and beta > 0; got {class_scale_prior}"
+                    )
                 class_scale_prior = GammaPrior(alpha, beta)
             self.register_prior(
                 "class_scale_prior", class_scale_prior, lambda m: m.class_scales, lambda m, v: m._set_class_scales(v)
@@ -317,7 +332,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         return None if prior is None else (float(prior.concentration), float(prior.rate))
 
     def _log_weights(self) -> tuple[Tensor, Tensor]:
-        r"""``log_w`` = :math:`\log\theta_k\bar s_k` of shape ``(..., 1, K)`` and :math:`\log S` of shape ``(..., 1)``."""
+        r"""``log_w`` = :math:`\log\theta_k\bar s_k`, shape ``(..., 1, K)``, and :math:`\log S`, shape ``(..., 1)``."""
         log_w = self.class_scales.log().unsqueeze(-2)
         if self.bijective:
             log_w = torch.cat([log_w[..., :-1], log_w[..., -1:] + LOG_D], -1)
@@ -344,7 +359,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         bad = (y != y.round()) | (y < 0) | (y > self.num_classes - 1)
         if bad.any():
             raise ValueError(
-                f"labels y must be integer class indices in 0..{self.num_classes - 1}; found {y[bad].flatten()[0].item()}"
+                f"labels y must be integer class indices in 0..{self.num_classes - 1}; "
+                f"found {y[bad].flatten()[0].item()}"
             )
         return y
 
@@ -386,10 +402,17 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         itself costs one division (or logarithm) per point. For :math:`J > 3`, scrambled-Sobol quasi-Monte Carlo.
         """
         J, K = self.num_latents, self.num_classes
-        if J not in _PRODUCT_NODES:
+        if J not in _PRODUCT_NODES:  # theta_l s_l(f) directly (sigmoid, no logarithms): the cost is per point
+            weights_k = self._log_weights()[0].exp()  # theta_k * s_bar_k, (..., 1, K)
+            latent, reference = weights_k[..., :J], weights_k[..., J:]
+
+            def class_terms(f: Tensor) -> Tensor:
+                t = latent * torch.sigmoid(f)
+                return torch.cat([t, reference.expand(*t.shape[:-1], 1)], -1) if self.bijective else t
+
             if probs:
-                return _expectation(lambda f: torch.softmax(self._logits(f), -1), mean, var)
-            return _expectation(lambda f: torch.logsumexp(self._logits(f), -1), mean, var)
+                return _expectation(lambda f: (lambda t: t / t.sum(-1, keepdim=True))(class_terms(f)), mean, var)
+            return _expectation(lambda f: class_terms(f).sum(-1).log(), mean, var)
         n = _PRODUCT_NODES[J]
         zero = torch.zeros((), dtype=mean.dtype, device=mean.device)
         z, w = gauss_hermite(zero, torch.ones_like(zero), n)  # (n,), (n,)
@@ -435,7 +458,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         """The predictive ``Categorical(probs=predict_proba(q_f))`` (the latent variance integrated, not plugged in)."""
         return Categorical(probs=self.predict_proba(function_dist))
 
-    def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def expected_log_prob(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         r"""The true :math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum (product Gauss--Hermite or quasi-Monte Carlo)."""
         y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = self._moments(function_dist)
@@ -445,7 +470,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         expected_log_sigmoid = (weights * logsigmoid(nodes)).sum(0)  # (..., N, J)
         return (full * log_w).sum(-1) + (Y * expected_log_sigmoid).sum(-1) - self._integrate(mean, var, probs=False)
 
-    def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def log_marginal(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         r""":math:`\log p(y_i \mid \text{data})` per datum under :meth:`predict_proba`."""
         y = self.check_observations(observations, function_dist, **kwargs)
         probs = self.predict_proba(function_dist)
@@ -496,8 +523,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     ) -> AuxDict | None:
         r"""Gibbs step for :math:`\theta` under ``class_scale_prior`` (a no-op returning ``None`` without one).
 
-        With the Gamma variable :math:`\zeta` of :math:`1/\sum_l\theta_l s_l = \int_0^\infty e^{-\zeta\sum_l\theta_l s_l}
-        d\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1, \sum_l \theta_l s_l(f_i))`, then
+        With the Gamma variable :math:`\zeta` of
+        :math:`1/\sum_l\theta_l s_l = \int_0^\infty e^{-\zeta\sum_l\theta_l s_l} d\zeta` reinstated:
+        :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1, \sum_l \theta_l s_l(f_i))`, then
         :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i \zeta_i s_k(f_i))`, both collapsed
         over :math:`(n, \omega)`; returns a fresh :math:`(n, \omega) \sim p(n, \omega \mid y, f, \theta)` for the
         :math:`f`-step (the incoming ``aux`` was drawn under the old :math:`\theta`). Each is an exact block draw of
@@ -527,7 +555,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         return {"c": c, "sigma_tilde": log_sigma_tilde(f_mean, c).exp()}
 
     def _log_q(self, one_minus_sigma_tilde: Tensor) -> Tensor:
-        r""":math:`\log Q = \log\big(\sum_{j\le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D\big)`, ``(..., N)``."""
+        r""":math:`\log Q = \log\big(\sum_{j\le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D\big)`,
+        ``(..., N)``."""
         log_w, _ = self._log_weights()
         terms = log_w[..., : self.num_latents] + one_minus_sigma_tilde.log()
         if self.bijective:
@@ -535,20 +564,23 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         return torch.logsumexp(terms, -1)
 
     def _count_mean(self, q_aux: AuxDict) -> tuple[Tensor, Tensor]:
-        r""":math:`\bar n_j = \theta_j\tilde\sigma_j / Q` and :math:`\log Q` under :math:`q(n) = \mathrm{NM}(1, p^q)`."""
+        r""":math:`\bar n_j = \theta_j\tilde\sigma_j / Q` and :math:`\log Q` (:math:`q(n) = \mathrm{NM}(1, p^q)`)."""
         sigma_tilde = q_aux["sigma_tilde"]
         log_q = self._log_q(1 - sigma_tilde)
         log_w, _ = self._log_weights()
         return (log_w[..., : self.num_latents] + sigma_tilde.log() - log_q.unsqueeze(-1)).exp(), log_q
 
     def aux_posterior_distribution(self, y: Tensor, q_aux: AuxDict) -> AuxiliaryDistribution:
-        r"""The law of :math:`q^*(n, \omega) = \mathrm{NM}(n \mid 1, p^q)\prod_j \mathrm{PG}(\omega_j \mid Y_j + n_j, c_j)`."""
+        r"""The law of :math:`q^*(n, \omega) = \mathrm{NM}(n\mid 1, p^q)\prod_j\mathrm{PG}(\omega_j\mid Y_j + n_j,
+        c_j)`."""
         c, sigma_tilde = q_aux["c"], q_aux["sigma_tilde"]
         log_w, log_s = self._log_weights()
         _, Y = self._labels(y, c.dtype)
         log_q = self._log_q(1 - sigma_tilde)
         return AuxiliaryDistribution(
-            n=NegativeMultinomial(log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + sigma_tilde.log(), log_q - log_s),
+            n=NegativeMultinomial(
+                log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + sigma_tilde.log(), log_q - log_s
+            ),
             omega=lambda aux: Independent(PolyaGamma(Y + aux["n"], c), 1),
         )
 

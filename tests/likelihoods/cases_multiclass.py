@@ -13,7 +13,8 @@ Multi-latent conventions as in ``toy_multilatent.py``: latents ``(N, J)``, label
   transform of :math:`\mathrm{PG}(Y_j + n_j, 0)`. Given :math:`f`, the counts follow :math:`\mathrm{NM}(1, p')`, whose
   total :math:`T = \sum_j n_j` is geometric with success probability :math:`p'_0 = \sum_l\theta_l s_l(f)/S`, so the
   mass of :math:`T > n_{\max}` is :math:`(1 - p'_0)^{n_{\max}+1}`; the sum runs over :math:`T \le n_{\max}` (inside the
-  box) with :math:`n_{\max}` chosen per datum to make that tail :math:`\le 10^{-15}`. For the bijective case :math:`p'_0 \ge \theta_K D / S = 0.22` and :math:`n_{\max} \le 150`
+  box) with :math:`n_{\max}` chosen per datum to make that tail :math:`\le 10^{-15}`. For the bijective case
+  :math:`p'_0 \ge \theta_K D / S = 0.22` and :math:`n_{\max} \le 150`
   (§12 (c)); the over-parametrised link has no such floor (:math:`p'_0 = \sigma(-4)` when every latent is at
   :math:`-4`, as in the test's edge point), so there :math:`n_{\max}` reaches about 2000 for that datum.
 * §12 (f): :math:`E_q \log p(y \mid f)` by a 100 x 100 product Gauss--Hermite rule.
@@ -70,7 +71,7 @@ def _count_box(likelihood: LogisticSoftmaxLikelihood, f: Tensor) -> int:
     """The per-datum box size :math:`n_{\\max}` for the latents ``f`` ``(J,)`` of one datum."""
     theta = likelihood.class_scales.detach().to(torch.float64)
     logits = _class_logits(theta, f.to(torch.float64), likelihood.bijective)
-    log_s = torch.logsumexp(_class_logits(theta, torch.full_like(f, math.inf, dtype=torch.float64), likelihood.bijective), -1)
+    log_s = (theta[: f.shape[-1]].sum() + (0.5 * theta[-1] if likelihood.bijective else 0.0)).log()  # log S
     p0 = float((torch.logsumexp(logits, -1) - log_s).exp())
     n_max = math.ceil(math.log(COUNT_TAIL) / math.log1p(-p0)) if p0 < 1 else 0
     return max(MIN_COUNT_BOX, n_max)
@@ -113,7 +114,8 @@ def marginalise_logistic_softmax(likelihood: LogisticSoftmaxLikelihood, y: Tenso
 
 
 def expected_log_lik_product_rule(likelihood: LogisticSoftmaxLikelihood, y: Tensor, m: Tensor, s: Tensor) -> Tensor:
-    r""":math:`E_{\prod_j\mathcal N(m_j, s_j)}\log p(y\mid f)` by a product Gauss--Hermite rule, 100 nodes per latent."""
+    r""":math:`E_{\prod_j\mathcal N(m_j, s_j)}\log p(y\mid f)` by a product Gauss--Hermite rule (100 nodes
+    per latent)."""
     J = m.shape[-1]
     nodes, weights = gauss_hermite(m, s, 100)  # (100, ..., N, J)
     total = torch.zeros(m.shape[:-1], dtype=m.dtype)
@@ -126,7 +128,8 @@ def expected_log_lik_product_rule(likelihood: LogisticSoftmaxLikelihood, y: Tens
 
 
 def q_aux_logistic_softmax(likelihood: LogisticSoftmaxLikelihood, y: Tensor, q_aux: AuxDict) -> AuxiliaryDistribution:
-    r""":math:`q(n) = \mathrm{NM}(1, p^q)`, :math:`p^q_j = \theta_j\tilde\sigma_j / S`, :math:`p^q_0 = 1 - \sum_j p^q_j`;
+    r""":math:`q(n) = \mathrm{NM}(1, p^q)`, :math:`p^q_j = \theta_j\tilde\sigma_j / S` and
+    :math:`p^q_0 = 1 - \sum_j p^q_j`;
     :math:`q(\omega_j \mid n) = \mathrm{PG}(Y_j + n_j, c_j)`."""
     c, sigma_tilde = q_aux["c"], q_aux["sigma_tilde"]
     J, K = likelihood.num_latents, likelihood.num_classes

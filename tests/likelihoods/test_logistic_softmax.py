@@ -137,7 +137,8 @@ def test_class_scale_update_is_exact_maximiser_and_monotone(bijective, K, prior)
     theta = lik.class_scales.detach().clone()
     with torch.no_grad():  # the objective is sum_i ell*_i up to a constant
         gain = lik.collapsed_bound(y, m, s).sum() - bound0
-    assert abs(float(gain) - (values[-1] - values[0]) + (0 if prior is None else _prior_gap(prior, theta0, theta))) < 1e-9
+    prior_gain = 0.0 if prior is None else _prior_gap(prior, theta0, theta)
+    assert abs(float(gain) - (values[-1] - values[0]) + prior_gain) < 1e-9
     assert all(b >= a_ - 1e-12 * abs(a_) for a_, b in zip(values, values[1:])), values
     if prior is None:
         assert abs(float(theta.mean()) - 1) < 1e-12  # normalised (the bound is scale-invariant)
