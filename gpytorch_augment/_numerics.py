@@ -10,7 +10,9 @@ Everything that needs care in floating point lives here, once:
 * :func:`log_sigma_tilde` -- :math:`\log\tilde\sigma(m, c) = \log\tilde\sigma^+(-m, c)`;
 * :func:`gauss_hermite` -- Gauss--Hermite nodes for :math:`E_{\mathcal N(m, s)} g(f)`, and
   :func:`quadrature_mixture`, the predictive :math:`\sum_k w_k p(y\mid f_k)` as a distribution;
-* :func:`reverse_cholesky` -- the lower factor :math:`C` with :math:`B = C^\top C`.
+* :func:`reverse_cholesky` -- the lower factor :math:`C` with :math:`B = C^\top C`;
+* :func:`safeguarded_newton` -- elementwise roots of a scalar equation in a bracket (Newton, falling back to
+  bisection), for the 1-D closed-form hyper-parameter updates.
 """
 
 from __future__ import annotations
@@ -137,3 +139,76 @@ def reverse_cholesky(B: Tensor) -> Tensor:
 
     flipped = B.flip(-1, -2)
     return psd_safe_cholesky(flipped).flip(-1, -2).mT
+
+
+def safeguarded_newton(
+    fn: Callable[[Tensor], tuple[Tensor, Tensor]],
+    lo: Tensor,
+    hi: Tensor,
+    x0: Tensor | None = None,
+    *,
+    increasing: bool | None = None,
+    rtol: float = 1e-13,
+    atol: float = 1e-13,
+    max_iter: int = 100,
+) -> Tensor:
+    r"""Elementwise root of :math:`g(x) = 0` in :math:`[lo, hi]` by Newton steps safeguarded by a bracket.
+
+    ``fn(x)`` returns :math:`(g(x), g'(x))`, elementwise in ``x`` (a batch of independent scalar equations, one per
+    element of ``broadcast(lo, hi, x0)``). Every step shrinks the bracket to the side where :math:`g` changes
+    sign, and a Newton step :math:`x - g/g'` that is not finite or leaves the open bracket is replaced by
+    bisection; so the iteration always converges (at worst linearly, like bisection) and, near a simple root,
+    quadratically: a handful of steps from a reasonable start. It stops when a step is below
+    ``atol + rtol * |x|`` (``rtol`` at least two machine epsilons) or the bracket is that narrow, or after
+    ``max_iter`` steps.
+
+    Without ``increasing``, :math:`g` is evaluated at both ends first; where it has the same sign at both, the end
+    with the smaller :math:`|g|` is returned (for a monotone :math:`g`, the root clipped to :math:`[lo, hi]`).
+    With ``increasing=True``/``False`` (a monotone :math:`g` whose direction is known) those two evaluations
+    are skipped, and a root beyond the bracket is approached by bisection towards the nearer end.
+    :math:`g` must be finite on the bracket.
+
+    :param fn: :math:`x \mapsto (g(x), g'(x))`.
+    :param lo: lower ends of the brackets.
+    :param hi: upper ends of the brackets (``hi >= lo``).
+    :param x0: starting points (clamped into the bracket; default the midpoints), e.g. the previous root.
+    :param increasing: the direction of a monotone :math:`g`, if known.
+    :returns: the roots, shape ``broadcast(lo, hi, x0)``.
+
+    Example::
+
+        >>> g = lambda x: (x**3 - 2, 3 * x**2)
+        >>> safeguarded_newton(g, torch.tensor(0.0), torch.tensor(2.0), increasing=True)   # 2 ** (1 / 3)
+        tensor(1.2599)
+    """
+    lo, hi = torch.broadcast_tensors(lo, hi) if x0 is None else torch.broadcast_tensors(lo, hi, x0)[:2]
+    reversed_brackets = int((hi < lo).sum())
+    if reversed_brackets:
+        raise ValueError(
+            f"safeguarded_newton: every bracket needs hi >= lo, got hi < lo in {reversed_brackets} of {lo.numel()}"
+        )
+    x = (lo + hi) / 2 if x0 is None else torch.minimum(torch.maximum(x0, lo), hi)
+    if increasing is None:
+        g_lo, g_hi = fn(lo)[0], fn(hi)[0]
+        sign_lo = torch.sign(g_lo)
+        bracketed = sign_lo * torch.sign(g_hi) < 0
+        # no sign change: the end nearer the root (a zero at either end is also caught here)
+        x = torch.where(bracketed, x, torch.where(g_hi.abs() < g_lo.abs(), hi, lo))
+        done = ~bracketed
+    else:
+        sign_lo = torch.full_like(x, -1.0 if increasing else 1.0)
+        done = torch.zeros_like(x, dtype=torch.bool)
+    rtol = max(rtol, 2 * torch.finfo(x.dtype).eps)  # else adjacent floats may alternate until max_iter
+    for _ in range(max_iter):
+        if bool(done.all()):
+            break
+        g, slope = fn(x)
+        beyond = g * sign_lo > 0  # g has its sign at lo: the root lies beyond x
+        lo, hi = torch.where(beyond, x, lo), torch.where(beyond, hi, x)
+        newton = x - g / slope
+        inside = (newton > lo) & (newton < hi)  # False for nan and inf too
+        new_x = torch.where(done | (g == 0), x, torch.where(inside, newton, (lo + hi) / 2))
+        tol = atol + rtol * new_x.abs()
+        done = done | ((new_x - x).abs() <= tol) | (hi - lo <= tol)
+        x = new_x
+    return x

@@ -43,7 +43,7 @@ from torch import Tensor
 from .datasets import Dataset, load_keel
 from .inference import CAVI, CAVITrace
 from .likelihoods import BernoulliLogitLikelihood
-from .variational import CAVIVariationalStrategy
+from .variational import CAVIVariationalStrategy, kmeans_plus_plus
 
 __all__ = ["DemoResult", "SparseGPClassifier", "kmeans_inducing_points", "main", "predict_proba"]
 
@@ -94,36 +94,13 @@ class SparseGPClassifier(ApproximateGP):
 
 
 def kmeans_inducing_points(x: Tensor, num_inducing: int, seed: int = 0, max_iter: int = 100) -> Tensor:
-    """``num_inducing`` k-means centres of the rows of ``x``: seeded k-means++ initialisation, then Lloyd
-    iterations until the assignment stops changing (or ``max_iter``). Returns a ``(num_inducing, D)`` tensor
-    with ``x``'s dtype and device; the same ``seed`` always gives the same centres.
+    """``num_inducing`` k-means centres of the rows of ``x``: :func:`~gpytorch_augment.kmeans_plus_plus` (k-means++
+    seeding, then up to ``max_iter`` Lloyd iterations, stopping when no assignment changes) with a generator
+    seeded by ``seed``, so the same ``seed`` always gives the same centres. Returns a ``(num_inducing, D)`` tensor
+    with ``x``'s dtype and device.
     """
-    if x.dim() != 2:
-        raise ValueError(f"x must be an (N, D) matrix, got shape {tuple(x.shape)}")
-    n = x.shape[-2]
-    if not 0 < num_inducing <= n:
-        raise ValueError(f"num_inducing must be in [1, {n}] (the number of points), got {num_inducing}")
-    x = x.detach()
-    generator = torch.Generator(device=x.device).manual_seed(seed)
-    # k-means++: each new centre is drawn with probability proportional to the squared distance to the others
-    centres = x[torch.randint(n, (1,), generator=generator, device=x.device)]
-    d2 = (x - centres).pow(2).sum(-1)
-    for _ in range(num_inducing - 1):
-        weights = d2 if d2.sum() > 0 else torch.ones_like(d2)
-        new = x[torch.multinomial(weights, 1, generator=generator)]
-        centres = torch.cat([centres, new])
-        d2 = torch.minimum(d2, (x - new).pow(2).sum(-1))
-    # Lloyd: assign to the nearest centre, move each centre to its cluster mean (empty clusters stay put)
-    assign = None
-    for _ in range(max_iter):
-        new_assign = torch.cdist(x, centres).argmin(-1)
-        if assign is not None and torch.equal(new_assign, assign):
-            break
-        assign = new_assign
-        counts = torch.bincount(assign, minlength=num_inducing).to(x.dtype).unsqueeze(-1)
-        sums = torch.zeros_like(centres).index_add_(0, assign, x)
-        centres = torch.where(counts > 0, sums / counts.clamp_min(1), centres)
-    return centres
+    generator = torch.Generator(device=getattr(x, "device", "cpu")).manual_seed(seed)
+    return kmeans_plus_plus(x, num_inducing, generator, num_iters=max_iter)
 
 
 @dataclass

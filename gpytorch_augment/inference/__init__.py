@@ -1,6 +1,20 @@
-"""Inference engines: closed-form CAVI and blocked Gibbs sampling."""
+"""Inference engines: closed-form CAVI (full-batch or stochastic, with step-size schedules and convergence
+criteria) and blocked Gibbs sampling."""
 
-from .cavi import CAVI, CAVITrace
+from .cavi import CAVI, CAVITrace, HeldOut, RelativeChange
 from .gibbs import GibbsSampler, GibbsSamples
+from .schedules import AdaptiveStep, ConstantStep, RobbinsMonro, StepSchedule, make_schedule
 
-__all__ = ["CAVI", "CAVITrace", "GibbsSampler", "GibbsSamples"]
+__all__ = [
+    "AdaptiveStep",
+    "CAVI",
+    "CAVITrace",
+    "ConstantStep",
+    "GibbsSampler",
+    "GibbsSamples",
+    "HeldOut",
+    "RelativeChange",
+    "RobbinsMonro",
+    "StepSchedule",
+    "make_schedule",
+]

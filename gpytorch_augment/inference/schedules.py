@@ -204,9 +204,9 @@ _NAMES: dict[str, type[StepSchedule]] = {
 
 
 def make_schedule(spec: float | str | StepSchedule | Callable[[int], float], **kwargs: Any) -> Any:
-    r"""A schedule from a number (:class:`ConstantStep`), a name (``"constant"``, ``"robbins-monro"``,
-    ``"adaptive"``; ``kwargs`` go to its constructor), a :class:`StepSchedule` or any callable ``t -> rho``
-    (returned unchanged).
+    r"""A schedule from a name (``"constant"``, ``"robbins-monro"``, ``"adaptive"``; ``kwargs`` go to its
+    constructor); a number is a constant step and is returned as a ``float`` (the driver checks it is in
+    (0, 1]), a :class:`StepSchedule` or any callable ``t -> rho`` is returned unchanged.
 
     Example::
 

@@ -11,7 +11,15 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import MixtureSameFamily, NegativeBinomial
 
-from .._numerics import LOG2, log_sigma_tilde, log_sigma_tilde_plus, pg_kl, pg_mean, quadrature_mixture
+from .._numerics import (
+    LOG2,
+    log_sigma_tilde,
+    log_sigma_tilde_plus,
+    pg_kl,
+    pg_mean,
+    quadrature_mixture,
+    safeguarded_newton,
+)
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
@@ -30,8 +38,8 @@ def solve_total_count(y: Tensor, sum_log_sigma_tilde: Tensor, iterations: int = 
     r"""The root :math:`r^*` of :math:`g(r) = \sum_i [\psi(y_i + r) - \psi(r)] + S`, :math:`S < 0`, over the last dim.
 
     :math:`g` decreases from :math:`+\infty` (if :math:`\sum_i y_i > 0`) to :math:`S`, so the root is unique. It is
-    found in :math:`u = \log r` by Newton steps safeguarded by a bracket: the bracket
-    ``LOG_TOTAL_COUNT_BOUNDS`` is shrunk at every step, and a Newton step leaving it is replaced by bisection.
+    found in :math:`u = \log r` by :func:`~gpytorch_augment._numerics.safeguarded_newton` on the bracket
+    ``LOG_TOTAL_COUNT_BOUNDS``.
     Vectorised over leading dimensions; ``sum_log_sigma_tilde`` has shape ``(*batch, 1)``. Roots outside the
     bounds are returned as the nearest bound.
     """
@@ -45,23 +53,7 @@ def solve_total_count(y: Tensor, sum_log_sigma_tilde: Tensor, iterations: int = 
 
     lo = torch.full_like(sum_log_sigma_tilde, LOG_TOTAL_COUNT_BOUNDS[0])
     hi = torch.full_like(sum_log_sigma_tilde, LOG_TOTAL_COUNT_BOUNDS[1])
-    g_lo, _ = g_and_slope(lo)
-    g_hi, _ = g_and_slope(hi)
-    u = torch.where(g_hi >= 0, hi, torch.where(g_lo <= 0, lo, (lo + hi) / 2))
-    done = (g_hi >= 0) | (g_lo <= 0)
-    for _ in range(iterations):
-        g, slope = g_and_slope(u)
-        lo = torch.where(g > 0, u, lo)  # g decreasing: the root lies right of u
-        hi = torch.where(g > 0, hi, u)
-        newton = u - g / slope
-        inside = (newton > lo) & (newton < hi) & torch.isfinite(newton)
-        new_u = torch.where(done, u, torch.where(inside, newton, (lo + hi) / 2))
-        converged = (new_u - u).abs() <= rtol * (1 + u.abs())
-        u = new_u
-        done = done | converged
-        if bool(done.all()):
-            break
-    return u.exp()
+    return safeguarded_newton(g_and_slope, lo, hi, rtol=rtol, atol=rtol, max_iter=iterations).exp()
 
 
 class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
