@@ -1,41 +1,50 @@
 r"""Multi-class GP classification on KEEL ``satimage``: closed-form CAVI with the logistic-softmax likelihood against
 GPyTorch's ``SoftmaxLikelihood`` SVGP trained by Adam.
 
-The GP part is identical for every method::
+The GP part has the same form for every method::
 
     f_j ~ GP(c_j, s_j^2 k_RBF-ARD(l_j)),  j = 1..J  (J = K = 6, or K - 1 = 5 for the bijective link),
     u_j = f_j(Z) with M = 100 fixed k-means inducing inputs Z (the same for every method),
     q(u_j) = N(m_j, S_j) (whitened), one batched strategy inside IndependentMultitaskVariationalStrategy.
 
-The kernel and mean hyper-parameters are chosen once by the baseline's own procedure (:func:`choose_hyperparameters`:
-a short Adam fit of the softmax SVGP on a subset) and frozen for every method; only q(u) (and, where stated, the class
-scales) is optimised:
+**Hyper-parameters.** The two links are different models (the logistic-softmax link is bounded, so it wants larger
+latent amplitudes, and its best kernel differs), so each model gets kernel and mean hyper-parameters chosen by the
+*same procedure applied to its own model* (:func:`choose_hyperparameters`: a fixed number of iterations of the
+model's own training loop with Adam on the hyper-parameters, on the same seeded subset, with the same Z, from the
+same initialisation); they are then frozen and only q(u) (and, where stated, the class scales) is optimised. This is
+the headline configuration ("own h.p."). Secondary rows run CAVI with the *baseline's* hyper-parameters (the
+configuration of the previous version of this benchmark). The hyper-parameter fits are timed and reported apart;
+they are not part of the time-to-accuracy.
 
 * **CAVI** -- ``gpytorch_augment.CAVI`` full-batch steps with ``LogisticSoftmaxLikelihood``
   (:math:`p(y=k\mid f) = \theta_k\sigma(f_k)/\sum_l\theta_l\sigma(f_l)`), over-parametrised or bijective link, with
   :math:`\theta \equiv 1` or with the closed-form class-scale update inside every step;
 * **SVGP+Adam** -- ``VariationalStrategy`` + ``CholeskyVariationalDistribution`` in
   ``IndependentMultitaskVariationalStrategy``, ``gpytorch.likelihoods.SoftmaxLikelihood(mixing_weights=False)``
-  (the softmax link: a different model), ``VariationalELBO`` (Monte-Carlo expected log-likelihood, GPyTorch's default
-  10 samples), full-batch Adam on the variational parameters.
+  (the softmax link), ``VariationalELBO`` (Monte-Carlo expected log-likelihood, GPyTorch's default 10 samples),
+  full-batch Adam on the variational parameters.
 
 Every method is evaluated with the same predictive machinery: class probabilities :math:`E_{q(f_*)}[\text{link}(f_*)]`
 by 512 fixed standard-normal draws while tracking (shared by all methods, so their noise is common), and by
-:math:`2^{14}` scrambled-Sobol points for the final numbers (the latent variance integrated, not plugged in).
+:math:`2^{14}` scrambled-Sobol points for the final numbers (the latent variance integrated, not plugged in). The
+state of every baseline run at its best tracked accuracy is kept and re-evaluated with the precise predictive, to
+tell whether the baseline's best tracked accuracy (the issue's target) is a Monte-Carlo-lucky evaluation.
 
-Run ``python benchmarks/multiclass.py`` (full, ~20 min on 2 shared cores) or ``--quick`` (smoke check, < 2 min).
+Run ``python benchmarks/multiclass.py`` (full, ~30 min on 2 shared cores) or ``--quick`` (smoke check, a few min).
 Results go to ``results/multiclass.{json,md,png}`` (``--render results/multiclass.json`` re-renders them).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +67,10 @@ TRACKING_DRAWS = 512
 ACCURACY_SLACK = 0.0
 #: accuracy levels of the time-to-accuracy table: the baseline's best tracked accuracy minus these
 ACCURACY_GAPS = (0.02, 0.015, 0.01, 0.005, 0.0)
-
+#: Adam learning rate of every hyper-parameter fit
+HYPER_LR = 0.05
+#: the two hyper-parameter configurations: each family its own (headline) / the baseline's for CAVI (secondary)
+CONFIGS = {"own": "own h.p.", "baseline": "baseline's h.p."}
 
 # ---------------------------------------------------------------------------------------------------- model
 class MultiLatentSVGP(gpytorch.models.ApproximateGP):
@@ -86,47 +98,6 @@ class MultiLatentSVGP(gpytorch.models.ApproximateGP):
         self.covar_module.requires_grad_(False)
 
 
-def _softmax_likelihood(num_classes: int) -> gpytorch.likelihoods.SoftmaxLikelihood:
-    return gpytorch.likelihoods.SoftmaxLikelihood(
-        num_features=num_classes, num_classes=num_classes, mixing_weights=False
-    )
-
-
-def choose_hyperparameters(
-    x: Tensor, y: Tensor, Z: Tensor, num_classes: int, subset: int, iterations: int, lr: float = 0.05, seed: int = 0
-) -> dict[str, Any]:
-    """The fixed procedure that picks the frozen hyper-parameters: the **baseline's** own model (softmax SVGP,
-    ``VariationalELBO``) on a seeded random subset, Adam on q(u) and every hyper-parameter for a fixed number of
-    iterations from median-heuristic lengthscales, outputscale 1 and mean 0 (not to convergence)."""
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.randperm(x.shape[0], generator=gen)[:subset]
-    xs, ys = x[idx], y[idx]
-    model = MultiLatentSVGP(Z, num_classes, gpytorch.variational.VariationalStrategy)
-    lengthscale = common.median_heuristic_lengthscales(x, seed=seed)
-    model.covar_module.base_kernel.lengthscale = lengthscale.expand(num_classes, 1, -1)
-    likelihood = _softmax_likelihood(num_classes)
-    mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=ys.numel())
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        optimizer.zero_grad(set_to_none=True)
-        loss = -mll(model(xs), ys)
-        loss.backward()
-        optimizer.step()
-    return {
-        "lengthscale": model.covar_module.base_kernel.lengthscale.detach().squeeze(-2).tolist(),
-        "outputscale": model.covar_module.outputscale.detach().tolist(),
-        "mean_constant": model.mean_module.constant.detach().tolist(),
-        "procedure": (
-            f"GPyTorch SVGP with SoftmaxLikelihood (the baseline's model; IndependentMultitaskVariationalStrategy, "
-            f"CholeskyVariationalDistribution, VariationalELBO) on a seeded random subset of {xs.shape[0]} training "
-            f"points with the same fixed Z; Adam lr={lr} on q(u) and all hyper-parameters for {iterations} "
-            "iterations from median-heuristic lengthscales, outputscale 1, mean 0; then frozen for every method "
-            "(the bijective link uses the first K-1 latents')"
-        ),
-        "fit_seconds": time.perf_counter() - start,
-        "subset_elbo_per_datum": float(-loss.detach()),
-    }
 
 
 # ---------------------------------------------------------------------------------------------------- methods
@@ -137,6 +108,7 @@ class MethodSpec:
     bijective: bool = False
     learn_class_scales: bool = False
     lr: float | None = None
+    hypers: str = "own"  # "own": chosen on this method's own model; "baseline": the softmax SVGP's (CAVI only)
 
     @property
     def link(self) -> str:
@@ -144,6 +116,11 @@ class MethodSpec:
             return "softmax"
         scales = ", θ learned" if self.learn_class_scales else ", θ = 1"
         return "logistic-softmax" + (", bijective" if self.bijective else "") + scales
+
+    @property
+    def hyper_key(self) -> str:
+        """Which hyper-parameter fit this method uses (one fit per distinct model)."""
+        return "softmax" if self.engine == "adam" or self.hypers == "baseline" else self.link
 
 
 def default_methods(quick: bool) -> list[MethodSpec]:
@@ -154,18 +131,111 @@ def default_methods(quick: bool) -> list[MethodSpec]:
         MethodSpec("CAVI bijective + class scales", "cavi", bijective=True, learn_class_scales=True),
         MethodSpec("SVGP+Adam lr=0.05", "adam", lr=0.05),
         MethodSpec("SVGP+Adam lr=0.01", "adam", lr=0.01),
+        MethodSpec("CAVI (baseline's h.p.)", "cavi", hypers="baseline"),
     ]
     if quick:
         methods = [m for m in methods if m.name not in ("CAVI bijective", "SVGP+Adam lr=0.01")]
     return methods
 
 
+# ---------------------------------------------------------------------------------------------------- hyper-parameters
+def _softmax_likelihood(num_classes: int) -> gpytorch.likelihoods.SoftmaxLikelihood:
+    return gpytorch.likelihoods.SoftmaxLikelihood(
+        num_features=num_classes, num_classes=num_classes, mixing_weights=False
+    )
+
+
+def _initialise(model: MultiLatentSVGP, x: Tensor, seed: int) -> None:
+    """The common starting point of every hyper-parameter fit: median-heuristic lengthscales (per input
+    dimension, the same for every latent), outputscale 1, mean 0."""
+    J = model.mean_module.constant.shape[0]
+    model.covar_module.base_kernel.lengthscale = common.median_heuristic_lengthscales(x, seed=seed).expand(J, 1, -1)
+    model.covar_module.outputscale = torch.ones(J)
+    model.mean_module.constant.data.zero_()
+
+
+def _fitted(model: MultiLatentSVGP) -> dict[str, Any]:
+    return {
+        "lengthscale": model.covar_module.base_kernel.lengthscale.detach().squeeze(-2).tolist(),
+        "outputscale": model.covar_module.outputscale.detach().tolist(),
+        "mean_constant": model.mean_module.constant.detach().tolist(),
+    }
+
+
+def choose_hyperparameters(
+    spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, subset: int, iterations: int,
+    lr: float = HYPER_LR, seed: int = 0,
+) -> dict[str, Any]:
+    """The fixed procedure that picks a family's frozen hyper-parameters, applied to **that family's own model**:
+    on a seeded random subset of ``subset`` training points, with the benchmark's fixed ``Z``, from the common
+    initialisation (:func:`_initialise`), ``iterations`` iterations of that family's own training loop with Adam
+    (``lr``) on every kernel and mean hyper-parameter (not to convergence):
+
+    * softmax (``spec.engine == "adam"``): GPyTorch's SVGP with ``SoftmaxLikelihood`` and ``VariationalELBO``, one
+      Adam step on q(u) and the hyper-parameters jointly per iteration;
+    * logistic-softmax (``spec.engine == "cavi"``, with ``spec``'s link and class-scale setting):
+      ``CAVI.fit(..., hyper_optimizer=Adam(model.hyperparameters(), lr))``, i.e. one closed-form CAVI step on q(u)
+      (and, with ``learn_class_scales``, the closed-form class-scale update) followed by one Adam step on
+      ``-AugmentedELBO`` per iteration.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(x.shape[0], generator=gen)[:subset]
+    xs, ys = x[idx], y[idx]
+    wall, cpu = time.perf_counter(), time.process_time()
+    if spec.engine == "adam":
+        model = MultiLatentSVGP(Z, num_classes, gpytorch.variational.VariationalStrategy)
+        _initialise(model, x, seed)
+        likelihood = _softmax_likelihood(num_classes)
+        mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=ys.numel())
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        for _ in range(iterations):
+            optimizer.zero_grad(set_to_none=True)
+            loss = -mll(model(xs), ys)
+            loss.backward()
+            optimizer.step()
+        objective = float(-loss.detach())
+        extra: dict[str, Any] = {}
+        procedure = (
+            "GPyTorch SVGP with SoftmaxLikelihood (IndependentMultitaskVariationalStrategy, "
+            f"CholeskyVariationalDistribution, VariationalELBO); Adam lr={lr} on q(u) and all hyper-parameters jointly"
+        )
+    else:
+        likelihood = LogisticSoftmaxLikelihood(
+            num_classes, bijective=spec.bijective, learn_class_scales=spec.learn_class_scales
+        )
+        model = MultiLatentSVGP(Z, likelihood.num_latents, CAVIVariationalStrategy)
+        _initialise(model, x, seed)
+        cavi = CAVI(model, likelihood, num_data=ys.numel())
+        trace = cavi.fit(
+            xs, ys, max_iter=iterations, hyper_optimizer=torch.optim.Adam(model.hyperparameters(), lr=lr),
+            convergence=lambda trace: False,
+        )
+        objective = float(trace.elbo[-1])
+        extra = {"class_scales_of_fit": likelihood.class_scales.detach().tolist()}
+        procedure = (
+            f"LogisticSoftmaxLikelihood(bijective={spec.bijective}, learn_class_scales={spec.learn_class_scales}) with "
+            f"CAVIVariationalStrategy; CAVI.fit with hyper_optimizer=Adam(model.hyperparameters(), lr={lr}): one "
+            "closed-form CAVI step on q(u) (and θ) then one Adam step on -AugmentedELBO per iteration"
+        )
+    return {
+        **_fitted(model), **extra,
+        "family": spec.link if spec.engine == "cavi" else "softmax",
+        "procedure": procedure,
+        "subset": int(xs.shape[0]), "iterations": iterations,
+        "fit_seconds": time.perf_counter() - wall, "fit_cpu_seconds": time.process_time() - cpu,
+        "subset_elbo_per_datum": objective,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- training
 @dataclass
 class Built:
     model: MultiLatentSVGP
     likelihood: Any
     step: Callable[[], Any]
     link: Callable[[Tensor], Tensor]  # latents (..., N, J) -> class probabilities (..., N, K)
+    best_tracked_accuracy: float = -math.inf
+    best_state: dict[str, Any] | None = field(default=None, repr=False)  # model & likelihood at that accuracy
 
 
 def build(spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, hypers: dict[str, Any]) -> Built:
@@ -227,22 +297,38 @@ def classification_metrics(probs: Tensor, y: Tensor, bins: int = 10) -> dict[str
     }
 
 
+
+def _state(built: Built) -> dict[str, Any]:
+    return copy.deepcopy({"model": built.model.state_dict(), "likelihood": built.likelihood.state_dict()})
+
+
+def _load(built: Built, state: dict[str, Any]) -> None:
+    built.model.load_state_dict(state["model"])
+    built.likelihood.load_state_dict(state["likelihood"])
+
+
 def make_evaluator(built: Built, x_test: Tensor, y_test: Tensor, eps: Tensor) -> Callable[[], dict[str, float]]:
-    """Tracking metrics from the fixed draws ``eps`` (untimed)."""
+    """Tracking metrics from the fixed draws ``eps`` (untimed); keeps a copy of the state at the best accuracy."""
 
     def evaluate() -> dict[str, float]:
         mean, var = latent_moments(built.model, x_test)
         with torch.no_grad():
             probs = built.link(mean + var.sqrt() * eps[..., : mean.shape[-1]]).mean(0)
         m = classification_metrics(probs, y_test)
+        if m["accuracy"] > built.best_tracked_accuracy:
+            built.best_tracked_accuracy, built.best_state = m["accuracy"], _state(built)
         return {"test_nll": m["test_nll"], "test_error": 1 - m["accuracy"], "mean_confidence": m["mean_confidence"]}
 
     return evaluate
 
 
-def final_metrics(built: Built, x_test: Tensor, y_test: Tensor) -> dict[str, Any]:
+def final_metrics(built: Built, x_test: Tensor, y_test: Tensor, state: dict[str, Any] | None = None) -> dict[str, Any]:
     """The precise predictive, latent variance integrated by 2^14 scrambled-Sobol points (CAVI: the likelihood's own
-    ``predict_proba``; softmax: the same rule applied to the softmax)."""
+    ``predict_proba``; softmax: the same rule applied to the softmax), of the current state or of ``state``."""
+    current = None
+    if state is not None:
+        current = _state(built)
+        _load(built, state)
     model = built.model
     model.eval()
     with torch.no_grad():
@@ -252,6 +338,8 @@ def final_metrics(built: Built, x_test: Tensor, y_test: Tensor) -> dict[str, Any
         else:
             probs = _expectation(lambda f: torch.softmax(f, -1), q_f.mean, q_f.variance)
     model.train()
+    if current is not None:
+        _load(built, current)
     return classification_metrics(probs, y_test)
 
 
@@ -260,34 +348,56 @@ def _trace(run: dict[str, Any]) -> common.Trace:
     return common.Trace(**{k: v for k, v in run["trace"].items() if k != "median_step_time"})
 
 
+def _accuracies(run: dict[str, Any]) -> list[float]:
+    return [1 - e for e in run["trace"]["metrics"]["test_error"]]
+
+
 def _hit(run: dict[str, Any], accuracy: float) -> dict[str, Any] | None:
     hit = common.time_to_target(_trace(run), "test_error", 1 - accuracy + 1e-12)
     return asdict(hit) if hit else None
 
 
-def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Accuracy targets, times to target and speed-ups of the fastest CAVI run over the fastest baseline run."""
-    for r in runs:
-        r["best_accuracy"] = 1 - min(r["trace"]["metrics"]["test_error"])
-    cavi = [r for r in runs if r["engine"] == "cavi"]
-    adam = [r for r in runs if r["engine"] == "adam"]
-    best_baseline = max(r["best_accuracy"] for r in adam)
-    best_cavi = max(r["best_accuracy"] for r in cavi)
-    targets = {
-        "baseline_best": best_baseline,
-        "equal": min(best_baseline, best_cavi) - ACCURACY_SLACK,
+def _config(run: dict[str, Any]) -> str:
+    return run.get("hypers", "own")
+
+
+def _fastest(runs: list[dict[str, Any]], hits: dict[str, Any], key: str) -> dict[str, Any] | None:
+    reached = [r for r in runs if hits[r["name"]][key]]
+    return min(reached, key=lambda r: hits[r["name"]][key]["time"]) if reached else None
+
+
+def baseline_best_diagnostics(adam: list[dict[str, Any]], n_test: int) -> dict[str, Any]:
+    """How solid the baseline's best tracked accuracy is: in how many tracked evaluations it was seen, the best
+    accuracy held over three consecutive evaluations, and the precise (Sobol) accuracy of the state that scored it."""
+    run = max(adam, key=lambda r: r["best_accuracy"])
+    acc, best = _accuracies(run), run["best_accuracy"]
+    at = acc.index(best)
+    sustained = max((min(acc[i : i + 3]) for i in range(len(acc) - 2)), default=best)
+    return {
+        "run": run["name"],
+        "best_tracked": best,
+        "iteration": run["trace"]["iteration"][at],
+        "evaluations_at_best": sum(a >= best - 0.5 / n_test for a in acc),
+        "evaluations": len(acc),
+        "neighbours": acc[max(0, at - 3) : at + 4],
+        "sustained_3": sustained,
+        "precise_at_best_state": (run.get("final_at_best_tracked") or {}).get("accuracy"),
+        "final_of_that_run": run["final"]["accuracy"],
     }
-    out: dict[str, Any] = {"targets": targets, "speedups": {}}
-    for r in runs:
-        r["hits"] = {key: _hit(r, value) for key, value in targets.items()}
+
+
+def compare(cavi: list[dict[str, Any]], adam: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, Any]:
+    """Times to every target of every run, speed-ups of the fastest CAVI run over the fastest baseline run, final
+    accuracy and NLL differences (best final of each family)."""
+    equal = min(targets["baseline_best"], max(r["best_accuracy"] for r in cavi)) - ACCURACY_SLACK
+    targets = {**targets, "equal": equal}
+    hits = {r["name"]: {key: _hit(r, value) for key, value in targets.items()} for r in cavi + adam}
+    out: dict[str, Any] = {"targets": targets, "hits": hits, "speedups": {}}
     for key in targets:
-        c = [r for r in cavi if r["hits"][key]]
-        b = [r for r in adam if r["hits"][key]]
-        fc = min(c, key=lambda r: r["hits"][key]["time"]) if c else None
-        fb = min(b, key=lambda r: r["hits"][key]["time"]) if b else None
+        fc, fb = _fastest(cavi, hits, key), _fastest(adam, hits, key)
         entry: dict[str, Any] = {"cavi": fc["name"] if fc else None, "baseline": fb["name"] if fb else None}
         if fc and fb:
-            hc, hb = fc["hits"][key], fb["hits"][key]
+            hc, hb = hits[fc["name"]][key], hits[fb["name"]][key]
             entry.update(
                 wall=hb["time"] / hc["time"],
                 cpu=hb["cpu_time"] / hc["cpu_time"],
@@ -299,14 +409,14 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out["speedups"][key] = entry
     levels = []
     for gap in ACCURACY_GAPS:
-        level = best_baseline - gap
-        hits = {r["name"]: _hit(r, level) for r in runs}
-        fc = min((r for r in cavi if hits[r["name"]]), key=lambda r: hits[r["name"]]["time"], default=None)
-        fb = min((r for r in adam if hits[r["name"]]), key=lambda r: hits[r["name"]]["time"], default=None)
+        level = targets["baseline_best"] - gap
+        level_hits = {r["name"]: _hit(r, level) for r in cavi + adam}
+        fc = min((r for r in cavi if level_hits[r["name"]]), key=lambda r: level_hits[r["name"]]["time"], default=None)
+        fb = min((r for r in adam if level_hits[r["name"]]), key=lambda r: level_hits[r["name"]]["time"], default=None)
         levels.append({
-            "gap": gap, "accuracy": level, "hits": hits,
+            "gap": gap, "accuracy": level, "hits": level_hits,
             "fastest_cavi": fc["name"] if fc else None, "fastest_baseline": fb["name"] if fb else None,
-            "speedup_wall": hits[fb["name"]]["time"] / hits[fc["name"]]["time"] if fc and fb else None,
+            "speedup_wall": level_hits[fb["name"]]["time"] / level_hits[fc["name"]]["time"] if fc and fb else None,
         })
     out["accuracy_levels"] = levels
     best_final_baseline = max(adam, key=lambda r: r["final"]["accuracy"])
@@ -317,8 +427,27 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "accuracy_difference": best_final_cavi["final"]["accuracy"] - best_final_baseline["final"]["accuracy"],
         "nll_difference": best_final_cavi["final"]["test_nll"] - best_final_baseline["final"]["test_nll"],
     }
-    literal = out["speedups"]["baseline_best"]
-    out["issue_target_met"] = bool(literal.get("wall", 0) >= 10 and out["final"]["accuracy_difference"] >= 0)
+    out["issue_target_met"] = bool(
+        out["speedups"]["baseline_best"].get("wall", 0) >= 10 and out["final"]["accuracy_difference"] >= 0
+    )
+    return out
+
+
+def summarise(runs: list[dict[str, Any]], n_test: int) -> dict[str, Any]:
+    """The accuracy targets (from the baseline runs) and one :func:`compare` per hyper-parameter configuration."""
+    for r in runs:
+        r["best_accuracy"] = max(_accuracies(r))
+    adam = [r for r in runs if r["engine"] == "adam"]
+    targets = {
+        "baseline_best": max(r["best_accuracy"] for r in adam),  # the issue's target
+        "baseline_final": max(r["final"]["accuracy"] for r in adam),
+    }
+    out: dict[str, Any] = {"targets": targets, "baseline_best": baseline_best_diagnostics(adam, n_test), "configs": {}}
+    for config in CONFIGS:
+        cavi = [r for r in runs if r["engine"] == "cavi" and _config(r) == config]
+        if cavi:
+            out["configs"][config] = compare(cavi, adam, targets)
+    out["issue_target_met"] = out["configs"]["own"]["issue_target_met"]
     return out
 
 
@@ -339,39 +468,74 @@ def _level_sentence(level: dict[str, Any]) -> str:
     return f"{level['accuracy']:.4f} (best − {level['gap']:.3f}): {cavi} vs {base}{ratio}"
 
 
+def _speed(entry: dict[str, Any]) -> str:
+    if "wall" not in entry:
+        who = "no CAVI run" if entry["cavi"] is None else "no baseline run"
+        return f"not measurable: {who} reached it"
+    return (
+        f"**{entry['wall']:.1f}×** in wall time ({entry['cavi']}: {entry['cavi_time']:.1f} s vs {entry['baseline']}: "
+        f"{entry['baseline_time']:.1f} s; {entry['cpu']:.1f}× in CPU time, {entry['iterations_x_cost']:.1f}× as "
+        "iterations × median time per iteration)"
+    )
+
+
+def _hyper_rows(result: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key, h in result["hyperparameters"].items():
+        users = [r["name"] for r in result["runs"] if r.get("hyper_key", "softmax") == key]
+        ls = [v for row in h["lengthscale"] for v in row]
+        theta = h.get("class_scales_of_fit")
+        rows.append([
+            h.get("family", key), ", ".join(users), f"{h['fit_seconds']:.1f}", _f(h.get("fit_cpu_seconds"), 1),
+            _f(h["subset_elbo_per_datum"]), "[" + ", ".join(f"{v:.2f}" for v in h["outputscale"]) + "]",
+            "[" + ", ".join(f"{v:+.2f}" for v in h["mean_constant"]) + "]", f"{statistics.median(ls):.2f}",
+            "[" + ", ".join(f"{v:.2f}" for v in theta) + "]" if theta and len(set(theta)) > 1 else "—",
+        ])
+    return rows
+
+
 def write_markdown(path: Path, result: dict[str, Any]) -> None:
     runs, s, cfg, m = result["runs"], result["summary"], result["config"], result["machine"]
-    t = s["targets"]
+    t, diag = s["targets"], s["baseline_best"]
+    own = s["configs"]["own"]
     headers = [
-        "method", "link", f"to baseline's best acc. ({t['baseline_best']:.4f})", f"to equal acc. ({t['equal']:.4f})",
-        "final acc.", "final NLL", "mean conf.", "ECE", "best acc. (tracked)", "ms / it.", "run: its, s, stop", "θ",
+        "method", "link", "h.p.", f"to baseline's best acc. ({t['baseline_best']:.4f})",
+        f"to baseline's final acc. ({t['baseline_final']:.4f})", "final acc.", "final NLL", "mean conf.", "ECE",
+        "best acc. (tracked)", "ms / it.", "run: its, s, stop", "θ",
     ]
     rows = []
     for r in runs:
         f = r["final"]
         theta = r.get("class_scales")
+        hits = s["configs"][_config(r) if r["engine"] == "cavi" else "own"]["hits"][r["name"]]
         rows.append([
-            r["name"], r["link"], _hit_cell(r["hits"]["baseline_best"]), _hit_cell(r["hits"]["equal"]),
-            _f(f["accuracy"]), _f(f["test_nll"]), _f(f["mean_confidence"]), _f(f["ece"]), _f(r["best_accuracy"]),
-            f"{1e3 * r['median_step_time']:.0f}",
+            r["name"], r["link"], CONFIGS[_config(r)], _hit_cell(hits["baseline_best"]),
+            _hit_cell(hits["baseline_final"]), _f(f["accuracy"]), _f(f["test_nll"]), _f(f["mean_confidence"]),
+            _f(f["ece"]), _f(r["best_accuracy"]), f"{1e3 * r['median_step_time']:.0f}",
             f"{r['trace']['iteration'][-1]}, {r['total_time']:.1f}, {r['stop_reason']}",
             "[" + ", ".join(f"{v:.2f}" for v in theta) + "]" if theta else "—",
         ])
 
-    def speed(key: str) -> str:
-        e = s["speedups"][key]
-        if "wall" not in e:
-            who = "no CAVI run" if e["cavi"] is None else "no baseline run"
-            return f"not measurable: {who} reached it"
-        return (
-            f"{e['wall']:.1f}× in wall time ({e['cavi']}: {e['cavi_time']:.1f} s vs {e['baseline']}: "
-            f"{e['baseline_time']:.1f} s; {e['cpu']:.1f}× in CPU time, {e['iterations_x_cost']:.1f}× as "
-            "iterations × "
-            "median time per iteration)"
-        )
+    def config_bullets(config: str) -> list[str]:
+        c = s["configs"][config]
+        fin = c["final"]
+        return [
+            f"**Time to the baseline's best tracked test accuracy** ({t['baseline_best']:.4f}, the issue's target): "
+            f"{_speed(c['speedups']['baseline_best'])}.",
+            f"**Time to the baseline's final accuracy** ({t['baseline_final']:.4f}, the best final precise accuracy "
+            f"of a baseline run): {_speed(c['speedups']['baseline_final'])}.",
+            f"**Time to equal accuracy** ({c['targets']['equal']:.4f} = the lower of the best tracked accuracies of "
+            f"the two families, an accuracy both reach): {_speed(c['speedups']['equal'])}.",
+            f"**Final**: best CAVI run ({fin['best_cavi']}) minus best baseline ({fin['best_baseline']}): accuracy "
+            f"{fin['accuracy_difference']:+.4f}, test NLL {fin['nll_difference']:+.4f} nats.",
+        ]
 
-    fin = s["final"]
     quick_note = " — QUICK smoke run, not a result" if cfg["quick"] else ""
+    hyper_headers = [
+        "model (fit)", "used by", "fit wall [s]", "fit CPU [s]", "subset ELBO / datum", "outputscale per latent",
+        "mean per latent", "median lengthscale", "θ at end of fit",
+    ]
+    any_hyper = next(iter(result["hyperparameters"].values()))
     lines = [
         f"# Multi-class classification on KEEL `satimage`{quick_note}",
         "",
@@ -381,20 +545,57 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         f"N_train = {cfg['n_train']}, N_test = {cfg['n_test']}, D = {cfg['num_features']}, K = {cfg['num_classes']} "
         f"classes, M = {cfg['num_inducing']} fixed k-means inducing points shared by every method and latent, "
         f"{cfg['dtype']}, {cfg['threads']} torch thread, all methods run round-robin (one step of each in turn). "
-        "Kernel ScaleKernel(RBF-ARD) + ConstantMean per latent GP, hyper-parameters frozen and identical for every "
-        "method (chosen by the baseline's own procedure, see below).",
+        "Kernel ScaleKernel(RBF-ARD) + ConstantMean per latent GP. **Headline: each model with its own "
+        "hyper-parameters** (\"own h.p.\"), chosen by the same procedure applied to that model (see "
+        "[Hyper-parameters](#hyper-parameters)) and then frozen; the rows marked \"baseline's h.p.\" run CAVI with the "
+        "softmax SVGP's hyper-parameters instead (the setting of the previous version of this benchmark). "
+        "Hyper-parameter selection is timed separately and not included in any time below.",
         "",
         common.markdown_table(headers, rows),
-        f"* **Time to the baseline's best test accuracy** ({t['baseline_best']:.4f}, the issue's target): "
-        f"{speed('baseline_best')}.",
-        f"* **Time to equal accuracy** ({t['equal']:.4f} = the lower of the best accuracies reached by the two "
-        f"families, i.e. an accuracy both reach): {speed('equal')}.",
-        f"* **Time to accuracy levels** below the baseline's best (fastest run of each family, wall time): "
-        + "; ".join(_level_sentence(level) for level in s["accuracy_levels"]) + ".",
-        f"* **Final**: best CAVI run ({fin['best_cavi']}) minus best baseline ({fin['best_baseline']}): accuracy "
-        f"{fin['accuracy_difference']:+.4f}, test NLL {fin['nll_difference']:+.4f} nats.",
-        f"* Issue target (≥ 10× faster to the baseline's best accuracy, at equal or better final accuracy): "
+        "### Own hyper-parameters (headline)",
+        "",
+        *[f"* {b}" for b in config_bullets("own")],
+        "* **Time to accuracy levels** below the baseline's best (fastest run of each family, wall time): "
+        + "; ".join(_level_sentence(level) for level in own["accuracy_levels"]) + ".",
+        f"* Issue target (≥ 10× faster to the baseline's best tracked accuracy, at equal or better final accuracy): "
         f"**{'met' if s['issue_target_met'] else 'NOT met'}**.",
+        "",
+    ]
+    if "baseline" in s["configs"]:
+        lines += [
+            "### CAVI with the baseline's hyper-parameters (secondary)",
+            "",
+            *[f"* {b}" for b in config_bullets("baseline")],
+            "* Issue target in this configuration: "
+            f"**{'met' if s['configs']['baseline']['issue_target_met'] else 'NOT met'}**.",
+            "",
+        ]
+    precise = diag["precise_at_best_state"]
+    lines += [
+        "### How solid is the baseline's best accuracy?",
+        "",
+        f"* The target {diag['best_tracked']:.4f} is the maximum over {diag['evaluations']} tracked evaluations of "
+        f"{diag['run']} (512 fixed Monte-Carlo draws per test point), first reached at iteration {diag['iteration']}; "
+        f"{diag['evaluations_at_best']} evaluation(s) reached it; tracked accuracies around it: "
+        f"{', '.join(f'{a:.4f}' for a in diag['neighbours'])}. The best accuracy held over three consecutive "
+        f"evaluations is {diag['sustained_3']:.4f}.",
+        f"* The state that scored it, re-evaluated with the precise predictive (2^14 Sobol points): "
+        f"{_f(precise)}; that run's final precise accuracy: {diag['final_of_that_run']:.4f}; best final precise "
+        f"accuracy of any baseline run: {t['baseline_final']:.4f} (the second target above). 1 test point = "
+        f"{1 / cfg['n_test']:.4f}.",
+        "",
+        "## Hyper-parameters",
+        "",
+        f"Procedure (the same for every model): a seeded random subset of {any_hyper['subset']} training points, the "
+        f"benchmark's fixed Z, initialisation median-heuristic lengthscales / outputscale 1 / mean 0, "
+        f"{any_hyper['iterations']} iterations of the model's own training loop with Adam lr={HYPER_LR} on the kernel "
+        "and mean hyper-parameters, not to convergence; then frozen. Per model:",
+        "",
+        *[f"* {h.get('family', key)}: {h['procedure']}." for key, h in result["hyperparameters"].items()],
+        "",
+        common.markdown_table(hyper_headers, _hyper_rows(result)),
+        "Runs with learned class scales start from θ = 1 and update θ in closed form at every step (the fit's θ is "
+        "shown for information).",
         "",
         "## Calibration (final predictive, reliability per confidence bin)",
         "",
@@ -411,16 +612,15 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         "",
         "## How this was measured",
         "",
-        "* Times are each method's own clock (training steps only; evaluation excluded). 'to … acc.' is the first "
-        "tracked evaluation at or above the target accuracy. Tracking uses 512 fixed normal draws per test point "
-        "(the same draws for every method); the final columns use 2^14 scrambled-Sobol points. NLL = mean negative log "
-        "predictive probability of the test labels; mean conf. = mean max-probability; ECE over 10 equal-width bins.",
+        "* Times are each method's own clock (training steps only; evaluation and hyper-parameter selection "
+        "excluded). 'to … acc.' is the first tracked evaluation at or above the target accuracy. Tracking uses 512 "
+        "fixed normal draws per test point (the same draws for every method); the final columns use 2^14 "
+        "scrambled-Sobol points. NLL = mean negative log predictive probability of the test labels; mean conf. = mean "
+        "max-probability; ECE over 10 equal-width bins.",
         f"* Stopping: a run stops when its best tracked test NLL improved by ≤ {cfg['stopping']['min_improvement']} "
         f"over the last {cfg['stopping']['patience']} evaluations spanning ≥ "
         f"{cfg['stopping']['min_window_iterations']} iterations ('plateau'), at {cfg['stopping']['max_iter']} "
-        f"iterations, or after {cfg['stopping']['max_time']:.0f} s "
-        "of its own clock.",
-        f"* Hyper-parameters: {result['hyperparameters']['procedure']}.",
+        f"iterations, or after {cfg['stopping']['max_time']:.0f} s of its own clock.",
         f"* Machine: {m['cpu_count']} cores shared with other jobs; load average at start "
         f"{[round(v, 1) for v in m['load_average_start']]}, at end {[round(v, 1) for v in m['load_average_end']]}; "
         f"torch {m['torch']}, gpytorch {m['gpytorch']}. Absolute times vary with the load; compare the ratios.",
@@ -431,27 +631,141 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
     common.write_text(path, "\n".join(lines))
 
 
+def _gap(final: dict[str, Any]) -> float:
+    """Accuracy minus mean confidence (> 0: under-confident)."""
+    return final["accuracy"] - final["mean_confidence"]
+
+
 def reading(result: dict[str, Any]) -> list[str]:
-    """Plain-language observations computed from the numbers (under-confidence, class scales)."""
+    """Plain-language observations computed from the numbers: under-confidence of the logistic-softmax link,
+    whether class scales fix it, what each model's own hyper-parameters change, whether the target is met."""
     runs = {r["name"]: r for r in result["runs"]}
+    s, n_test, hyp = result["summary"], result["config"]["n_test"], result["hyperparameters"]
+    adam = [r for r in result["runs"] if r["engine"] == "adam"]
+    cavi = [r for r in result["runs"] if r["engine"] == "cavi"]
+    own_cavi = [r for r in cavi if _config(r) == "own"]
     out = []
     for r in result["runs"]:
         f = r["final"]
-        gap = f["accuracy"] - f["mean_confidence"]
         out.append(
-            f"{r['name']} ({r['link']}): accuracy {f['accuracy']:.4f} vs mean confidence {f['mean_confidence']:.4f} "
-            f"({'under' if gap > 0 else 'over'}-confident by {abs(gap):.3f}), ECE {f['ece']:.3f}, "
-            f"NLL {f['test_nll']:.4f}."
+            f"{r['name']} ({r['link']}, {CONFIGS[_config(r)]}): accuracy {f['accuracy']:.4f} vs mean confidence "
+            f"{f['mean_confidence']:.4f} ({'under' if _gap(f) > 0 else 'over'}-confident by {abs(_gap(f)):.3f}), "
+            f"ECE {f['ece']:.3f}, NLL {f['test_nll']:.4f}."
         )
-    for base, scaled in [("CAVI", "CAVI + class scales"), ("CAVI bijective", "CAVI bijective + class scales")]:
-        if base in runs and scaled in runs:
-            a, b = runs[base]["final"], runs[scaled]["final"]
+    gaps = [_gap(r["final"]) for r in cavi]
+    best_base = min(adam, key=lambda r: r["final"]["ece"])
+    best_cavi_ece = min(cavi, key=lambda r: r["final"]["ece"])
+    worst = max(cavi, key=lambda r: r["final"]["ece"])
+    worst_bin = max(worst["final"]["reliability"], key=lambda b: b["count"] * (b["accuracy"] - b["confidence"]))
+
+    def top_bin(r: dict[str, Any]) -> int:
+        return sum(b["count"] for b in r["final"]["reliability"] if b["bin"][0] >= 0.9 - 1e-9)
+
+    out.append(
+        f"**Under-confidence.** Every logistic-softmax run is {'under' if min(gaps) > 0 else 'mostly under'}-confident "
+        f"(accuracy − mean confidence {min(gaps):+.3f} … {max(gaps):+.3f}; best CAVI ECE "
+        f"{best_cavi_ece['final']['ece']:.3f} ({best_cavi_ece['name']}), best CAVI NLL "
+        f"{min(r['final']['test_nll'] for r in cavi):.4f}), against {_gap(best_base['final']):+.3f} / ECE "
+        f"{best_base['final']['ece']:.3f} / NLL {best_base['final']['test_nll']:.4f} for {best_base['name']}. "
+        f"It shows as mass missing from the top confidence bin ({top_bin(best_cavi_ece)} test points at confidence "
+        f"≥ 0.9 for {best_cavi_ece['name']} vs {top_bin(best_base)} for {best_base['name']}) and, at its worst "
+        f"({worst['name']}), as {worst_bin['count']} points predicted with confidence {worst_bin['confidence']:.2f} "
+        f"that are right {worst_bin['accuracy']:.0%} of the time. With the bounded σ a class probability near 1 "
+        "needs every other class's σ(f_l) near 0 at once, which the latent variance integrated into the predictive "
+        "works against; under the softmax one large f_k suffices."
+    )
+    for config, suffix in (("own", ""), ("baseline", " (baseline's h.p.)")):
+        for base, scaled in [("CAVI", "CAVI + class scales"), ("CAVI bijective", "CAVI bijective + class scales")]:
+            base, scaled = base + suffix, scaled + suffix
+            if base in runs and scaled in runs:
+                a, b = runs[base]["final"], runs[scaled]["final"]
+                verdict = "help" if b["ece"] < a["ece"] - 0.005 and b["test_nll"] < a["test_nll"] else (
+                    "make it worse" if b["ece"] > a["ece"] + 0.005 else "change little"
+                )
+                out.append(
+                    f"**Class scales** ({CONFIGS[config]}), {base} → {scaled}: they {verdict} — under-confidence "
+                    f"{_gap(a):+.3f} → {_gap(b):+.3f}, ECE {a['ece']:.3f} → {b['ece']:.3f}, NLL "
+                    f"{a['test_nll']:.4f} → {b['test_nll']:.4f}, accuracy {a['accuracy']:.4f} → {b['accuracy']:.4f}"
+                    + (
+                        f"; the remaining gap is larger than the softmax baseline's ({_gap(best_base['final']):+.3f})."
+                        if _gap(b) > _gap(best_base["final"]) + 0.005
+                        else "."
+                    )
+                )
+    for own_name in ("CAVI", "CAVI + class scales"):
+        other = f"{own_name} (baseline's h.p.)"
+        if own_name in runs and other in runs:
+            a, b = runs[other]["final"], runs[own_name]["final"]
+            mine, soft = hyp[runs[own_name]["hyper_key"]], hyp["softmax"]
+
+            def describe(h: dict[str, Any]) -> str:
+                ls = [v for row in h["lengthscale"] for v in row]
+                return (
+                    f"mean outputscale {statistics.mean(h['outputscale']):.2f}, median lengthscale "
+                    f"{statistics.median(ls):.2f}, mean constants {min(h['mean_constant']):+.2f} … "
+                    f"{max(h['mean_constant']):+.2f}"
+                )
+
+            diff = b["accuracy"] - a["accuracy"]
+            verdict = "raise" if diff > 0.5 / n_test else ("lower" if diff < -0.5 / n_test else "do not change")
             out.append(
-                f"Class scales, {base} → {scaled}: NLL {a['test_nll']:.4f} → {b['test_nll']:.4f}, "
-                f"ECE {a['ece']:.3f} → "
-                f"{b['ece']:.3f}, mean confidence {a['mean_confidence']:.3f} → {b['mean_confidence']:.3f}, accuracy "
-                f"{a['accuracy']:.4f} → {b['accuracy']:.4f}."
+                f"**Own vs the baseline's hyper-parameters** ({own_name}): its own hyper-parameters {verdict} the "
+                f"accuracy ({a['accuracy']:.4f} → {b['accuracy']:.4f}, {diff * n_test:+.0f} test points); NLL "
+                f"{a['test_nll']:.4f} → {b['test_nll']:.4f}, ECE {a['ece']:.3f} → {b['ece']:.3f}, mean confidence "
+                f"{a['mean_confidence']:.3f} → {b['mean_confidence']:.3f}. The logistic-softmax fit chose "
+                f"{describe(mine)}; the softmax fit {describe(soft)}."
             )
+    diag = s["baseline_best"]
+    precise = diag["precise_at_best_state"]
+    if precise is not None:
+        lost = round((diag["best_tracked"] - precise) * n_test)
+        nll_best = runs[diag["run"]]["final_at_best_tracked"]["test_nll"]
+        nll_end = runs[diag["run"]]["final"]["test_nll"]
+        out.append(
+            f"**The baseline's best accuracy** {diag['best_tracked']:.4f} ({diag['run']}, iteration "
+            f"{diag['iteration']}, seen in {diag['evaluations_at_best']} of {diag['evaluations']} tracked "
+            "evaluations) is "
+            + (
+                f"partly Monte-Carlo luck: the same state scores {precise:.4f} with the precise predictive "
+                f"({lost} test point{'s' if lost != 1 else ''} fewer)"
+                if lost > 0
+                else f"not a Monte-Carlo artefact: the same state scores {precise:.4f} with the precise predictive"
+            )
+            + f", and the run itself ends at {diag['final_of_that_run']:.4f}"
+            + (
+                f" while its NLL keeps falling ({nll_best:.4f} at that state, {nll_end:.4f} at the end)"
+                if nll_end < nll_best
+                else ""
+            )
+            + ". It is a peak, not a level the baseline holds; the baseline's final accuracy "
+            f"{s['targets']['baseline_final']:.4f} is the reproducible reference."
+        )
+    for config, label in (("own", "own hyper-parameters (headline)"), ("baseline", "the baseline's hyper-parameters")):
+        c = s["configs"].get(config)
+        if c is None:
+            continue
+        sp = c["speedups"]
+
+        def ratio(key: str) -> str:
+            return f"{sp[key]['wall']:.1f}× faster" if "wall" in sp[key] else "not reached by any CAVI run"
+
+        best_cavi = max((r for r in cavi if _config(r) == config), key=lambda r: r["best_accuracy"])
+        out.append(
+            f"**Target, {label}**: {'met' if c['issue_target_met'] else 'NOT met'}. Baseline's best tracked accuracy "
+            f"{s['targets']['baseline_best']:.4f}: {ratio('baseline_best')}; baseline's final accuracy "
+            f"{s['targets']['baseline_final']:.4f}: {ratio('baseline_final')}; the best CAVI tracked accuracy is "
+            f"{best_cavi['best_accuracy']:.4f} ({best_cavi['name']}), "
+            f"{(s['targets']['baseline_best'] - best_cavi['best_accuracy']) * n_test:.0f} test points short of the "
+            f"target. Up to the accuracy both reach ({c['targets']['equal']:.4f}) CAVI is {ratio('equal')}; final "
+            f"accuracy {c['final']['accuracy_difference']:+.4f} and NLL {c['final']['nll_difference']:+.4f} nats vs "
+            f"the best baseline."
+        )
+    if own_cavi:
+        overall = max(cavi, key=lambda r: r["final"]["accuracy"])
+        out.append(
+            f"Most accurate logistic-softmax run overall: {overall['name']} (final {overall['final']['accuracy']:.4f}, "
+            f"{CONFIGS[_config(overall)]})."
+        )
     return out
 
 
@@ -469,11 +783,12 @@ def plot(path: Path, result: dict[str, Any]) -> None:
         if not pts:
             continue
         ts, acc, nll = zip(*pts)
-        style = "-" if r["engine"] == "cavi" else "--"
+        style = "--" if r["engine"] == "adam" else ("-" if _config(r) == "own" else ":")
         axes[0].plot(ts, acc, style, color=f"C{i}", label=r["name"], lw=1.5)
         axes[1].plot(ts, nll, style, color=f"C{i}", label=r["name"], lw=1.5)
     t = result["summary"]["targets"]
-    axes[0].axhline(t["baseline_best"], color="k", lw=0.8, ls="--", label="baseline's best accuracy")
+    axes[0].axhline(t["baseline_best"], color="k", lw=0.8, ls="--", label="baseline's best tracked accuracy")
+    axes[0].axhline(t["baseline_final"], color="k", lw=0.8, ls=":", label="baseline's final accuracy")
     axes[0].set_ylim(t["baseline_best"] - 0.06, t["baseline_best"] + 0.01)
     axes[0].set_ylabel("test accuracy (tracked)")
     axes[1].set_ylabel("test NLL [nats / point] (tracked)")
@@ -482,10 +797,11 @@ def plot(path: Path, result: dict[str, Any]) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("wall time of training steps [s] (log scale)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8, loc="lower right")
+    axes[0].legend(fontsize=7, loc="lower right")
     cfg = result["config"]
     fig.suptitle(
-        f"KEEL satimage, N={cfg['n_train']}, K={cfg['num_classes']}, M={cfg['num_inducing']}, fixed hyper-parameters"
+        f"KEEL satimage, N={cfg['n_train']}, K={cfg['num_classes']}, M={cfg['num_inducing']}, frozen hyper-parameters "
+        "(solid/dashed: each model's own; dotted: CAVI with the baseline's)"
         + (" — QUICK smoke run" if cfg["quick"] else "")
     )
     fig.tight_layout()
@@ -497,7 +813,7 @@ def plot(path: Path, result: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="subsampled smoke run (< 2 min)")
+    p.add_argument("--quick", action="store_true", help="subsampled smoke run (a few minutes)")
     p.add_argument("--threads", type=int, default=1, help="torch threads for every method (default 1)")
     p.add_argument("--max-time", type=float, default=None, help="cap on each run's own clock [s]")
     p.add_argument("--out", type=Path, default=None, help="output directory (default results/, --quick: a temp dir)")
@@ -510,7 +826,7 @@ def render(json_path: Path) -> None:
     import json
 
     result = json.loads(Path(json_path).read_text())
-    result["summary"] = summarise(result["runs"])
+    result["summary"] = summarise(result["runs"], result["config"]["n_test"])
     result["reading"] = reading(result)
     out = Path(json_path).parent
     common.write_json(out / "multiclass.json", result)
@@ -535,20 +851,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     K = data.num_classes
     M = 30 if quick else 100
     Z = common.kmeans_inducing_points(x, M, seed=0)
-    hypers = choose_hyperparameters(x, y, Z, K, subset=min(2000, x.shape[0]), iterations=40 if quick else 300)
-    print(f"hyper-parameters chosen in {hypers['fit_seconds']:.1f} s", flush=True)
+    specs = default_methods(quick)
+    hypers: dict[str, dict[str, Any]] = {}
+    for spec in specs:  # one fit per distinct model, by the same procedure (untimed for the runs)
+        if spec.hyper_key not in hypers:
+            fit_spec = spec if spec.hyper_key != "softmax" else MethodSpec("softmax", "adam")
+            hypers[spec.hyper_key] = choose_hyperparameters(
+                fit_spec, x, y, Z, K, subset=min(2000, x.shape[0]), iterations=40 if quick else 300
+            )
+            h = hypers[spec.hyper_key]
+            print(
+                f"hyper-parameters of {spec.hyper_key}: {h['fit_seconds']:.1f} s, subset ELBO "
+                f"{h['subset_elbo_per_datum']:.4f}, outputscales {[round(v, 2) for v in h['outputscale']]}",
+                flush=True,
+            )
     rule = common.StoppingRule(
         patience=20, min_improvement=5e-4, min_window_iterations=50, max_iter=5000,
         max_time=args.max_time or (15.0 if quick else 300.0),
     )
     schedule = common.EvalSchedule(dense_until=60, every=5, sparse_from=1000, sparse_every=10)
     eps = torch.randn(TRACKING_DRAWS, 1, K, generator=torch.Generator().manual_seed(1))
-    specs = default_methods(quick)
     for spec in specs:  # untimed warm-up on throw-away models (first-call allocations)
-        warm = build(spec, x, y, Z, K, hypers)
+        warm = build(spec, x, y, Z, K, hypers[spec.hyper_key])
         for _ in range(2):
             warm.step()
-    built = {spec.name: build(spec, x, y, Z, K, hypers) for spec in specs}
+    built = {spec.name: build(spec, x, y, Z, K, hypers[spec.hyper_key]) for spec in specs}
     methods = {name: (b.step, make_evaluator(b, x_test, y_test, eps)) for name, b in built.items()}
 
     def on_done(name: str, trace: common.Trace) -> None:
@@ -560,14 +887,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for spec in specs:
         b, trace = built[spec.name], traces[spec.name]
         run = {
-            **asdict(spec), "link": spec.link, "trace": trace.to_dict(), "total_time": trace.total_time,
-            "median_step_time": trace.median_step_time(), "stop_reason": trace.stop_reason,
-            "final": final_metrics(b, x_test, y_test),
+            **asdict(spec), "link": spec.link, "hyper_key": spec.hyper_key, "trace": trace.to_dict(),
+            "total_time": trace.total_time, "median_step_time": trace.median_step_time(),
+            "stop_reason": trace.stop_reason, "final": final_metrics(b, x_test, y_test),
         }
         if spec.engine == "cavi":
             run["class_scales"] = b.likelihood.class_scales.detach().tolist()
+        else:  # the state at the best tracked accuracy, re-evaluated precisely (is the target a lucky draw?)
+            run["final_at_best_tracked"] = final_metrics(b, x_test, y_test, state=b.best_state)
         runs.append(run)
-    summary = summarise(runs)
+    summary = summarise(runs, int(x_test.shape[0]))
     machine["load_average_start"] = load_start
     machine["load_average_end"] = common.machine_info()["load_average_1_5_15_min"]
     config = {

@@ -91,8 +91,8 @@ def _normal_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np
     return np.maximum(mean + sd * rng.standard_normal(b.shape), np.finfo(np.float64).tiny)
 
 
-def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    r"""Draw :math:`\mathrm{PG}(b_i, z_i)` for flat float64 arrays, ``b > 0``, ``z >= 0``.
+def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: np.ndarray | None = None) -> np.ndarray:
+    r"""Draw :math:`\mathrm{PG}(b_i, z_i)` for flat float64 arrays, ``b > 0``, ``z >= 0`` (into ``out`` if given).
 
     ``polyagamma`` 2.0.2's default hybrid rule is not used as is, because some of its branches are wrong (measured
     with :math:`4\times10^5`--:math:`4\times10^6` draws against the exact mean and variance):
@@ -111,17 +111,28 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np.
     ``b >= 8``                   ``"saddle"`` (exact)
     otherwise (``b < 8``)        gamma series, 10 terms + moment-matched tail (§2.8)
     ==========================  =====================================================
+
+    For integer ``b <= 12`` (e.g. ``b = 1``, Bernoulli) only the two exact samplers ``"devroye"`` and
+    ``"alternate"`` are used; ``"devroye"`` is also the fastest for ``b = 1`` (measured, 864 draws, one core:
+    0.14--0.24 µs per draw against 0.25--0.35 µs for ``"alternate"`` and 1.5--1.8 µs for ``"saddle"``). When one branch covers every element (the usual
+    case in a Gibbs sweep) it is a single vectorised call writing into ``out``, without masked copies.
     """
     from polyagamma import random_polyagamma
 
-    out = np.empty_like(b)
+    out = np.empty_like(b) if out is None else out
+    if b.size and z.max() < 8 and b.max() <= 12 and (b == np.round(b)).all():  # every element: "devroye"
+        return random_polyagamma(h=b, z=z, method="devroye", random_state=rng, out=out)
     alternate = (b <= 200) & (z >= 8)
     normal = (b > 200) & (z > 10)
     rest = ~(alternate | normal)
     devroye = rest & (b <= 12) & (b == np.round(b))
     saddle = rest & ~devroye & (b >= 8)
     series = rest & ~devroye & ~saddle
-    for mask, method in ((alternate, "alternate"), (devroye, "devroye"), (saddle, "saddle")):
+    exact = ((alternate, "alternate"), (devroye, "devroye"), (saddle, "saddle"))
+    for mask, method in exact:
+        if mask.all():
+            return random_polyagamma(h=b, z=z, method=method, random_state=rng, out=out)
+    for mask, method in exact:
         if mask.any():
             out[mask] = random_polyagamma(h=b[mask], z=z[mask], method=method, random_state=rng)
     if normal.any():
@@ -230,13 +241,16 @@ class PolyaGamma(Distribution):
         """Draws via ``polyagamma.random_polyagamma`` (see :func:`_sample_numpy`), seeded from torch's RNG."""
         shape = self._extended_shape(torch.Size(sample_shape))
         with torch.no_grad():
-            b = np.ascontiguousarray(self.b.detach().expand(shape).to("cpu", torch.float64).numpy()).ravel()
-            c = np.ascontiguousarray(self.c.detach().expand(shape).to("cpu", torch.float64).numpy()).ravel()
+            b = self.b.detach().to("cpu", torch.float64).expand(shape).reshape(-1).numpy()
+            z = self.c.detach().to("cpu", torch.float64).abs().expand(shape).reshape(-1).numpy()
             rng = numpy_generator(generator)
-            out = np.zeros(b.shape, dtype=np.float64)
-            pos = b > 0
-            if pos.any():
-                out[pos] = _sample_numpy(b[pos], np.abs(c[pos]), rng)
+            if b.size and b.min() > 0:
+                out = _sample_numpy(b, z, rng)
+            else:
+                out = np.zeros(b.shape, dtype=np.float64)
+                pos = b > 0
+                if pos.any():
+                    out[pos] = _sample_numpy(b[pos], z[pos], rng)
             return torch.from_numpy(out.reshape(shape)).to(device=self.c.device, dtype=self.c.dtype)
 
 

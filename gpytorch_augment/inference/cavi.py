@@ -216,7 +216,12 @@ def _per_datum(value: Any, num_data: int) -> bool:
 
 def _sub_terms(terms: CAVITerms, idx: Tensor) -> CAVITerms:
     return CAVITerms(
-        L=terms.L, A=terms.A[..., idx], mu_Z=terms.mu_Z, mu_X=terms.mu_X[..., idx], k_diag=terms.k_diag[..., idx]
+        L=terms.L,
+        A=terms.A[..., idx],
+        mu_Z=terms.mu_Z,
+        mu_X=terms.mu_X[..., idx],
+        k_diag=terms.k_diag[..., idx],
+        a_sq=terms.a_sq[..., idx],
     )
 
 
@@ -408,8 +413,11 @@ class CAVI:
             self._checked_optimizers.add(id(hyper_optimizer))
         strategy = self.strategy
         fused = hyper_optimizer is not None and self._can_fuse()
+        # the prior terms of the full data are cached while the hyper-parameters stay put (a mini-batch changes
+        # every step: caching it would only cost a copy)
+        full_batch = targets.shape[-1] >= self.num_data
         with torch.set_grad_enabled(fused):
-            graph_terms = strategy.cavi_terms(x)
+            graph_terms = strategy.cavi_terms(x, cache=full_batch)
         terms = CAVITerms(*(t.detach() for t in graph_terms)) if fused else graph_terms
         with torch.no_grad():
             elbo, q = self._update(x, targets, terms)
@@ -498,9 +506,14 @@ class CAVI:
             f_dist = MultitaskMultivariateNormal(mean.mT, DiagLinearOperator(var.mT.reshape(*var.shape[:-2], -1)))
         else:
             f_dist = MultivariateNormal(mean, DiagLinearOperator(var))
+        # q(v) is fixed and p(v) = N(0, I): the whitened KL carries no gradient, so hand over its value instead of
+        # letting GPyTorch rebuild q(u) from its parameters to evaluate it
+        kl = self.strategy.kl_whitened(q).to(dtype)
+        if isinstance(self.model.variational_strategy, IndependentMultitaskVariationalStrategy):
+            kl = kl.sum(-1)  # as the wrapper's kl_divergence(): summed over the latents
         optimizer.zero_grad()
         with self._frozen_q():
-            loss = -self._augmented_elbo()(f_dist, y, **kwargs).sum()
+            loss = -self._augmented_elbo()(f_dist, y, kl_divergence=kl, **kwargs).sum()
             loss.backward()
         optimizer.step()
 
@@ -552,9 +565,10 @@ class CAVI:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
         total: Tensor | float = 0.0
         kl: Tensor | None = None
+        single = int(chunk_size) >= num_data  # only then are the prior terms worth caching
         for start in range(0, num_data, int(chunk_size)):
             piece = slice(start, start + int(chunk_size))
-            terms = self.strategy.cavi_terms(x[..., piece, :])
+            terms = self.strategy.cavi_terms(x if single else x[..., piece, :], cache=single)
             q = self.strategy.whitened_q(terms)
             if kl is None:
                 kl = self.strategy.kl_whitened(q).sum().to(x.dtype)

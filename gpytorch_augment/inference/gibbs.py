@@ -55,8 +55,16 @@ _LINALG_DTYPE = torch.float64
 _F_UPDATES = ("auto", "whitened")
 
 
-def _mv(mat: Tensor, vec: Tensor) -> Tensor:
-    return (mat @ vec.unsqueeze(-1)).squeeze(-1)
+def _vecmat(vec: Tensor, mat: Tensor) -> Tensor:
+    r"""``vec @ mat`` per latent for a chain-free stack of matrices: ``vec`` (..., T, n), ``mat`` (T, n, m) ->
+    (..., T, m). One matrix-matrix product per latent serves every chain (much faster than a batched
+    matrix-vector product per chain, fastest with ``mat`` contiguous); :math:`Mv` is ``_vecmat(v, M.mT)``."""
+    T, n, m = mat.shape
+    if T == 1:
+        return (vec.reshape(-1, n) @ mat[0]).reshape(*vec.shape[:-1], m)
+    lead = vec.shape[:-2]
+    flat = vec.reshape(-1, T, n).transpose(0, 1)  # (T, chains, n)
+    return (flat @ mat).transpose(0, 1).reshape(*lead, T, m)
 
 
 def _tri_solve(L: Tensor, rhs: Tensor, upper: bool = False) -> Tensor:
@@ -144,7 +152,8 @@ class GibbsSummary(NamedTuple):
 class _PriorTerms(NamedTuple):
     """The cached prior, latent-major with an explicit latent dimension ``T`` (``T = 1`` for one latent).
 
-    Exact model: ``mu`` (T, N), ``K`` = K + jitter I (T, N, N), ``L`` = chol(K) (T, N, N), ``A`` = Lᵀ.
+    Exact model: ``mu`` (T, N), ``K`` = K + jitter I (T, N, N), ``L`` = chol(K) (T, N, N), ``A`` = Lᵀ
+    (contiguous: ``v @ A`` is :math:`Lv` for every chain at once).
     Sparse model: ``mu`` = μ_X (T, N), ``mu_Z`` (T, M), ``L`` = chol(K_ZZ + jitter I) (T, M, M),
     ``A`` = L⁻¹ K_ZX (T, M, N); ``K`` is ``None``.
     """
@@ -277,6 +286,26 @@ class GibbsSampler:
     matrices have every eigenvalue in :math:`[1, 1 + \lambda_{\max}\lVert K\rVert]`, so neither factorisation
     needs jitter, however ill-conditioned :math:`K` is.
 
+    **Over-relaxation** (``overrelaxation=a``, :math:`-1 < a < 1`, exact model; Adler 1981, Neal 1998). With
+    :math:`m` and :math:`\Sigma` the mean and covariance of :math:`f \mid \Omega`, a sweep replaces the
+    current :math:`f` by
+
+    .. math::
+        f' = m + a (f - m) + \sqrt{1 - a^2}\,(\tilde f - m), \qquad \tilde f \sim \mathcal N(m, \Sigma)
+
+    (``a = 0`` is the plain Gibbs draw). If :math:`f \sim \mathcal N(m, \Sigma)` then so is :math:`f'`
+    (covariance :math:`a^2\Sigma + (1 - a^2)\Sigma`), and the move is reversible, so every sweep still leaves the
+    exact joint posterior :math:`p(f, \Omega \mid y)` invariant: nothing is approximated, only the Markov kernel
+    changes. A negative :math:`a` anti-correlates successive draws around the conditional mean; in a
+    linear-Gaussian picture the lag-1 autocorrelation :math:`\rho` of a coordinate becomes
+    :math:`\rho + a (1 - \rho)`. Measured on the two posteriors of ``benchmarks/sampling.py`` (4 × 2000 draws,
+    minimum over the latent coordinates): :math:`a = -0.5` raised the bulk ESS 1.9× (heart, Bernoulli-logit) and
+    1.9× (Boston, Student-t) and the tail ESS 1.6× and 1.3×, while the ESS of the posterior standard deviation
+    stayed about the same (heart) or fell by a fifth (Boston); :math:`a = -0.7` gave 2.3× and 2.4× bulk ESS but
+    cost up to half of the sd-ESS (anti-correlated draws help means more than variances). The extra cost is a
+    second right-hand side in the triangular solves. :meth:`sample_latent` (one conditional draw, no current
+    state) is never over-relaxed.
+
     **Inducing-point model** (``inducing_points=Z``, :math:`M` points): with
     :math:`K_{ZZ} + \epsilon I = L L^\top`, :math:`A = L^{-1} K_{ZX}` and :math:`u = \mu_Z + L v`, one sweep is
 
@@ -310,6 +339,8 @@ class GibbsSampler:
     :param jitter: :math:`\epsilon` added to the diagonal of the prior covariance before factorising
         (default ``gpytorch.settings.variational_cholesky_jitter`` for float64, ``1e-6``).
     :param f_update: ``"auto"`` or ``"whitened"`` (exact model only; see above).
+    :param overrelaxation: :math:`a \in (-1, 1)` of the over-relaxed :math:`f`-update (exact model only; default
+        0, the plain Gibbs draw; see above).
     :param kwargs: per-datum keyword data of the likelihood (e.g. binomial ``trials``), passed to
         ``likelihood.check_targets``; the engine works with the canonical targets it returns.
 
@@ -346,6 +377,7 @@ class GibbsSampler:
         inducing_points: Tensor | None = None,
         jitter: float | None = None,
         f_update: str = "auto",
+        overrelaxation: float = 0.0,
         **kwargs: Any,
     ) -> None:
         if not isinstance(likelihood, AugmentedLikelihood):
@@ -372,12 +404,22 @@ class GibbsSampler:
             raise ValueError(f"jitter must be a finite non-negative number, got {jitter!r}")
         if f_update not in _F_UPDATES:
             raise ValueError(f"f_update must be one of {_F_UPDATES}, got {f_update!r}")
+        if isinstance(overrelaxation, bool) or not isinstance(overrelaxation, (int, float)) or not (
+            -1.0 < overrelaxation < 1.0
+        ):
+            raise ValueError(f"overrelaxation must be a number in (-1, 1), got {overrelaxation!r}")
+        if overrelaxation != 0.0 and inducing_points is not None:
+            raise ValueError(
+                "overrelaxation is implemented for the exact model only (the inducing-point chain state holds f, "
+                "not the inducing values v it would need); use overrelaxation=0 with inducing_points"
+            )
         self.model = model
         self.likelihood = likelihood
         self.x = x
         self.inducing_points = inducing_points
         self.jitter = float(jitter)
         self.f_update = f_update
+        self.overrelaxation = float(overrelaxation)
         self.num_latents = int(likelihood.num_latents)
         self.dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
         self.device = x.device
@@ -456,11 +498,13 @@ class GibbsSampler:
         """
         dt = _LINALG_DTYPE
         x = self.x
+        self._workspace: dict[tuple, Any] = {}  # work buffers and per-block prior terms
         if not self.is_sparse:
             mean, covar = self._prior(x)
-            K = _add_to_diagonal(covar.to_dense().to(dt).clone(), self.jitter)
+            K = covar.to_dense().to(dt)
+            K = _add_to_diagonal((K + K.mT) / 2, self.jitter)  # exactly symmetric (the f-draw reads either triangle)
             L = psd_safe_cholesky(K)
-            self._terms = _PriorTerms(mu=mean.to(dt), L=L, A=L.mT, K=K)
+            self._terms = _PriorTerms(mu=mean.to(dt), L=L, A=L.mT.contiguous(), K=K)
         else:
             Z = self.inducing_points
             if Z.shape[:-2] != x.shape[:-2]:
@@ -540,44 +584,105 @@ class GibbsSampler:
         return t.expand(C, T, n).clone()
 
     # ------------------------------------------------------------------ the f | Ω step
-    def _whitened_draw(self, A: Tensor, mu: Tensor, h: Tensor, lam: Tensor, generator: torch.Generator | None) -> Tensor:
-        r""":math:`v \sim \mathcal N(B^{-1}b, B^{-1})`, :math:`B = I + A\Lambda A^\top = C^\top C`, :math:`b = A(h - \lambda\mu)`."""
+    def _buffer(self, name: str, shape: torch.Size, dtype: torch.dtype = _LINALG_DTYPE, column_major: bool = False) -> Tensor:
+        """A work tensor reused across sweeps (a fresh multi-megabyte tensor per sweep costs page faults)."""
+        key = (name, tuple(shape), dtype, column_major)
+        buf = self._workspace.get(key)
+        if buf is None:
+            if column_major:
+                buf = torch.empty(*shape[:-2], shape[-1], shape[-2], dtype=dtype, device=self.device).mT
+            else:
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+            self._workspace[key] = buf
+        return buf
+
+    def _cholesky(self, mat: Tensor) -> Tensor:
+        """Lower Cholesky factor of a batch of symmetric positive definite matrices, into a reused buffer
+        (column-major, LAPACK's layout, so no transposed copy); ``psd_safe_cholesky`` only if that fails."""
+        out = self._buffer("cholesky", mat.shape, mat.dtype, column_major=True)
+        info = self._buffer("cholesky_info", mat.shape[:-2], torch.int32)
+        torch.linalg.cholesky_ex(mat.mT, out=(out, info))  # mat symmetric: its column-major view, copied as is
+        if bool(info.any()):
+            return psd_safe_cholesky(mat)
+        return out
+
+    def _whitened_draw(
+        self, A: Tensor, mu: Tensor, h: Tensor, lam: Tensor, generator: torch.Generator | None, with_mean: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        r"""(draw, mean) of :math:`v \sim \mathcal N(B^{-1}b, B^{-1})`, :math:`B = I + A\Lambda A^\top = C^\top C`,
+        :math:`b = A(h - \lambda\mu)`; the mean :math:`B^{-1}b` only if ``with_mean`` (else ``None``)."""
         B = _add_to_diagonal((A * lam.unsqueeze(-2)) @ A.mT, 1.0)
-        b = _mv(A, h - lam * mu)
+        b = _vecmat(h - lam * mu, A.mT)
         C = reverse_cholesky(B)
         eps = torch.randn(b.shape, generator=generator, dtype=b.dtype, device=b.device)
-        w = _tri_solve(C.mT, b.unsqueeze(-1), upper=True) + eps.unsqueeze(-1)
-        return _tri_solve(C, w).squeeze(-1)
+        w = _tri_solve(C.mT, b.unsqueeze(-1), upper=True)
+        if not with_mean:
+            return _tri_solve(C, w + eps.unsqueeze(-1)).squeeze(-1), None
+        v = _tri_solve(C, torch.cat([w + eps.unsqueeze(-1), w], dim=-1))
+        return v[..., 0], v[..., 1]
 
-    def _gpml_draw(self, terms: _PriorTerms, h: Tensor, lam: Tensor, generator: torch.Generator | None) -> Tensor:
-        r"""GPML-stable pathwise draw through :math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2}` (all :math:`\lambda_i > 0`)."""
+    def _gpml_draw(
+        self, terms: _PriorTerms, h: Tensor, lam: Tensor, generator: torch.Generator | None, with_mean: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        r"""(draw, mean) of :math:`f \mid \Omega` by the GPML-stable pathwise draw through
+        :math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2}` (all :math:`\lambda_i > 0`); the conditional mean
+        :math:`\mu_0 + K\Lambda^{1/2}B'^{-1}\Lambda^{-1/2}(h - \Lambda\mu_0)` only if ``with_mean`` (else ``None``).
+
+        Per sweep: one batched Cholesky factorisation of :math:`B'` (formed in a reused buffer), two batched
+        triangular solves, and two products with the cached :math:`L` and :math:`K` as matrix-matrix products over
+        all chains."""
         eps = torch.randn((2,) + h.shape, generator=generator, dtype=h.dtype, device=h.device)
-        f0 = terms.mu + _mv(terms.L, eps[0])
+        f0 = terms.mu + _vecmat(eps[0], terms.A)  # mu + L eps
         s = lam.sqrt()
-        Bp = _add_to_diagonal(s.unsqueeze(-1) * terms.K * s.unsqueeze(-2), 1.0)
-        R = psd_safe_cholesky(Bp)
-        r = (h - lam * f0) / s - eps[1]
-        alpha = s * torch.cholesky_solve(r.unsqueeze(-1), R).squeeze(-1)
-        return f0 + _mv(terms.K, alpha)
+        Bp = self._buffer("gpml_B", s.shape + s.shape[-1:], s.dtype)
+        torch.mul(s.unsqueeze(-1), s.unsqueeze(-2), out=Bp)
+        Bp.mul_(terms.K)
+        R = self._cholesky(_add_to_diagonal(Bp, 1.0))
+        r = ((h - lam * f0) / s - eps[1]).unsqueeze(-1)
+        if with_mean:
+            r = torch.cat([r, ((h - lam * terms.mu) / s).unsqueeze(-1)], dim=-1)
+        alpha = s.unsqueeze(-1) * _tri_solve(R.mT, _tri_solve(R, r), upper=True)
+        K_alpha = _vecmat(alpha.movedim(-1, 0), terms.K)  # K symmetric: (alpha @ K)^T = K alpha
+        return f0 + K_alpha[0], (terms.mu + K_alpha[1] if with_mean else None)
+
+    def _overrelax(self, f_old: Tensor, draw: Tensor, mean: Tensor) -> Tensor:
+        r"""Adler's over-relaxed update :math:`m + a(f - m) + \sqrt{1 - a^2}\,(\tilde f - m)` for a draw
+        :math:`\tilde f \sim \mathcal N(m, \Sigma)`: it leaves :math:`\mathcal N(m, \Sigma)` invariant (and is reversible)."""
+        a = self.overrelaxation
+        return mean + a * (f_old - mean) + math.sqrt(1.0 - a * a) * (draw - mean)
 
     def _latent_draw(
-        self, h: Tensor, lam: Tensor, generator: torch.Generator | None, latents: list[int] | None = None
+        self,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        latents: list[int] | None = None,
+        f_old: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Internal (C, T', N) potentials -> (f, v) for the latents ``latents`` (all if ``None``)."""
+        """Internal (C, T', N) potentials -> (f, v) for the latents ``latents`` (all if ``None``); over-relaxed
+        around the conditional mean (``overrelaxation != 0``) when the current latents ``f_old`` are given."""
         terms = self._terms
         if latents is not None:
-            idx = torch.as_tensor(latents, device=terms.L.device)
-            terms = _PriorTerms(*(t.index_select(0, idx) if t is not None else None for t in terms))
+            key = ("terms", tuple(latents))
+            if key not in self._workspace:
+                idx = torch.as_tensor(latents, device=terms.L.device)
+                self._workspace[key] = _PriorTerms(*(t.index_select(0, idx) if t is not None else None for t in terms))
+            terms = self._workspace[key]
         if self.is_sparse:
-            v = self._whitened_draw(terms.A, terms.mu, h, lam, generator)
-            return terms.mu + _mv(terms.A.mT, v), v
+            v, _ = self._whitened_draw(terms.A, terms.mu, h, lam, generator)
+            return terms.mu + _vecmat(v, terms.A), v
+        relax = f_old is not None and self.overrelaxation != 0.0
         if self.f_update == "auto" and bool((lam >= torch.finfo(lam.dtype).tiny).all()):
-            return self._gpml_draw(terms, h, lam, generator), None
-        v = self._whitened_draw(terms.A, terms.mu, h, lam, generator)
-        return terms.mu + _mv(terms.L, v), v
+            f, mean = self._gpml_draw(terms, h, lam, generator, with_mean=relax)
+            return (self._overrelax(f_old, f, mean) if relax else f), None
+        v, v_mean = self._whitened_draw(terms.A, terms.mu, h, lam, generator, with_mean=relax)
+        f = terms.mu + _vecmat(v, terms.A)  # mu + L v
+        if relax:
+            return self._overrelax(f_old, f, terms.mu + _vecmat(v_mean, terms.A)), None
+        return f, v
 
     def _u_from_v(self, v: Tensor) -> Tensor:
-        return self._terms.mu_Z + _mv(self._terms.L, v)
+        return self._terms.mu_Z + _vecmat(v, self._terms.L.mT)
 
     @torch.no_grad()
     def sample_latent(
@@ -618,9 +723,9 @@ class GibbsSampler:
             h, lam = likelihood.potential_and_precision(y, aux, f_lik)
             h, lam = self._from_likelihood(h, f.shape), self._from_likelihood(lam, f.shape)
             if block is None:
-                f, v_all = self._latent_draw(h, lam, generator)
+                f, v_all = self._latent_draw(h, lam, generator, f_old=f)
             else:
-                f_b, v_b = self._latent_draw(h[..., block, :], lam[..., block, :], generator, block)
+                f_b, v_b = self._latent_draw(h[..., block, :], lam[..., block, :], generator, block, f[..., block, :])
                 f = f.clone()
                 f[..., block, :] = f_b
                 if v_b is not None:
@@ -664,9 +769,7 @@ class GibbsSampler:
         terms = self._terms
         T, n = terms.L.shape[0], terms.L.shape[-1]
         eps = torch.randn((num_chains, T, n), generator=generator, dtype=_LINALG_DTYPE, device=terms.L.device)
-        if self.is_sparse:
-            return terms.mu + _mv(terms.A.mT, eps)
-        return terms.mu + _mv(terms.L, eps)
+        return terms.mu + _vecmat(eps, terms.A)  # sparse: mu + A^T eps; exact: mu + L eps
 
     @staticmethod
     def _check_count(name: str, value: Any, minimum: int) -> int:
@@ -1065,7 +1168,8 @@ class GibbsSamples:
         :param generator: for the draws of :math:`f_*`.
         :param joint: draw :math:`f_*` jointly over ``x_new`` (Cholesky of the conditional covariance) or
             independently per point.
-        :param chunk_size: draws per call of ``likelihood.marginal`` (default: about :math:`2^{20}/N_*`).
+        :param chunk_size: draws per call of ``likelihood.marginal`` (default: about :math:`2^{20}/N_*`); one draw
+            per call when the likelihood's constants were sampled (:attr:`hyper`), each draw with its own values.
         :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
             ``likelihood.marginal``.
         """
@@ -1102,36 +1206,30 @@ class GibbsSamples:
         eps = torch.randn(means.shape, generator=generator, dtype=dt, device=means.device)
         if joint:
             Lc = psd_safe_cholesky(_add_to_diagonal(cov.clone(), sampler.jitter))
-            f_draws = means + _mv(Lc, eps)
+            f_draws = means + _vecmat(eps, Lc.mT)
         else:
             f_draws = means + var.sqrt() * eps
 
-        # y: average the likelihood's marginal over the draws, in chunks
-        likelihood = sampler.likelihood
+        # y: average the likelihood's marginal over the draws, in chunks of draws. With sampled likelihood constants
+        # (self.hyper, (C, S, *shape)) every draw is paired with its own values: they are written into the
+        # likelihood one draw at a time, in the shape of a single chain's value, because a likelihood's marginal
+        # need not broadcast a batch of constants against a batch of predictive distributions.
         chunk = chunk_size or max(1, (1 << 20) // max(1, n_new * T))
         y_mean_sum, y_probs_sum = None, None
         has_mean = True
         out_dtype = sampler.dtype
-        for start in range(0, C * S, chunk):
-            m = means[start : start + chunk].to(out_dtype)  # (B, T, n_new)
-            v_ = var.to(out_dtype).expand_as(m)
-            if T == 1:
-                mvn = MultivariateNormal(m[..., 0, :], DiagLinearOperator(v_[..., 0, :]))
-            else:
-                mvn = MultitaskMultivariateNormal.from_batch_mvn(
-                    MultivariateNormal(m, DiagLinearOperator(v_)), task_dim=-1
+        hyper = {k: v.reshape((C * S,) + tuple(v.shape[2:])) for k, v in self.hyper.items()}
+        saved = sampler._hyper_snapshot() if hyper else {}
+        try:
+            for start in range(0, C * S, 1 if hyper else chunk):
+                if hyper:
+                    sampler._restore_hyper({k: v[start] for k, v in hyper.items()})
+                y_mean_sum, y_probs_sum, has_mean = self._accumulate_marginal(
+                    means[start : start + (1 if hyper else chunk)], var, kwargs, y_mean_sum, y_probs_sum, has_mean
                 )
-            dist = likelihood.marginal(mvn, **kwargs)
-            if has_mean:
-                try:
-                    part = dist.mean.sum(0)
-                    y_mean_sum = part if y_mean_sum is None else y_mean_sum + part
-                except NotImplementedError:
-                    has_mean = False
-            probs = getattr(dist, "probs", None)
-            if probs is not None:
-                part = probs.sum(0)
-                y_probs_sum = part if y_probs_sum is None else y_probs_sum + part
+        finally:
+            if hyper:
+                sampler._restore_hyper(saved)
 
         def shaped(t: Tensor) -> Tensor:
             return sampler._to_storage(t).to(out_dtype)
@@ -1144,3 +1242,36 @@ class GibbsSamples:
             y_mean=y_mean_sum / n_draws if has_mean and y_mean_sum is not None else None,
             y_probs=y_probs_sum / n_draws if y_probs_sum is not None else None,
         )
+
+    def _accumulate_marginal(
+        self,
+        means: Tensor,
+        var: Tensor,
+        kwargs: Mapping[str, Any],
+        y_mean_sum: Tensor | None,
+        y_probs_sum: Tensor | None,
+        has_mean: bool,
+    ) -> tuple[Tensor | None, Tensor | None, bool]:
+        """Add ``likelihood.marginal``'s mean and probs, summed over a chunk of draws (B, T, n_new), to the sums."""
+        sampler = self.sampler
+        likelihood, T, out_dtype = sampler.likelihood, sampler.num_latents, sampler.dtype
+        m = means.to(out_dtype)  # (B, T, n_new)
+        v_ = var.to(out_dtype).expand_as(m)
+        if T == 1:
+            mvn = MultivariateNormal(m[..., 0, :], DiagLinearOperator(v_[..., 0, :]))
+        else:
+            mvn = MultitaskMultivariateNormal.from_batch_mvn(
+                MultivariateNormal(m, DiagLinearOperator(v_)), task_dim=-1
+            )
+        dist = likelihood.marginal(mvn, **kwargs)
+        if has_mean:
+            try:
+                part = dist.mean.sum(0)
+                y_mean_sum = part if y_mean_sum is None else y_mean_sum + part
+            except NotImplementedError:
+                has_mean = False
+        probs = getattr(dist, "probs", None)
+        if probs is not None:
+            part = probs.sum(0)
+            y_probs_sum = part if y_probs_sum is None else y_probs_sum + part
+        return y_mean_sum, y_probs_sum, has_mean

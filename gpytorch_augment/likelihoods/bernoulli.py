@@ -74,9 +74,14 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
     def aux_conditional(self, y: Tensor, f: Tensor) -> AuxiliaryDistribution:
         return AuxiliaryDistribution(omega=PolyaGamma(torch.ones_like(f), f.abs()))
 
+    def sample_aux(self, y: Tensor, f: Tensor, generator: torch.Generator | None = None) -> AuxDict:
+        r""":math:`\omega \sim \mathrm{PG}(1, |f|)`: the law of :meth:`aux_conditional`, drawn directly from
+        ``generator`` (no joint-distribution wrapper, no re-seeding of the global RNG, no argument validation)."""
+        return {"omega": PolyaGamma(torch.ones_like(f), f.abs(), validate_args=False).sample(generator=generator)}
+
     def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
         omega = aux["omega"]
-        return (self._sign(y) / 2).to(omega.dtype).expand_as(omega), omega
+        return torch.where(y > 0, 0.5, -0.5).to(omega.dtype).expand_as(omega), omega  # s_y / 2
 
     def log_tilt_constant(self, y: Tensor, aux: AuxDict) -> Tensor:
         return torch.full_like(aux["omega"], -LOG2)

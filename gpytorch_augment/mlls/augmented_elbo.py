@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls._approximate_mll import _ApproximateMarginalLogLikelihood
 from torch import Tensor
@@ -36,6 +37,28 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         if not isinstance(likelihood, AugmentedLikelihood):
             raise TypeError(f"AugmentedELBO needs an AugmentedLikelihood, got {type(likelihood).__name__}")
         super().__init__(likelihood, model, num_data, beta=beta, combine_terms=True)
+
+    def forward(
+        self, approximate_dist_f: MultivariateNormal, target: Tensor, *, kl_divergence: Tensor | None = None, **kwargs: Any
+    ) -> Tensor:
+        r"""The bound per datum for :math:`q(f)` = ``approximate_dist_f`` at the batch ``target``.
+
+        :param kl_divergence: :math:`\mathrm{KL}(q(u)\Vert p(u))` when the caller already has it (e.g. CAVI's
+            whitened KL of the :math:`q(u)` it just wrote); by default ``model.variational_strategy.kl_divergence()``.
+            The terms are combined exactly as GPyTorch's ``_ApproximateMarginalLogLikelihood`` does.
+        """
+        if kl_divergence is None:
+            return super().forward(approximate_dist_f, target, **kwargs)
+        num_batch = approximate_dist_f.event_shape[0]
+        log_likelihood = self._log_likelihood_term(approximate_dist_f, target, **kwargs).div(num_batch)
+        kl_divergence = kl_divergence.div(self.num_data / self.beta)
+        added_loss = torch.zeros_like(log_likelihood)
+        for added_loss_term in self.model.added_loss_terms():
+            added_loss.add_(added_loss_term.loss())
+        log_prior = torch.zeros_like(log_likelihood)
+        for _, module, prior, closure, _ in self.named_priors():
+            log_prior.add_(prior.log_prob(closure(module)).sum().div(self.num_data))
+        return log_likelihood - kl_divergence + log_prior - added_loss
 
     def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
         y = self.likelihood.check_observations(target, variational_dist_f, **kwargs)

@@ -19,11 +19,22 @@ writes into GPyTorch's ``CholeskyVariationalDistribution``, ``NaturalVariational
 Internally :math:`q(v)` is carried as :math:`(\theta_1, C)` with :math:`\theta_1 = S_v^{-1} m_v` and
 :math:`S_v^{-1} = C^\top C`. Every factorisation runs in the ``linear_operator`` Cholesky dtype (float64 by
 default) and results are cast back to the parameters' dtype.
+
+**Prior-term cache.** The prior terms :math:`(L, A, \mu_Z, \mu_X, \operatorname{diag} K_{XX}, \lVert A_i\rVert^2)`
+depend only on :math:`X`, the inducing inputs and the model's hyper-parameters, which full-batch CAVI with fixed
+hyper-parameters never changes. :meth:`~_CAVIMixin.cavi_terms` therefore keeps the last result it computed without
+an autograd graph, keyed on a *copy of the values* of :math:`X`, of every parameter and buffer of the model except
+those of :math:`q(u)`, and of the modules' train/eval flags, the jitter and the linear-algebra dtype; it re-uses it
+only when all of them compare equal and no graph is needed. Any change -- an optimizer step, ``load_state_dict``,
+moving inducing points, writing into ``x`` in place, ``train()``/``eval()`` -- is a cache miss. What is not seen:
+plain Python attributes that change what ``model.forward`` computes without changing a tensor (call
+:meth:`~_CAVIMixin.clear_cavi_cache` after such a change, or pass ``cache=False``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from itertools import chain
+from typing import Any, NamedTuple
 
 import torch
 from gpytorch.variational import (
@@ -49,6 +60,7 @@ class CAVITerms(NamedTuple):
     mu_Z: Tensor  # (*b, M)
     mu_X: Tensor  # (*b, N)
     k_diag: Tensor  # diag K_XX, (*b, N)
+    a_sq: Tensor  # squared column norms ||A_i||^2, i.e. diag(Q_XX), (*b, N)
 
 
 class WhitenedQ(NamedTuple):
@@ -78,6 +90,27 @@ def _mv(mat: Tensor, vec: Tensor) -> Tensor:
     return (mat @ vec.unsqueeze(-1)).squeeze(-1)
 
 
+#: up to this many extra kernel entries, the prior at ``cat[Z, x]`` is evaluated as one dense block (one kernel call
+#: instead of two: cheaper for small batches, where the per-call overhead dominates)
+_DENSE_PRIOR_ELEMENTS = 2**16
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    """Equal shape, dtype, device and values (NaN never equals)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+
+
+class _PriorCacheEntry(NamedTuple):
+    """The last prior terms computed without a graph, and a copy of everything they were computed from."""
+
+    x: Tensor  # a copy of the inputs
+    tensors: list[Tensor]  # the model's tensors the prior may depend on (references)
+    values: list[Tensor]  # copies of their values
+    flags: tuple[Any, ...]  # train/eval flags, jitter, linear-algebra dtype
+    terms: CAVITerms
+    versions: tuple[int, ...]  # of the cached terms (an in-place write into them invalidates the entry)
+
+
 class _CAVIMixin:
     """The CAVI update, shared by the whitened and unwhitened strategies."""
 
@@ -88,25 +121,105 @@ class _CAVIMixin:
     def _linalg_dtype(self) -> torch.dtype:
         return _linalg_dtype_cholesky.value()
 
-    def cavi_terms(self, x: Tensor) -> CAVITerms:
-        """Evaluate the model's prior at ``cat[Z, x]`` exactly as ``forward`` does, and whiten it."""
+    def cavi_terms(self, x: Tensor, cache: bool = True) -> CAVITerms:
+        r"""Evaluate the model's prior at ``cat[Z, x]`` exactly as ``forward`` does, and whiten it.
+
+        With ``cache=True`` (default), a result computed without an autograd graph (under ``torch.no_grad()``, or
+        when neither ``x`` nor any model tensor requires a gradient) is kept and returned again -- the same tensors,
+        which must not be modified in place -- for as long as ``x``, the model's parameters and buffers other than
+        :math:`q(u)`'s, its train/eval flags, ``jitter_val`` and the linear-algebra dtype all keep their values
+        (see the module docstring). When a graph is needed the terms are always recomputed.
+        """
+        use_cache = cache and not torch.is_inference_mode_enabled()
+        if use_cache:
+            tensors, flags = self._prior_dependencies()
+            if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)):
+                use_cache = False
+            else:
+                hit = self._cache_lookup(x, tensors, flags)
+                if hit is not None:
+                    return hit
+        terms = self._compute_terms(x)
+        if use_cache:
+            with torch.no_grad():
+                self._cavi_cache = _PriorCacheEntry(
+                    x=x.detach().clone(),
+                    tensors=tensors,
+                    values=[t.detach().clone() for t in tensors],
+                    flags=flags,
+                    terms=terms,
+                    versions=tuple(t._version for t in terms),
+                )
+        return terms
+
+    def clear_cavi_cache(self) -> None:
+        """Forget the cached prior terms of :meth:`cavi_terms` (only needed after a change it cannot see)."""
+        self._cavi_cache = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # neither pickled nor deep-copied: a copy starts without cache
+        state = super().__getstate__()
+        state.pop("_cavi_cache", None)
+        return state
+
+    def _prior_dependencies(self) -> tuple[list[Tensor], tuple[Any, ...]]:
+        """Every tensor the prior at ``cat[Z, x]`` may depend on -- the parameters and buffers of all the model's
+        modules except the variational distributions and the initialisation flags -- and the non-tensor state: the
+        modules' training flags, the jitter and the linear-algebra dtype."""
+        tensors: list[Tensor] = [self.inducing_points]
+        flags: list[Any] = [float(self.jitter_val), self._linalg_dtype()]
+        for module in self.model.modules():
+            flags.append(module.training)
+            if isinstance(module, _VariationalDistribution):
+                continue
+            named = chain(module.named_parameters(recurse=False), module.named_buffers(recurse=False))
+            tensors.extend(t for name, t in named if t is not None and name != "variational_params_initialized")
+        return tensors, tuple(flags)
+
+    def _cache_lookup(self, x: Tensor, tensors: list[Tensor], flags: tuple[Any, ...]) -> CAVITerms | None:
+        entry: _PriorCacheEntry | None = getattr(self, "_cavi_cache", None)
+        if (
+            entry is None
+            or entry.flags != flags
+            or len(entry.tensors) != len(tensors)
+            or any(a is not b for a, b in zip(entry.tensors, tensors))
+            or entry.versions != tuple(t._version for t in entry.terms)
+            or not _same(entry.x, x)
+            or not all(_same(value, t) for value, t in zip(entry.values, tensors))
+        ):
+            return None
+        return entry.terms
+
+    def _prior_blocks(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(mean at cat[Z, x], K_ZZ, K_ZX, diag K_XX)`` of ``model.forward(cat[Z, x])``, in the model's dtype.
+
+        The kernel is evaluated once for the rows of ``Z`` (``K(Z, [Z; x])``) plus the diagonal at ``x``, or, for a
+        small batch, as one dense block."""
         Z = self.inducing_points
         if Z.shape[:-2] != x.shape[:-2]:
             x, Z = self._expand_inputs(x, Z)
-        M = Z.shape[-2]
+        M, N = Z.shape[-2], x.shape[-2]
         prior = self.model.forward(torch.cat([Z, x], dim=-2))
         covar = prior.lazy_covariance_matrix
+        if N * (M + N) <= _DENSE_PRIOR_ELEMENTS:
+            dense = covar.to_dense()
+            rows, k_diag = dense[..., :M, :], dense[..., M:, M:].diagonal(dim1=-1, dim2=-2)
+        else:
+            rows, k_diag = covar[..., :M, :].to_dense(), covar[..., M:, M:].diagonal(dim1=-1, dim2=-2)
+        return prior.mean, rows[..., :M], rows[..., M:], k_diag
+
+    def _compute_terms(self, x: Tensor) -> CAVITerms:
         dtype = self._linalg_dtype()
-        mean = prior.mean.to(dtype)
-        K_ZZ = covar[..., :M, :M].to_dense().to(dtype)
-        K_ZX = covar[..., :M, M:].to_dense().to(dtype)
-        k_diag = covar[..., M:, M:].diagonal(dim1=-1, dim2=-2).to(dtype)
+        mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in self._prior_blocks(x))
+        M = K_ZZ.shape[-1]
         eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
         L = psd_safe_cholesky(K_ZZ + self.jitter_val * eye)
         A = _tri_solve(L, K_ZX)
         if self._data_jitter:
             k_diag = k_diag + self.jitter_val
-        return CAVITerms(L=L, A=A, mu_Z=mean[..., :M], mu_X=mean[..., M:], k_diag=k_diag)
+        return CAVITerms(
+            L=L, A=A, mu_Z=mean[..., :M], mu_X=mean[..., M:], k_diag=k_diag, a_sq=A.pow(2).sum(-2)
+        )
 
     # ---------------------------------------------------------------- reading / writing q
     def _check_distribution(self) -> _VariationalDistribution:
@@ -170,9 +283,10 @@ class _CAVIMixin:
     def marginals(terms: CAVITerms, q: WhitenedQ) -> tuple[Tensor, Tensor]:
         r"""Means and variances of :math:`q(f_i)`: :math:`m = \mu_X + A^\top m_v`,
         :math:`s = k_{ii} - \lVert A_i\rVert^2 + \lVert C^{-\top} A_i\rVert^2`."""
-        mean = terms.mu_X + (terms.A.mT @ q.mean.unsqueeze(-1)).squeeze(-1)
+        mean = terms.mu_X + (q.mean.unsqueeze(-2) @ terms.A).squeeze(-2)  # m_v^T A: faster than A^T m_v batched
         CA = _tri_solve(q.C.mT, terms.A, upper=True)
-        var = terms.k_diag - terms.A.pow(2).sum(-2) + CA.pow(2).sum(-2)
+        CA_sq = CA.square() if CA.requires_grad else CA.square_()  # CA is ours: square in place unless differentiated
+        var = terms.k_diag - terms.a_sq + CA_sq.sum(-2)
         return mean, var.clamp_min(0)
 
     @staticmethod

@@ -17,7 +17,7 @@ import torch
 from linear_operator import to_linear_operator
 from torch.distributions import Normal
 
-from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GibbsSamples
+from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GibbsSamples, PoissonLogitLikelihood
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.inference.gibbs import GibbsState, bulk_ess, rank_normalized_rhat
 from gpytorch_augment.likelihoods import AugmentedLikelihood
@@ -182,14 +182,14 @@ def chain_z(values: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- (a) true posterior
-@pytest.mark.parametrize("n, seed", [(2, 0), (3, 1)])
-def test_bernoulli_posterior_moments_match_quadrature(n, seed):
+@pytest.mark.parametrize("n, seed, overrelaxation", [(2, 0, 0.0), (3, 1, 0.0), (3, 1, -0.7)])
+def test_bernoulli_posterior_moments_match_quadrature(n, seed, overrelaxation):
     """Posterior means and second moments of f from the sampler equal those of the TRUE (non-augmented)
-    posterior, computed by brute-force product quadrature, within Monte-Carlo error."""
+    posterior, computed by brute-force product quadrature, within Monte-Carlo error (also over-relaxed)."""
     model, x = tiny_problem(n, seed=seed, scale=3.0)
     y = torch.tensor([1.0, 0.0, 1.0][:n])
     likelihood = BernoulliLogitLikelihood()
-    sampler = GibbsSampler(model, likelihood, x, y)
+    sampler = GibbsSampler(model, likelihood, x, y, overrelaxation=overrelaxation)
     samples = sampler.sample(150, warmup=30, num_chains=400, seed=seed, progress=False)
     assert samples.f.shape == (400, 150, n)
 
@@ -271,6 +271,20 @@ def test_gaussian_likelihood_gives_exact_gp_regression_and_predictive():
     assert pred.y_probs is None
 
 
+def manual_conditionals(sampler, samples, x, x_new):
+    """Per stored draw, the mean of f* | f^(s) (draws, N*) and the shared conditional variance (N*,), by a dense
+    solve (the reference for predict)."""
+    with torch.no_grad():
+        prior = sampler.model.forward(torch.cat([x, x_new]))
+    n = x.shape[0]
+    K = prior.covariance_matrix.clone()
+    K[:n, :n] += sampler.jitter * torch.eye(n)
+    Q = torch.linalg.solve(K[:n, :n], K[:n, n:])
+    cond_var = K[n:, n:].diagonal() - (K[:n, n:] * Q).sum(0)
+    means = prior.mean[n:] + (samples.f.reshape(-1, n) - prior.mean[:n]) @ Q
+    return means, cond_var
+
+
 def test_predict_bernoulli_averages_per_draw_probabilities():
     x, y = classification_data(20)
     likelihood = BernoulliLogitLikelihood()
@@ -280,14 +294,7 @@ def test_predict_bernoulli_averages_per_draw_probabilities():
     pred = samples.predict(x_new, chunk_size=7)
 
     # manual: conditional of f* given each f^(s), then E sigma(f*) by quadrature, averaged over draws
-    with torch.no_grad():
-        prior = sampler.model.forward(torch.cat([x, x_new]))
-    n = x.shape[0]
-    K = prior.covariance_matrix.clone()
-    K[:n, :n] += sampler.jitter * torch.eye(n)
-    Q = torch.linalg.solve(K[:n, :n], K[:n, n:])
-    cond_var = K[n:, n:].diagonal() - (K[:n, n:] * Q).sum(0)
-    means = prior.mean[n:] + (samples.f.reshape(-1, n) - prior.mean[:n]) @ Q
+    means, cond_var = manual_conditionals(sampler, samples, x, x_new)
     probs = torch.stack(
         [likelihood.marginal(gpytorch.distributions.MultivariateNormal(m, torch.diag(cond_var))).probs for m in means]
     ).mean(0)
@@ -295,6 +302,34 @@ def test_predict_bernoulli_averages_per_draw_probabilities():
     assert torch.allclose(pred.y_mean, probs, atol=1e-10)
     assert torch.allclose(pred.f_mean, means.mean(0), atol=1e-10)
     assert torch.allclose(pred.f_var, cond_var + means.var(0, unbiased=False), atol=1e-10)
+
+
+def test_predict_pairs_each_draw_with_its_sampled_likelihood_constant():
+    """With a likelihood constant sampled per chain (Poisson rate scale under a Gamma prior: the likelihood holds
+    shape (chains, 1)), predict averages ``likelihood.marginal`` with each draw's own constant from
+    ``samples.hyper`` (it used to fail to broadcast (chains, 1) against the draws), and leaves the likelihood's
+    state as it was."""
+    x, _ = classification_data(15, seed=4)
+    y = torch.poisson(3.0 * torch.sigmoid(torch.sin(2 * x[:, 0])), generator=torch.Generator().manual_seed(4))
+    likelihood = PoissonLogitLikelihood(rate_scale=3.0, rate_scale_prior=(2.0, 0.5))
+    sampler = GibbsSampler(PlainGP(), likelihood, x, y)
+    samples = sampler.sample(6, warmup=5, num_chains=3, seed=1, progress=False)
+    xi = samples.hyper["rate_scale"]
+    assert xi.shape == (3, 6, 1) and xi.std() > 0.05  # one value per chain and draw
+    state = likelihood.rate_scale.clone()
+    assert state.shape == (3, 1)
+    x_new = torch.linspace(0, 4, 5).unsqueeze(-1)
+    pred = samples.predict(x_new)
+    assert torch.equal(likelihood.rate_scale, state)
+
+    means, cond_var = manual_conditionals(sampler, samples, x, x_new)
+    per_draw = [
+        PoissonLogitLikelihood(rate_scale=float(r)).marginal(
+            gpytorch.distributions.MultivariateNormal(m, torch.diag(cond_var))
+        ).mean
+        for m, r in zip(means, xi.reshape(-1))
+    ]
+    assert torch.allclose(pred.y_mean, torch.stack(per_draw).mean(0), rtol=1e-10, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------- (c) inducing points
@@ -632,6 +667,43 @@ def test_likelihood_hyperparameters_are_sampled_recorded_and_resumed():
     assert resumed.summary("precision").rhat.shape == (1,)
     # the noise precision is learnt: the data were generated with noise sd 0.2 (precision 25)
     assert 5 < full.hyper["precision"].mean() < 80
+
+
+# ---------------------------------------------------------------------------------------------- over-relaxation
+@pytest.mark.parametrize("f_update", ["auto", "whitened"])
+def test_overrelaxed_sampler_passes_geweke(f_update, monkeypatch):
+    """The over-relaxed f-update leaves the joint invariant: the Geweke joint-distribution test of
+    ``test_geweke.py`` (Bernoulli, tiny prior) with ``overrelaxation=-0.7``, through both f-updates."""
+    from functools import partial
+
+    from tests.inference import test_geweke
+
+    monkeypatch.setattr(
+        test_geweke, "GibbsSampler", partial(GibbsSampler, overrelaxation=-0.7, f_update=f_update)
+    )
+    case = test_geweke.LOCAL_CASES[0]
+    z = test_geweke._joint_z(case.make(), case.sample_targets, num_chains=2_000, num_sweeps=150, burn_in=30)
+    assert z.abs().max() <= Z_TOL, z
+
+
+def test_overrelaxation_anticorrelates_draws_and_is_validated():
+    """A negative over-relaxation makes successive draws of f anti-correlated (the plain sampler's are
+    positively correlated on this problem) without moving the posterior mean; bad values raise."""
+    x, y = classification_data(25, seed=3)
+    lag1 = {}
+    for a in (0.0, -0.7):
+        samples = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, overrelaxation=a).sample(
+            400, warmup=50, num_chains=4, seed=0, progress=False
+        )
+        f = samples.f - samples.f.mean(1, keepdim=True)
+        lag1[a] = float(((f[:, 1:] * f[:, :-1]).sum((0, 1)) / (f * f).sum((0, 1))).median())
+    assert lag1[0.0] > 0.1 and lag1[-0.7] < -0.1, lag1
+    with pytest.raises(ValueError, match="overrelaxation"):
+        GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, overrelaxation=-1.0)
+    with pytest.raises(ValueError, match="overrelaxation"):
+        GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, overrelaxation=float("nan"))
+    with pytest.raises(ValueError, match="exact model only"):
+        GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, inducing_points=x[:5], overrelaxation=-0.5)
 
 
 # ---------------------------------------------------------------------------------------------- (e) bad input

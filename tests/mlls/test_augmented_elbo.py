@@ -84,6 +84,26 @@ def test_hyperparameter_gradients_are_those_of_the_collapsed_bound(strategy_cls)
         torch.testing.assert_close(a, b, rtol=0, atol=1e-8, msg=f"gradient of {name}")
 
 
+@pytest.mark.parametrize("strategy_cls", STRATEGIES)
+def test_a_given_kl_divergence_replaces_the_strategys(strategy_cls):
+    """kl_divergence= (what CAVI's fused hyper-parameter step passes) combines the terms as GPyTorch does."""
+    model, likelihood, _, x, y = _fitted(strategy_cls, learn_inducing_locations=True)
+    model.covar_module.register_prior("outputscale_prior", gpytorch.priors.GammaPrior(2.0, 1.0), "outputscale")
+    params = list(model.hyperparameters())
+    mll = AugmentedELBO(likelihood, model, num_data=len(y))
+    value = mll(model(x), y)
+    reference = torch.autograd.grad(value, params)
+    out = model(x)
+    kl = model.variational_strategy.kl_divergence()  # right after the forward (unwhitened: call order matters)
+    given = mll(out, y, kl_divergence=kl)
+    torch.testing.assert_close(given, value, rtol=0, atol=1e-14)
+    for a, b in zip(torch.autograd.grad(given, params), reference):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)
+    with torch.no_grad():  # the value is that of the given KL
+        shifted = mll(model(x), y, kl_divergence=kl.detach() + len(y))
+    assert float(shifted) == pytest.approx(float(value) - 1.0, abs=1e-12)
+
+
 def test_detached_q_aux_matters_only_through_the_envelope():
     """Sanity check of the check: without the optimum (a fixed, wrong q(Ω)) the gradients differ."""
     model, likelihood, _, x, y = _fitted(CAVIVariationalStrategy)
