@@ -210,6 +210,7 @@ def choose_hyperparameters(
     """
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randperm(x.shape[0], generator=gen)[:subset]
+    torch.manual_seed(seed)  # GPyTorch's Monte-Carlo expected log-likelihood draws from the global generator
     xs, ys = x[idx], y[idx]
     wall, cpu = time.perf_counter(), time.process_time()
     if spec.engine == "adam" or spec.hypers == "elbo":
