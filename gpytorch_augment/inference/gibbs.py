@@ -302,9 +302,11 @@ class GibbsSampler:
     minimum over the latent coordinates): :math:`a = -0.5` raised the bulk ESS 1.9× (heart, Bernoulli-logit) and
     1.9× (Boston, Student-t) and the tail ESS 1.6× and 1.3×, while the ESS of the posterior standard deviation
     stayed about the same (heart) or fell by a fifth (Boston); :math:`a = -0.7` gave 2.3× and 2.4× bulk ESS but
-    cost up to half of the sd-ESS (anti-correlated draws help means more than variances). The extra cost is a
-    second right-hand side in the triangular solves. :meth:`sample_latent` (one conditional draw, no current
-    state) is never over-relaxed.
+    cost up to half of the sd-ESS (anti-correlated draws help means more than variances); the benchmark chooses
+    :math:`a` by pilot runs on the worst of bulk, tail and sd ESS. Since :math:`\tilde f` and :math:`m` are linear
+    in the same right-hand side, :math:`f'` is computed as *one* pathwise draw with a modified right-hand side:
+    over-relaxation costs a few elementwise operations, no extra solve. :meth:`sample_latent` (one conditional
+    draw, no current state) is never over-relaxed.
 
     **Inducing-point model** (``inducing_points=Z``, :math:`M` points): with
     :math:`K_{ZZ} + \epsilon I = L L^\top`, :math:`A = L^{-1} K_{ZX}` and :math:`u = \mu_Z + L v`, one sweep is
@@ -606,50 +608,70 @@ class GibbsSampler:
             return psd_safe_cholesky(mat)
         return out
 
+    def _relaxation(self, f_old: Tensor | None) -> tuple[float, float]:
+        r"""Coefficients :math:`(a, \sqrt{1 - a^2})` of the over-relaxed update; :math:`(0, 1)` (the plain draw)
+        without a current state."""
+        a = self.overrelaxation if f_old is not None else 0.0
+        return a, math.sqrt(1.0 - a * a)
+
     def _whitened_draw(
-        self, A: Tensor, mu: Tensor, h: Tensor, lam: Tensor, generator: torch.Generator | None, with_mean: bool = False
+        self,
+        A: Tensor,
+        mu: Tensor,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        f_old: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        r"""(draw, mean) of :math:`v \sim \mathcal N(B^{-1}b, B^{-1})`, :math:`B = I + A\Lambda A^\top = C^\top C`,
-        :math:`b = A(h - \lambda\mu)`; the mean :math:`B^{-1}b` only if ``with_mean`` (else ``None``)."""
+        r"""``(f, v)`` with :math:`f = \mu + A^\top v` and :math:`v \sim \mathcal N(B^{-1}b, B^{-1})`,
+        :math:`B = I + A\Lambda A^\top = C^\top C`, :math:`b = A(h - \lambda\mu)`.
+
+        With ``f_old`` (and ``overrelaxation`` :math:`a \ne 0`) the over-relaxed update
+        :math:`f' = a f_{\text{old}} + (1 - a - c)\,m + c\tilde f` (:math:`c = \sqrt{1 - a^2}`, :math:`m` the
+        conditional mean, :math:`\tilde f` a draw) instead; by linearity it is one solve,
+        :math:`f' = a f_{\text{old}} + (1 - a)\mu + A^\top C^{-1}\big((1 - a) C^{-\top} b + c\,\varepsilon\big)`,
+        and ``v`` is ``None``."""
+        a, c = self._relaxation(f_old)
         B = _add_to_diagonal((A * lam.unsqueeze(-2)) @ A.mT, 1.0)
         b = _vecmat(h - lam * mu, A.mT)
         C = reverse_cholesky(B)
         eps = torch.randn(b.shape, generator=generator, dtype=b.dtype, device=b.device)
-        w = _tri_solve(C.mT, b.unsqueeze(-1), upper=True)
-        if not with_mean:
-            return _tri_solve(C, w + eps.unsqueeze(-1)).squeeze(-1), None
-        v = _tri_solve(C, torch.cat([w + eps.unsqueeze(-1), w], dim=-1))
-        return v[..., 0], v[..., 1]
+        w = _tri_solve(C.mT, b.unsqueeze(-1), upper=True).squeeze(-1)
+        if a == 0.0:
+            v = _tri_solve(C, (w + eps).unsqueeze(-1)).squeeze(-1)
+            return mu + _vecmat(v, A), v
+        v = _tri_solve(C, ((1.0 - a) * w + c * eps).unsqueeze(-1)).squeeze(-1)
+        return a * f_old + (1.0 - a) * mu + _vecmat(v, A), None
 
     def _gpml_draw(
-        self, terms: _PriorTerms, h: Tensor, lam: Tensor, generator: torch.Generator | None, with_mean: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
-        r"""(draw, mean) of :math:`f \mid \Omega` by the GPML-stable pathwise draw through
-        :math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2}` (all :math:`\lambda_i > 0`); the conditional mean
-        :math:`\mu_0 + K\Lambda^{1/2}B'^{-1}\Lambda^{-1/2}(h - \Lambda\mu_0)` only if ``with_mean`` (else ``None``).
+        self, terms: _PriorTerms, h: Tensor, lam: Tensor, generator: torch.Generator | None, f_old: Tensor | None = None
+    ) -> Tensor:
+        r"""A draw of :math:`f \mid \Omega` by the GPML-stable pathwise draw through
+        :math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2} = RR^\top` (all :math:`\lambda_i > 0`):
+        :math:`f = g + K\Lambda^{1/2}B'^{-1}\big(\Lambda^{-1/2}(h - \Lambda g) - \varepsilon_2\big)`,
+        :math:`g = \mu_0 + L\varepsilon_1`.
+
+        With ``f_old`` (and ``overrelaxation`` :math:`a \ne 0`) the over-relaxed update
+        :math:`f' = a f_{\text{old}} + (1 - a - c)\,m + c\tilde f` (:math:`c = \sqrt{1 - a^2}`); the draw
+        :math:`\tilde f` and the conditional mean :math:`m` are linear in :math:`(h, \varepsilon)`, so it is the same
+        pathwise formula with :math:`g = (1 - a)\mu_0 + cL\varepsilon_1`, :math:`(1 - a)h` in place of :math:`h`,
+        :math:`c\varepsilon_2` in place of :math:`\varepsilon_2`, plus :math:`a f_{\text{old}}`: no extra solve.
 
         Per sweep: one batched Cholesky factorisation of :math:`B'` (formed in a reused buffer), two batched
-        triangular solves, and two products with the cached :math:`L` and :math:`K` as matrix-matrix products over
-        all chains."""
+        triangular solves with one right-hand side (faster here than ``torch.cholesky_solve``), and two products
+        with the cached :math:`L` and :math:`K` as matrix-matrix products over all chains."""
+        a, c = self._relaxation(f_old)
         eps = torch.randn((2,) + h.shape, generator=generator, dtype=h.dtype, device=h.device)
-        f0 = terms.mu + _vecmat(eps[0], terms.A)  # mu + L eps
+        g = _vecmat(eps[0], terms.A).mul_(c).add_(terms.mu, alpha=1.0 - a)  # (1 - a) mu + c L eps_1
         s = lam.sqrt()
         Bp = self._buffer("gpml_B", s.shape + s.shape[-1:], s.dtype)
         torch.mul(s.unsqueeze(-1), s.unsqueeze(-2), out=Bp)
         Bp.mul_(terms.K)
         R = self._cholesky(_add_to_diagonal(Bp, 1.0))
-        r = ((h - lam * f0) / s - eps[1]).unsqueeze(-1)
-        if with_mean:
-            r = torch.cat([r, ((h - lam * terms.mu) / s).unsqueeze(-1)], dim=-1)
-        alpha = s.unsqueeze(-1) * _tri_solve(R.mT, _tri_solve(R, r), upper=True)
-        K_alpha = _vecmat(alpha.movedim(-1, 0), terms.K)  # K symmetric: (alpha @ K)^T = K alpha
-        return f0 + K_alpha[0], (terms.mu + K_alpha[1] if with_mean else None)
-
-    def _overrelax(self, f_old: Tensor, draw: Tensor, mean: Tensor) -> Tensor:
-        r"""Adler's over-relaxed update :math:`m + a(f - m) + \sqrt{1 - a^2}\,(\tilde f - m)` for a draw
-        :math:`\tilde f \sim \mathcal N(m, \Sigma)`: it leaves :math:`\mathcal N(m, \Sigma)` invariant (and is reversible)."""
-        a = self.overrelaxation
-        return mean + a * (f_old - mean) + math.sqrt(1.0 - a * a) * (draw - mean)
+        r = torch.addcmul(h * (1.0 - a), lam, g, value=-1.0).div_(s).sub_(eps[1], alpha=c)
+        alpha = _tri_solve(R.mT, _tri_solve(R, r.unsqueeze(-1)), upper=True).squeeze(-1).mul_(s)
+        f = g.add_(_vecmat(alpha, terms.K))  # K symmetric: alpha K = (K alpha)^T
+        return f if a == 0.0 else f.add_(f_old, alpha=a)
 
     def _latent_draw(
         self,
@@ -660,7 +682,8 @@ class GibbsSampler:
         f_old: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Internal (C, T', N) potentials -> (f, v) for the latents ``latents`` (all if ``None``); over-relaxed
-        around the conditional mean (``overrelaxation != 0``) when the current latents ``f_old`` are given."""
+        around the conditional mean (``overrelaxation != 0``, exact model) when the current latents ``f_old`` are
+        given (``v`` is then ``None``)."""
         terms = self._terms
         if latents is not None:
             key = ("terms", tuple(latents))
@@ -669,17 +692,10 @@ class GibbsSampler:
                 self._workspace[key] = _PriorTerms(*(t.index_select(0, idx) if t is not None else None for t in terms))
             terms = self._workspace[key]
         if self.is_sparse:
-            v, _ = self._whitened_draw(terms.A, terms.mu, h, lam, generator)
-            return terms.mu + _vecmat(v, terms.A), v
-        relax = f_old is not None and self.overrelaxation != 0.0
+            return self._whitened_draw(terms.A, terms.mu, h, lam, generator)
         if self.f_update == "auto" and bool((lam >= torch.finfo(lam.dtype).tiny).all()):
-            f, mean = self._gpml_draw(terms, h, lam, generator, with_mean=relax)
-            return (self._overrelax(f_old, f, mean) if relax else f), None
-        v, v_mean = self._whitened_draw(terms.A, terms.mu, h, lam, generator, with_mean=relax)
-        f = terms.mu + _vecmat(v, terms.A)  # mu + L v
-        if relax:
-            return self._overrelax(f_old, f, terms.mu + _vecmat(v_mean, terms.A)), None
-        return f, v
+            return self._gpml_draw(terms, h, lam, generator, f_old), None
+        return self._whitened_draw(terms.A, terms.mu, h, lam, generator, f_old)
 
     def _u_from_v(self, v: Tensor) -> Tensor:
         return self._terms.mu_Z + _vecmat(v, self._terms.L.mT)
