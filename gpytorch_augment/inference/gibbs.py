@@ -598,15 +598,22 @@ class GibbsSampler:
             self._workspace[key] = buf
         return buf
 
-    def _cholesky(self, mat: Tensor) -> Tensor:
-        """Lower Cholesky factor of a batch of symmetric positive definite matrices, into a reused buffer
-        (column-major, LAPACK's layout, so no transposed copy); ``psd_safe_cholesky`` only if that fails."""
-        out = self._buffer("cholesky", mat.shape, mat.dtype, column_major=True)
-        info = self._buffer("cholesky_info", mat.shape[:-2], torch.int32)
-        torch.linalg.cholesky_ex(mat.mT, out=(out, info))  # mat symmetric: its column-major view, copied as is
-        if bool(info.any()):
-            return psd_safe_cholesky(mat)
-        return out
+    @staticmethod
+    def _cholesky_(mat: Tensor) -> Tensor | None:
+        """Lower Cholesky factor of a batch of symmetric positive definite matrices, computed *in place* over
+        ``mat`` (through its column-major view, LAPACK's layout: no copy into a separate output, which costs about
+        as much as the triangular zeroing torch does anyway); ``None`` if a factorisation failed (``mat`` is then
+        overwritten)."""
+        info = torch.empty(mat.shape[:-2], dtype=torch.int32, device=mat.device)
+        torch.linalg.cholesky_ex(mat.mT, out=(mat.mT, info))  # mat symmetric: its transpose is itself
+        return None if bool(info.any()) else mat.mT
+
+    def _gpml_matrix(self, K: Tensor, s: Tensor) -> Tensor:
+        """:math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2}` (``s`` the square roots of the precisions), formed in a reused
+        buffer."""
+        Bp = self._buffer("gpml_B", s.shape + s.shape[-1:], s.dtype)
+        torch.mul(s.unsqueeze(-1), s.unsqueeze(-2), out=Bp)
+        return _add_to_diagonal(Bp.mul_(K), 1.0)
 
     def _relaxation(self, f_old: Tensor | None) -> tuple[float, float]:
         r"""Coefficients :math:`(a, \sqrt{1 - a^2})` of the over-relaxed update; :math:`(0, 1)` (the plain draw)
@@ -657,17 +664,16 @@ class GibbsSampler:
         pathwise formula with :math:`g = (1 - a)\mu_0 + cL\varepsilon_1`, :math:`(1 - a)h` in place of :math:`h`,
         :math:`c\varepsilon_2` in place of :math:`\varepsilon_2`, plus :math:`a f_{\text{old}}`: no extra solve.
 
-        Per sweep: one batched Cholesky factorisation of :math:`B'` (formed in a reused buffer), two batched
+        Per sweep: one batched in-place Cholesky factorisation of :math:`B'` (formed in a reused buffer), two batched
         triangular solves with one right-hand side (faster here than ``torch.cholesky_solve``), and two products
         with the cached :math:`L` and :math:`K` as matrix-matrix products over all chains."""
         a, c = self._relaxation(f_old)
         eps = torch.randn((2,) + h.shape, generator=generator, dtype=h.dtype, device=h.device)
         g = _vecmat(eps[0], terms.A).mul_(c).add_(terms.mu, alpha=1.0 - a)  # (1 - a) mu + c L eps_1
         s = lam.sqrt()
-        Bp = self._buffer("gpml_B", s.shape + s.shape[-1:], s.dtype)
-        torch.mul(s.unsqueeze(-1), s.unsqueeze(-2), out=Bp)
-        Bp.mul_(terms.K)
-        R = self._cholesky(_add_to_diagonal(Bp, 1.0))
+        R = self._cholesky_(self._gpml_matrix(terms.K, s))
+        if R is None:  # not positive definite in floating point: GPyTorch's jittered factorisation of a fresh copy
+            R = psd_safe_cholesky(self._gpml_matrix(terms.K, s))
         r = torch.addcmul(h * (1.0 - a), lam, g, value=-1.0).div_(s).sub_(eps[1], alpha=c)
         alpha = _tri_solve(R.mT, _tri_solve(R, r.unsqueeze(-1)), upper=True).squeeze(-1).mul_(s)
         f = g.add_(_vecmat(alpha, terms.K))  # K symmetric: alpha K = (K alpha)^T

@@ -686,6 +686,49 @@ def test_overrelaxed_sampler_passes_geweke(f_update, monkeypatch):
     assert z.abs().max() <= Z_TOL, z
 
 
+@pytest.mark.parametrize("f_update", ["auto", "whitened"])
+def test_overrelaxed_f_conditional_matches_closed_form(f_update):
+    r"""Given the current :math:`f`, the over-relaxed update (computed as one pathwise draw with a modified
+    right-hand side) is :math:`\mathcal N\big(m + a(f - m),\ (1 - a^2)\Sigma\big)` with :math:`m, \Sigma` the
+    mean and covariance of :math:`f \mid \Omega`."""
+    n, S, a = 5, 100_000, -0.7
+    model, x = tiny_problem(n, seed=3)
+    sampler = GibbsSampler(model, BernoulliLogitLikelihood(), x, torch.ones(n), f_update=f_update, overrelaxation=a)
+    g = torch.Generator().manual_seed(1)
+    h, lam = torch.randn(n, generator=g), torch.rand(n, generator=g) + 0.05
+    f_old = 2.0 * torch.randn(n, generator=g, dtype=torch.float64)
+    K = model.K + sampler.jitter * torch.eye(n)
+    Sigma = torch.linalg.inv(torch.linalg.inv(K) + torch.diag(lam))
+    m = model.mu + Sigma @ (h - lam * model.mu)
+    mean, cov_ref = m + a * (f_old - m), (1 - a * a) * Sigma
+    shape = (S, 1, n)
+    f, _ = sampler._latent_draw(
+        h.double().expand(shape), lam.double().expand(shape), g, f_old=f_old.expand(shape).clone()
+    )
+    f = f.squeeze(1)
+    se = cov_ref.diagonal().sqrt() / math.sqrt(S)
+    assert ((f.mean(0) - mean).abs() / se).max() <= Z_TOL
+    se_cov = ((cov_ref.diagonal()[:, None] * cov_ref.diagonal()[None, :] + cov_ref**2) / S).sqrt()
+    assert ((torch.cov(f.T) - cov_ref).abs() / se_cov).max() <= Z_TOL
+    # and it moves: an update that ignored f_old (a = 0) would miss the mean by many standard errors
+    assert ((f.mean(0) - m).abs() / se).max() > 10
+
+
+def test_failed_in_place_cholesky_falls_back_to_jittered_factorisation(monkeypatch):
+    """The f-draw factorises I + Λ^½KΛ^½ in place; if that reports failure, the matrix is rebuilt and factorised
+    by GPyTorch's psd_safe_cholesky, giving (for a positive definite matrix) the same draws."""
+    x, y = classification_data(25, seed=3)
+    reference = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5).sample(
+        20, warmup=5, num_chains=2, seed=0, progress=False
+    )
+    monkeypatch.setattr(GibbsSampler, "_cholesky_", staticmethod(lambda mat: None))
+    fallback = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5).sample(
+        20, warmup=5, num_chains=2, seed=0, progress=False
+    )
+    torch.testing.assert_close(fallback.f, reference.f, rtol=1e-8, atol=1e-8)
+    assert GibbsSampler._cholesky_(torch.tensor([[[1.0, 2.0], [2.0, 1.0]]], dtype=torch.float64)) is None
+
+
 def test_overrelaxation_anticorrelates_draws_and_is_validated():
     """A negative over-relaxation makes successive draws of f anti-correlated (the plain sampler's are
     positively correlated on this problem) without moving the posterior mean; bad values raise."""
