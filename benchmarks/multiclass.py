@@ -75,7 +75,12 @@ ACCURACY_GAPS = (0.02, 0.015, 0.01, 0.005, 0.0)
 #: Adam learning rate of every hyper-parameter fit
 HYPER_LR = 0.05
 #: the two hyper-parameter configurations: each family its own (headline) / the baseline's for CAVI (secondary)
-CONFIGS = {"own": "own h.p.", "baseline": "baseline's h.p.", "elbo": "true-ELBO h.p."}
+CONFIGS = {
+    "own": "own h.p.",
+    "baseline": "baseline's h.p.",
+    "elbo": "true-ELBO h.p.",
+    "own-true": "own h.p., true-ELBO M-step",
+}
 
 # ---------------------------------------------------------------------------------------------------- model
 class MultiLatentSVGP(gpytorch.models.ApproximateGP):
@@ -114,7 +119,8 @@ class MethodSpec:
     learn_class_scales: bool = False
     lr: float | None = None
     hypers: str = "own"  # "own": chosen on this method's own model; "baseline": the softmax SVGP's (CAVI only);
-    # "elbo": the softmax's procedure (SVGP + VariationalELBO + Adam) applied to this method's own likelihood (CAVI only)
+    # "elbo": the softmax's procedure (SVGP + VariationalELBO + Adam) applied to this method's own likelihood (CAVI only);
+    # "own-true": the own CAVI procedure with the hyper-parameter steps on the true ELBO (CAVI(hyper_objective=...))
 
     @property
     def link(self) -> str:
@@ -132,6 +138,8 @@ class MethodSpec:
             return "true ELBO: logistic-softmax, θ = 1"
         if self.engine == "cavi" and self.hypers == "elbo":
             return "true ELBO: " + self.link
+        if self.engine == "cavi" and self.hypers == "own-true":
+            return "CAVI, true-ELBO M-step: " + self.link
         return "softmax" if self.engine == "adam" or self.hypers == "baseline" else self.link
 
 
@@ -139,6 +147,7 @@ def default_methods(quick: bool) -> list[MethodSpec]:
     methods = [
         MethodSpec("CAVI", "cavi"),
         MethodSpec("CAVI + class scales", "cavi", learn_class_scales=True),
+        MethodSpec("CAVI (true-ELBO M-step)", "cavi", hypers="own-true"),
         MethodSpec("CAVI bijective", "cavi", bijective=True),
         MethodSpec("CAVI bijective + class scales", "cavi", bijective=True, learn_class_scales=True),
         MethodSpec("SVGP+Adam lr=0.05", "adam", lr=0.05),
@@ -255,7 +264,15 @@ def choose_hyperparameters(
         )
         model = MultiLatentSVGP(Z, likelihood.num_latents, CAVIVariationalStrategy)
         _initialise(model, x, seed)
-        cavi = CAVI(model, likelihood, num_data=ys.numel())
+        true_m_step = spec.hypers == "own-true"
+        # the true ELBO estimated as the softmax baseline's is (GPyTorch's Monte-Carlo expected log-likelihood): the
+        # likelihood's own expected_log_prob uses 2^14 QMC points per datum for K > 3 latents, ~25x the cost
+        objective_mll = (
+            gpytorch.mlls.VariationalELBO(_MonteCarloELBOLikelihood(likelihood), model, num_data=ys.numel())
+            if true_m_step
+            else None
+        )
+        cavi = CAVI(model, likelihood, num_data=ys.numel(), hyper_objective=objective_mll)
         trace = cavi.fit(
             xs, ys, max_iter=iterations, hyper_optimizer=torch.optim.Adam(model.hyperparameters(), lr=lr),
             convergence=lambda trace: False,
@@ -265,11 +282,21 @@ def choose_hyperparameters(
         procedure = (
             f"LogisticSoftmaxLikelihood(bijective={spec.bijective}, learn_class_scales={spec.learn_class_scales}) with "
             f"CAVIVariationalStrategy; CAVI.fit with hyper_optimizer=Adam(model.hyperparameters(), lr={lr}): one "
-            "closed-form CAVI step on q(u) (and θ) then one Adam step on -AugmentedELBO per iteration"
+            "closed-form CAVI step on q(u) (and θ) then one Adam step on "
+            + (
+                "the true ELBO (CAVI(..., hyper_objective=gpytorch.mlls.VariationalELBO(...)) with GPyTorch's "
+                "Monte-Carlo expected log-likelihood, as the softmax baseline's) per iteration"
+                if true_m_step
+                else "-AugmentedELBO per iteration"
+            )
         )
     return {
         **_fitted(model), **extra,
-        "family": (spec.link + (" (true ELBO)" if spec.hypers == "elbo" else "")) if spec.engine == "cavi" else "softmax",
+        "family": (
+            spec.link + {"elbo": " (true ELBO)", "own-true": " (CAVI, true-ELBO M-step)"}.get(spec.hypers, "")
+            if spec.engine == "cavi"
+            else "softmax"
+        ),
         "procedure": procedure,
         "subset": int(xs.shape[0]), "iterations": iterations,
         "fit_seconds": time.perf_counter() - wall, "fit_cpu_seconds": time.process_time() - cpu,
@@ -642,6 +669,21 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
             f"**{'met' if s['configs']['elbo']['issue_target_met'] else 'NOT met'}**.",
             "",
         ]
+    if "own-true" in s["configs"]:
+        lines += [
+            "### CAVI with its own procedure and a true-ELBO M-step (secondary)",
+            "",
+            "The headline's own procedure (`CAVI.fit` with Adam on the hyper-parameters, same subset, Z, "
+            "initialisation and iterations) with one change: the hyper-parameter steps ascend the true ELBO "
+            "(`CAVI(..., hyper_objective=gpytorch.mlls.VariationalELBO(...))`, GPyTorch's Monte-Carlo expected "
+            "log-likelihood as for the softmax baseline) instead of the augmented bound; q(u) is still fitted by "
+            "CAVI. Then frozen and q(u) fitted by CAVI on all training data, as everywhere.",
+            "",
+            *[f"* {b}" for b in config_bullets("own-true")],
+            "* Issue target in this configuration: "
+            f"**{'met' if s['configs']['own-true']['issue_target_met'] else 'NOT met'}**.",
+            "",
+        ]
     precise = diag["precise_at_best_state"]
     lines += [
         "### How solid is the baseline's best accuracy?",
@@ -841,7 +883,7 @@ def reading(result: dict[str, Any]) -> list[str]:
         )
     for config, label in (
         ("own", "own hyper-parameters (headline)"), ("baseline", "the baseline's hyper-parameters"),
-        ("elbo", "true-ELBO hyper-parameters"),
+        ("elbo", "true-ELBO hyper-parameters"), ("own-true", "own procedure with a true-ELBO M-step"),
     ):
         c = s["configs"].get(config)
         if c is None:

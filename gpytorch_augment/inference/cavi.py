@@ -3,8 +3,9 @@ r"""Coordinate-ascent variational inference for augmented GP models, full-batch 
 The driver :class:`CAVI` alternates the closed-form local step (every :math:`q(\Omega_i)` of a batch at its
 optimum) with a natural-gradient step on the global :math:`q(u)` (``augmentations.md`` §1.4 and §1.6), and, in
 :meth:`CAVI.fit`, optionally with torch-optimizer steps on the hyper-parameters through
-:class:`~gpytorch_augment.AugmentedELBO`. A step only ever touches its batch: its cost is
-:math:`O(|\mathcal B| M^2 + M^3)`, independent of the number of data :math:`N`.
+:class:`~gpytorch_augment.AugmentedELBO` (or another objective, e.g. GPyTorch's true ``VariationalELBO``). A step
+only ever touches its batch: its cost is :math:`O(|\mathcal B| M^2 + M^3)`, independent of the number of data
+:math:`N`.
 
 Convergence criteria for :meth:`CAVI.fit` are small objects (:class:`RelativeChange`, :class:`HeldOut`) or any
 callable ``trace -> bool``.
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.variational import IndependentMultitaskVariationalStrategy, UnwhitenedVariationalStrategy
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
@@ -303,6 +305,17 @@ class CAVI:
         :class:`~gpytorch_augment.inference.schedules.StepSchedule`; a callable ``t -> rho_t`` (``t`` counts from 0);
         or ``None`` (default): :math:`\rho = 1` for steps on the full data and a default
         :class:`~gpytorch_augment.inference.schedules.RobbinsMonro` schedule for mini-batch steps.
+    :param hyper_objective: the objective of the hyper-parameter steps (:meth:`hyper_step`, ``fit(...,
+        hyper_optimizer=...)``), a GPyTorch ``MarginalLogLikelihood`` built on this ``model`` (normally with
+        this ``likelihood``; any estimate of the same model's objective will do) and maximised with :math:`q(u)`
+        fixed. Default: :class:`~gpytorch_augment.AugmentedELBO` (the bound CAVI
+        itself ascends; its step re-uses the CAVI step's kernel matrices). ``gpytorch.mlls.VariationalELBO(
+        likelihood, model, num_data)`` learns the hyper-parameters on the **true** ELBO instead (the likelihood's
+        exact ``expected_log_prob``): a variational EM whose E-step is CAVI on the augmented bound and whose M-step
+        ascends the true bound, which is never below the augmented one. Worth it where the augmented bound is
+        loose enough to prefer worse hyper-parameters (e.g. logistic-softmax: longer lengthscales, lower accuracy;
+        ``benchmarks/multiclass.py``); the steps then no longer ascend one common objective, so the augmented ELBO
+        in the trace need not rise monotonically.
 
     Example::
 
@@ -312,13 +325,29 @@ class CAVI:
         >>> cavi = CAVI(model, likelihood, num_data=y.numel(), step_size=RobbinsMonro(tau=1.0, kappa=0.6))
         >>> hyper = torch.optim.Adam(model.hyperparameters(), lr=0.01)
         >>> trace = cavi.fit(x, y, batch_size=256, num_epochs=20, hyper_optimizer=hyper, progress=True)
+        >>> true_elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())
+        >>> cavi = CAVI(model, likelihood, num_data=y.numel(), hyper_objective=true_elbo)  # M-step on the true ELBO
     """
 
-    def __init__(self, model: Any, likelihood: AugmentedLikelihood, num_data: int, step_size: StepSize = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        likelihood: AugmentedLikelihood,
+        num_data: int,
+        step_size: StepSize = None,
+        hyper_objective: MarginalLogLikelihood | None = None,
+    ) -> None:
         if not isinstance(likelihood, AugmentedLikelihood):
             raise TypeError(f"CAVI needs an AugmentedLikelihood, got {type(likelihood).__name__}")
         if int(num_data) <= 0:
             raise ValueError(f"num_data must be a positive integer, got {num_data}")
+        if hyper_objective is not None:
+            if not isinstance(hyper_objective, MarginalLogLikelihood):
+                raise TypeError(
+                    f"hyper_objective must be a gpytorch MarginalLogLikelihood, got {type(hyper_objective).__name__}"
+                )
+            if hyper_objective.model is not model:
+                raise ValueError("hyper_objective must be built on the same model object as CAVI")
         self.model = model
         self.likelihood = likelihood
         self.num_data = int(num_data)
@@ -328,7 +357,7 @@ class CAVI:
         self.num_steps = 0
         #: the step size :math:`\rho` used by the last :meth:`step`
         self.last_step_size: float | None = None
-        self._mll: AugmentedELBO | None = None
+        self._mll: MarginalLogLikelihood | None = hyper_objective
         self._checked_optimizers: set[int] = set()
 
     # ------------------------------------------------------------------------------------------------ internals
@@ -391,9 +420,9 @@ class CAVI:
         r"""One local + global update on the batch ``(x, y)`` (extra keyword arguments, e.g. ``trials=``, are
         per-datum data of the batch, passed to ``likelihood.check_targets``).
 
-        With ``hyper_optimizer``, one step of it on :math:`-`:class:`~gpytorch_augment.AugmentedELBO` of the same
-        batch follows, at the updated :math:`q(u)` (what :meth:`fit` does); for the whitened strategy it re-uses
-        the prior terms of the CAVI step, so the pair costs one kernel evaluation and one Cholesky.
+        With ``hyper_optimizer``, one step of it on :math:`-`:attr:`hyper_objective` of the same batch follows, at
+        the updated :math:`q(u)` (what :meth:`fit` does); for the whitened strategy and the default AugmentedELBO it
+        re-uses the prior terms of the CAVI step, so the pair costs one kernel evaluation and one Cholesky.
 
         Returns the augmented ELBO per datum, :math:`\big(\tfrac{N}{|\mathcal B|}\sum_{i\in\mathcal B}\ell_i^*
         - \mathrm{KL}(q(u)\Vert p(u))\big)/N`, of :math:`q(u)` as it was on entry (an unbiased estimate of the
@@ -404,7 +433,7 @@ class CAVI:
     def _step(
         self, x: Tensor, y: Tensor, kwargs: dict[str, Any], hyper_optimizer: torch.optim.Optimizer | None = None
     ) -> Tensor:
-        """:meth:`step`, optionally followed by one step of ``hyper_optimizer`` on the AugmentedELBO of the same
+        """:meth:`step`, optionally followed by one step of ``hyper_optimizer`` on the hyper objective of the same
         batch at the updated :math:`q(u)`, re-using the prior terms (one kernel evaluation and one Cholesky)."""
         self._check_inputs(x, y)
         targets = self.likelihood.check_targets(y, **kwargs)
@@ -479,10 +508,15 @@ class CAVI:
         return elbo, q_new
 
     def _can_fuse(self) -> bool:
-        # GPyTorch's unwhitened KL depends on the order of calls (gpytorch-integration.md §6): take the plain path
-        return not isinstance(self.strategy, UnwhitenedVariationalStrategy)
+        # GPyTorch's unwhitened KL depends on the order of calls (gpytorch-integration.md §6): take the plain path;
+        # only the AugmentedELBO takes the CAVI step's KL and marginals
+        return not isinstance(self.strategy, UnwhitenedVariationalStrategy) and isinstance(
+            self.hyper_objective, AugmentedELBO
+        )
 
-    def _augmented_elbo(self) -> AugmentedELBO:
+    @property
+    def hyper_objective(self) -> MarginalLogLikelihood:
+        """The objective of the hyper-parameter steps (default :class:`~gpytorch_augment.AugmentedELBO`)."""
         if self._mll is None:
             self._mll = AugmentedELBO(self.likelihood, self.model, self.num_data)
         return self._mll
@@ -513,7 +547,7 @@ class CAVI:
             kl = kl.sum(-1)  # as the wrapper's kl_divergence(): summed over the latents
         optimizer.zero_grad()
         with self._frozen_q():
-            loss = -self._augmented_elbo()(f_dist, y, kl_divergence=kl, **kwargs).sum()
+            loss = -self.hyper_objective(f_dist, y, kl_divergence=kl, **kwargs).sum()
             loss.backward()
         optimizer.step()
 
@@ -533,10 +567,11 @@ class CAVI:
     def hyper_step(
         self, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, steps: int = 1, **kwargs: Any
     ) -> float:
-        r"""``steps`` optimizer steps on :math:`-`:class:`~gpytorch_augment.AugmentedELBO` of the batch ``(x, y)``
-        (kernel, mean, likelihood constants, inducing inputs: whatever ``optimizer`` holds), with :math:`q(u)` fixed.
-        Returns the last loss (negative augmented ELBO per datum, a mini-batch estimate)."""
-        mll = self._augmented_elbo()
+        r"""``steps`` optimizer steps on :math:`-`:attr:`hyper_objective` (default
+        :class:`~gpytorch_augment.AugmentedELBO`) of the batch ``(x, y)`` (kernel, mean, likelihood constants,
+        inducing inputs: whatever ``optimizer`` holds), with :math:`q(u)` fixed. Returns the last loss (the negative
+        objective per datum, a mini-batch estimate)."""
+        mll = self.hyper_objective
         loss = math.nan
         for _ in range(steps):
             optimizer.zero_grad()
@@ -650,8 +685,9 @@ class CAVI:
         window=steps per epoch)`` on the per-step ELBO estimates). A step touches only its batch.
 
         :param hyper_optimizer: optional torch optimizer over hyper-parameters (kernel, mean, likelihood constants,
-            inducing inputs); after each CAVI step it takes ``hyper_steps`` steps on ``-AugmentedELBO`` of the same
-            batch (:meth:`hyper_step`). It must not hold the variational parameters (``ValueError``).
+            inducing inputs); after each CAVI step it takes ``hyper_steps`` steps on ``-hyper_objective`` (default
+            ``AugmentedELBO``, see the class) of the same batch (:meth:`hyper_step`). It must not hold the
+            variational parameters (``ValueError``).
             Closed-form likelihood updates (``likelihood.update_hyperparameters``) run inside every step anyway.
         :param callback: called as ``callback(t, elbo)`` after every step.
         :param convergence: a :class:`RelativeChange`, a :class:`HeldOut` or any callable ``trace -> bool``.

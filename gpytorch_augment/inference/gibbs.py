@@ -609,8 +609,8 @@ class GibbsSampler:
         return None if bool(info.any()) else mat.mT
 
     def _gpml_matrix(self, K: Tensor, s: Tensor) -> Tensor:
-        """:math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2}` (``s`` the square roots of the precisions), formed in a reused
-        buffer."""
+        r""":math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2}` (``s`` the square roots of the precisions), formed in a
+        reused buffer."""
         Bp = self._buffer("gpml_B", s.shape + s.shape[-1:], s.dtype)
         torch.mul(s.unsqueeze(-1), s.unsqueeze(-2), out=Bp)
         return _add_to_diagonal(Bp.mul_(K), 1.0)

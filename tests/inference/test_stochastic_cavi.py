@@ -557,3 +557,44 @@ def test_chunked_elbo_equals_the_one_piece_elbo():
         assert float(cavi.elbo(x, y)) == pytest.approx(float(whole), rel=1e-13)
     with pytest.raises(ValueError, match="chunk_size"):
         cavi.elbo(x, y, chunk_size=0)
+
+
+def test_true_elbo_hyper_objective_takes_plain_variational_elbo_steps():
+    """CAVI(hyper_objective=VariationalELBO): a step with a hyper optimizer equals a CAVI step followed by an
+    optimizer step on -VariationalELBO(model(x), y) with q(u) fixed (the true ELBO, not the augmented bound)."""
+    x, y, z = _problem(n=120)
+    a = SVGP(z, mean_constant=0.3)
+    b = copy.deepcopy(a)
+    la, lb = BernoulliLogitLikelihood(), BernoulliLogitLikelihood()
+    ca = CAVI(a, la, num_data=120, hyper_objective=gpytorch.mlls.VariationalELBO(la, a, num_data=120))
+    cb = CAVI(b, lb, num_data=120)
+    oa = torch.optim.SGD(a.hyperparameters(), lr=0.5)
+    ob = torch.optim.SGD(b.hyperparameters(), lr=0.5)
+    true_elbo = gpytorch.mlls.VariationalELBO(lb, b, num_data=120)
+    augmented_step = copy.deepcopy(b)
+    for _ in range(3):
+        ca.step(x, y, hyper_optimizer=oa)
+        cb.step(x, y)
+        ob.zero_grad()
+        for p in b.variational_parameters():
+            p.requires_grad_(False)
+        (-true_elbo(b(x), y)).backward()
+        for p in b.variational_parameters():
+            p.requires_grad_(True)
+        ob.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10)
+    # and it is not the augmented step
+    cc = CAVI(augmented_step, BernoulliLogitLikelihood(), num_data=120)
+    cc.step(x, y, hyper_optimizer=torch.optim.SGD(augmented_step.hyperparameters(), lr=0.5))
+    assert not torch.allclose(augmented_step.covar_module.outputscale, a.covar_module.outputscale)
+
+
+def test_hyper_objective_is_validated():
+    x, y, z = _problem(n=50)
+    model, likelihood = SVGP(z), BernoulliLogitLikelihood()
+    with pytest.raises(TypeError, match="MarginalLogLikelihood"):
+        CAVI(model, likelihood, num_data=50, hyper_objective=lambda f, y: f.mean.sum())
+    other = SVGP(z)
+    with pytest.raises(ValueError, match="same model"):
+        CAVI(model, likelihood, num_data=50, hyper_objective=gpytorch.mlls.VariationalELBO(likelihood, other, 50))
