@@ -148,6 +148,7 @@ def default_methods(quick: bool) -> list[MethodSpec]:
         MethodSpec("CAVI", "cavi"),
         MethodSpec("CAVI + class scales", "cavi", learn_class_scales=True),
         MethodSpec("CAVI (true-ELBO M-step)", "cavi", hypers="own-true"),
+        MethodSpec("CAVI + class scales (true-ELBO M-step)", "cavi", learn_class_scales=True, hypers="own-true"),
         MethodSpec("CAVI bijective", "cavi", bijective=True),
         MethodSpec("CAVI bijective + class scales", "cavi", bijective=True, learn_class_scales=True),
         MethodSpec("SVGP+Adam lr=0.05", "adam", lr=0.05),
