@@ -445,9 +445,10 @@ def run_interleaved_samplers(
 DIAGNOSTICS = ("bulk", "tail", "sd")
 
 
-def min_ess(f: np.ndarray) -> dict[str, float | None]:
-    """Minimum over coordinates of the bulk ESS (ours) and of ArviZ's tail and sd ESS (``None`` without ArviZ)."""
-    out: dict[str, float | None] = {"bulk": float(bulk_ess(f).min())}
+def min_ess(f: np.ndarray, bulk: np.ndarray | None = None) -> dict[str, float | None]:
+    """Minimum over coordinates of the bulk ESS (ours; ``bulk`` if already computed) and of ArviZ's tail and sd ESS
+    (``None`` without ArviZ)."""
+    out: dict[str, float | None] = {"bulk": float((bulk_ess(f) if bulk is None else bulk).min())}
     for method in ("tail", "sd"):
         ess = arviz_ess(f, method)
         out[method] = float(ess.min()) if ess is not None else None
@@ -538,7 +539,7 @@ def statistics(run: Run) -> dict[str, Any]:
     rhat = rank_normalized_rhat(f)
     rho1 = lag1_autocorrelation(f)
     az_ess = arviz_ess(f)
-    az_tail, az_sd = arviz_ess(f, "tail"), arviz_ess(f, "sd")
+    minima = min_ess(f, bulk=ess)
     out = {
         "chains": C,
         "draws_per_chain": S,
@@ -564,8 +565,8 @@ def statistics(run: Run) -> dict[str, Any]:
         "rhat_max": float(np.nanmax(rhat)),
         "arviz_ess_bulk_min": float(az_ess.min()) if az_ess is not None else None,
         "arviz_ess_bulk_median": float(np.median(az_ess)) if az_ess is not None else None,
-        "arviz_ess_tail_min": float(az_tail.min()) if az_tail is not None else None,
-        "arviz_ess_sd_min": float(az_sd.min()) if az_sd is not None else None,
+        "arviz_ess_tail_min": minima["tail"],
+        "arviz_ess_sd_min": minima["sd"],
         **run.extra,
     }
     out["ess_bulk_per_s_min"] = out["ess_per_s_min"]
