@@ -242,6 +242,12 @@ def test_marginal_integrates_the_latent_variance(bijective, K):
     assert ((elp_precise - ref.mean(0)).abs() <= 5 * ref_se + 2e-4).all()
     if J <= 3:  # product Gauss--Hermite: the number of QMC points plays no part
         assert torch.equal(elp_precise, elp)
+    else:  # the knob is used, and the QMC error shrinks with it (reference: 2^17 points)
+        finest = LogisticSoftmaxLikelihood(K, bijective=bijective, class_scales=theta, num_elbo_points=2**17)
+        elp_finest = finest.expected_log_prob(y, q_f)
+        coarse_error = (elp - elp_finest).abs().max()
+        assert 1e-6 < coarse_error < 2e-3
+        assert (elp_precise - elp_finest).abs().max() < coarse_error / 4
     assert torch.equal(lik.expected_log_prob(y, q_f), elp)  # deterministic
     torch.testing.assert_close(lik.log_marginal(y, q_f), probs[torch.arange(8), y].log())
 
