@@ -313,12 +313,17 @@ class CAVI:
         likelihood, model, num_data)`` takes the hyper-parameter steps on the **true** ELBO instead (the
         likelihood's ``expected_log_prob``): a variational EM whose E-step is CAVI on the augmented bound and whose
         M-step ascends the true bound at that :math:`q(u)`. The two steps no longer ascend one common objective, so
-        neither bound need rise monotonically and the alternation **need not converge**: on satimage
-        (logistic-softmax, ``benchmarks/multiclass.py``) it first improves on the augmented M-step, then drifts
-        (the mean constants run off to large negative values and the subset's true ELBO falls, with the test
-        accuracy, after a few hundred Adam steps). Where the augmented bound prefers poor hyper-parameters, the
-        stable route is to choose them on the true ELBO with :math:`q(u)` optimised for that same bound (e.g.
-        GPyTorch's usual SVGP loop with this likelihood on a subset), freeze them, and fit :math:`q(u)` by CAVI.
+        neither bound need rise monotonically and the alternation **need not converge**. With the whitened
+        :class:`~gpytorch_augment.CAVIVariationalStrategy` it drifts: at a fixed :math:`q(v)` the
+        hyper-parameters move the latent function values themselves (a mean constant shifts every :math:`f`), so
+        the M-step does part of the E-step's work on the true ELBO and the CAVI step undoes it on the augmented
+        one (logistic-softmax on satimage/segment: the mean constants run off to large negative values and the
+        true ELBO falls after a few hundred Adam steps; ``benchmarks/multiclass.py``, tutorial 05). With
+        :class:`~gpytorch_augment.UnwhitenedCAVIVariationalStrategy`, :math:`q(u)` pins the function values at
+        :math:`Z` during the M-step and the same loop rose monotonically in those tests. The other stable route:
+        choose the hyper-parameters on the true ELBO with :math:`q(u)` optimised for that same bound (GPyTorch's
+        usual Adam loop on ``VariationalELBO``, which works on a CAVI strategy too), freeze them, then fit
+        :math:`q(u)` by CAVI.
 
     Example::
 
