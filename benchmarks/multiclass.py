@@ -39,7 +39,7 @@ by 512 fixed standard-normal draws while tracking (shared by all methods, so the
 state of every baseline run at its best tracked accuracy is kept and re-evaluated with the precise predictive, to
 tell whether the baseline's best tracked accuracy (the issue's target) is a Monte-Carlo-lucky evaluation.
 
-Run ``python benchmarks/multiclass.py`` (full, ~50 min on 2 shared cores) or ``--quick`` (smoke check, a few min).
+Run ``python benchmarks/multiclass.py`` (full, ~55 min on 2 shared cores) or ``--quick`` (smoke check, a few min).
 Results go to ``results/multiclass.{json,md,png}`` (``--render results/multiclass.json`` re-renders them).
 """
 
