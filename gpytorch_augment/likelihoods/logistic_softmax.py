@@ -279,8 +279,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     :param num_predictive_points: quasi-Monte Carlo points of the predictive integrals for :math:`J > 3` latents
         (default :math:`2^{14}`; a power of two keeps the Sobol points balanced).
     :param num_elbo_points: quasi-Monte Carlo points of :meth:`expected_log_prob` for :math:`J > 3` latents
-        (default :math:`2^9`: on satimage-like posteriors its error is ~5e-4 nats per datum, far below the noise of
-        GPyTorch's 10-sample Monte-Carlo estimate, at ~1/20 of the cost of the predictive's rule).
+        (default :math:`2^9`: on satimage-like posteriors its mean error is ~5e-4 nats per datum, far below the
+        noise of GPyTorch's 10-sample Monte-Carlo estimate, at 1/32 of the points of the predictive's rule).
     """
 
     def __init__(
