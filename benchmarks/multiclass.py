@@ -64,7 +64,12 @@ import gpytorch  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from gpytorch_augment import CAVI, CAVIVariationalStrategy, LogisticSoftmaxLikelihood  # noqa: E402
+from gpytorch_augment import (  # noqa: E402
+    CAVI,
+    CAVIVariationalStrategy,
+    LogisticSoftmaxLikelihood,
+    UnwhitenedCAVIVariationalStrategy,
+)
 from gpytorch_augment.datasets import load_keel  # noqa: E402
 from gpytorch_augment.likelihoods.logistic_softmax import _expectation  # noqa: E402
 
@@ -131,6 +136,7 @@ class MethodSpec:
     hypers: str = "own"  # "own": chosen on this method's own model; "baseline": the softmax SVGP's (CAVI only);
     # "elbo": the softmax's procedure (SVGP + VariationalELBO + Adam) applied to this method's own likelihood (CAVI only);
     # "own-true": the own CAVI procedure with the hyper-parameter steps on the true ELBO (CAVI(hyper_objective=...))
+    unwhitened: bool = False  # the hyper-parameter fit's CAVI loop on UnwhitenedCAVIVariationalStrategy
 
     @property
     def link(self) -> str:
@@ -241,7 +247,9 @@ def choose_hyperparameters(
         )
         num_latents = likelihood.num_latents
     model = MultiLatentSVGP(
-        Z, num_latents, gpytorch.variational.VariationalStrategy if joint else CAVIVariationalStrategy
+        Z, num_latents,
+        gpytorch.variational.VariationalStrategy if joint
+        else UnwhitenedCAVIVariationalStrategy if spec.unwhitened else CAVIVariationalStrategy,
     )
     _initialise(model, x, seed)
     if joint:
@@ -279,7 +287,7 @@ def choose_hyperparameters(
 
         procedure = (
             f"LogisticSoftmaxLikelihood(bijective={spec.bijective}, learn_class_scales={spec.learn_class_scales}) with "
-            f"CAVIVariationalStrategy; CAVI.fit with hyper_optimizer=Adam(model.hyperparameters(), lr={lr}): one "
+            f"{'Unwhitened' if spec.unwhitened else ''}CAVIVariationalStrategy; CAVI.fit with hyper_optimizer=Adam(model.hyperparameters(), lr={lr}): one "
             "closed-form CAVI step on q(u) (and θ) then one Adam step on "
             + (
                 "the true ELBO (CAVI(..., hyper_objective=gpytorch.mlls.VariationalELBO(likelihood, ...)), the "
