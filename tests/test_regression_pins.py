@@ -1,0 +1,170 @@
+r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs draws, to 1e-12 relative in float64.
+
+The reference values in ``tests/data/regression_pins.pt`` were computed by this module *before* the engines were
+consolidated onto one Gaussian core (issue 14); any refactoring of the numerics must reproduce them. Regenerate
+them only for an intended change of behaviour::
+
+    python -m tests.test_regression_pins --write
+
+Every registered likelihood is pinned under full-batch CAVI (whitened, Cholesky q(u)) and under the exact,
+over-relaxed and inducing-point Gibbs samplers; the Bernoulli case also under every variational distribution, the
+unwhitened strategy, mini-batch schedules and the fused hyper-parameter step.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gpytorch
+import pytest
+import torch
+
+from gpytorch_augment import CAVI, BernoulliLogitLikelihood, GibbsSampler, UnwhitenedCAVIVariationalStrategy
+from tests.inference.test_gibbs import PlainGP
+from tests.likelihoods.registry import CASES
+from tests.likelihoods.test_protocol import _make_model, gp_data
+
+PINS = Path(__file__).resolve().parent / "data" / "regression_pins.pt"
+RTOL = 1e-12
+
+
+def _q_u(model) -> list[torch.Tensor]:
+    """The variational distribution's parameters (detached copies)."""
+    return [p.detach().clone() for p in model.variational_parameters()]
+
+
+def _cavi_run(case, steps: int = 4, **model_kwargs) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    data = gp_data(case, n=30)
+    Z = torch.linspace(-3, 3, 7, dtype=torch.float64).unsqueeze(-1)
+    model = _make_model(case.num_latents, Z, **model_kwargs).double()
+    cavi = CAVI(model, data.likelihood, num_data=data.y.shape[-1])
+    trace = [float(cavi.step(data.x, data.y, **data.kwargs)) for _ in range(steps)]
+    trace.append(float(cavi.elbo(data.x, data.y, **data.kwargs)))
+    out = {"trace": torch.tensor(trace, dtype=torch.float64)}
+    for i, p in enumerate(_q_u(model)):
+        out[f"q{i}"] = p
+    for name, p in data.likelihood.named_parameters():
+        out[f"lik.{name}"] = p.detach().clone()
+    return out
+
+
+def _bernoulli_variants() -> dict[str, dict[str, torch.Tensor]]:
+    case = next(c for c in CASES if c.name.startswith("bernoulli"))
+    out = {}
+    dists = {
+        "natural": gpytorch.variational.NaturalVariationalDistribution,
+        "trilnatural": gpytorch.variational.TrilNaturalVariationalDistribution,
+    }
+    for name, cls in dists.items():
+        out[f"cavi/bernoulli/{name}"] = _cavi_run(case, distribution_cls=cls)
+        out[f"cavi/bernoulli/{name}/unwhitened"] = _cavi_run(
+            case, distribution_cls=cls, strategy_cls=UnwhitenedCAVIVariationalStrategy
+        )
+    out["cavi/bernoulli/cholesky/unwhitened"] = _cavi_run(case, strategy_cls=UnwhitenedCAVIVariationalStrategy)
+
+    # mini-batch schedules and the fused / unfused hyper-parameter steps
+    for schedule in ("robbins-monro", "adaptive", 0.5):
+        for strategy_cls in (None, UnwhitenedCAVIVariationalStrategy):
+            torch.manual_seed(0)
+            data = gp_data(case, n=30)
+            Z = torch.linspace(-3, 3, 7, dtype=torch.float64).unsqueeze(-1)
+            kwargs = {} if strategy_cls is None else {"strategy_cls": strategy_cls}
+            model = _make_model(1, Z, **kwargs).double()
+            cavi = CAVI(model, data.likelihood, num_data=30, step_size=schedule)
+            hyper = torch.optim.Adam(model.hyperparameters(), lr=0.05)
+            trace = cavi.fit(
+                data.x, data.y, batch_size=8, num_epochs=3, hyper_optimizer=hyper,
+                generator=torch.Generator().manual_seed(3),
+            )
+            key = f"fit/bernoulli/{schedule}/{'unwhitened' if strategy_cls else 'whitened'}"
+            out[key] = {"trace": torch.tensor(trace.elbo, dtype=torch.float64)}
+            for i, p in enumerate(_q_u(model)):
+                out[key][f"q{i}"] = p
+            for name, p in model.named_hyperparameters():
+                out[key][f"hyper.{name}"] = p.detach().clone()
+    # full batch with hyper-parameter steps (fused path) and hyper_steps > 1
+    torch.manual_seed(0)
+    data = gp_data(case, n=30)
+    Z = torch.linspace(-3, 3, 7, dtype=torch.float64).unsqueeze(-1)
+    model = _make_model(1, Z).double()
+    cavi = CAVI(model, data.likelihood, num_data=30)
+    hyper = torch.optim.Adam(model.hyperparameters(), lr=0.05)
+    trace = cavi.fit(data.x, data.y, max_iter=6, hyper_optimizer=hyper, hyper_steps=2)
+    out["fit/bernoulli/full/hyper"] = {"trace": torch.tensor(trace.elbo, dtype=torch.float64)}
+    for i, p in enumerate(_q_u(model)):
+        out["fit/bernoulli/full/hyper"][f"q{i}"] = p
+    return out
+
+
+def _gibbs_run(case, **sampler_kwargs) -> dict[str, torch.Tensor]:
+    data = gp_data(case, n=20)
+    T = case.num_latents
+    model = PlainGP(mean_constant=0.3, batch_shape=torch.Size([T]) if T > 1 else torch.Size()).double()
+    sampler = GibbsSampler(model, data.likelihood, data.x, data.y, **sampler_kwargs, **data.kwargs)
+    samples = sampler.sample(6, warmup=3, num_chains=3, seed=11, progress=False)
+    out = {"f": samples.f.clone()}
+    if samples.u is not None:
+        out["u"] = samples.u.clone()
+    for name, value in samples.aux.items():
+        out[f"aux.{name}"] = value.to(torch.float64).clone()
+    for name, value in samples.hyper.items():
+        out[f"hyper.{name}"] = value.to(torch.float64).clone()
+    return out
+
+
+def compute_pins() -> dict[str, dict[str, torch.Tensor]]:
+    """Every pinned run, keyed by a readable name."""
+    torch.set_num_threads(1)
+    pins: dict[str, dict[str, torch.Tensor]] = {}
+    for case in CASES:
+        pins[f"cavi/{case.name}"] = _cavi_run(case)
+        pins[f"gibbs/{case.name}/exact"] = _gibbs_run(case)
+        pins[f"gibbs/{case.name}/overrelaxed"] = _gibbs_run(case, overrelaxation=-0.6)
+        pins[f"gibbs/{case.name}/whitened"] = _gibbs_run(case, f_update="whitened")
+        Z = torch.linspace(-3, 3, 6, dtype=torch.float64).unsqueeze(-1)
+        pins[f"gibbs/{case.name}/sparse"] = _gibbs_run(case, inducing_points=Z)
+    pins.update(_bernoulli_variants())
+    return pins
+
+
+@pytest.fixture(scope="module")
+def computed() -> dict[str, dict[str, torch.Tensor]]:
+    old = torch.get_num_threads()
+    try:
+        return compute_pins()
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, dict[str, torch.Tensor]]:
+    return torch.load(PINS, weights_only=True)
+
+
+def test_pins_cover_the_same_runs(computed, reference):
+    assert sorted(computed) == sorted(reference)
+    assert BernoulliLogitLikelihood is not None  # the Bernoulli variants are part of the pins
+    for key in reference:
+        assert sorted(computed[key]) == sorted(reference[key]), key
+
+
+def test_pinned_values_unchanged(computed, reference):
+    worst = {}
+    for key, values in reference.items():
+        for name, expected in values.items():
+            got = computed[key][name]
+            assert got.shape == expected.shape, f"{key}:{name}"
+            scale = expected.abs().max().clamp_min(1e-300)
+            worst[f"{key}:{name}"] = float((got.to(expected) - expected).abs().max() / scale)
+    bad = {k: v for k, v in worst.items() if not v <= RTOL}
+    assert not bad, f"pinned values moved (max relative error): {bad}"
+
+
+if __name__ == "__main__":  # pragma: no cover - regenerates the reference file
+    if "--write" not in sys.argv:
+        raise SystemExit("pass --write to regenerate tests/data/regression_pins.pt")
+    PINS.parent.mkdir(exist_ok=True)
+    torch.save(compute_pins(), PINS)
+    print(f"wrote {PINS}")
