@@ -1,9 +1,9 @@
 """gpytorch-augment: augmented (conditionally conjugate) likelihoods for GPyTorch, with closed-form CAVI
 updates and blocked Gibbs sampling."""
 
-from . import distributions, likelihoods
+from . import core, distributions, likelihoods
 from .distributions import PolyaGamma
-from .inference import CAVI, CAVITrace, GibbsSampler, GibbsSamples
+from .inference import CAVI, CAVITrace, Convergence, GibbsSampler, GibbsSamples, HeldOut, RelativeChange
 from .likelihoods import (
     AugmentedLikelihood,
     BernoulliLogitLikelihood,
@@ -32,15 +32,19 @@ __all__ = [
     "CAVI",
     "CAVITrace",
     "CAVIVariationalStrategy",
+    "Convergence",
     "GibbsSampler",
     "GibbsSamples",
+    "HeldOut",
     "LaplaceLikelihood",
     "LogisticSoftmaxLikelihood",
     "NegativeBinomialLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGamma",
+    "RelativeChange",
     "StudentTLikelihood",
     "UnwhitenedCAVIVariationalStrategy",
+    "core",
     "distributions",
     "greedy_variance",
     "kmeans_plus_plus",

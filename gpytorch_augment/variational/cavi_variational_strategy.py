@@ -34,7 +34,7 @@ plain Python attributes that change what ``model.forward`` computes without chan
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from gpytorch.variational import (
@@ -46,73 +46,24 @@ from gpytorch.variational import (
     _VariationalDistribution,
 )
 from linear_operator.settings import _linalg_dtype_cholesky
-from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from .._numerics import reverse_cholesky
+from ..core import NaturalParameters, PriorCache, PriorTerms, SufficientStatistics, WhitenedGaussian
+from ..core.linalg import mv, tri_solve
+from ..core.prior import split_prior, whiten_prior
 
+#: the prior terms at a set of inputs (:class:`~gpytorch_augment.core.PriorTerms`)
+CAVITerms = PriorTerms
+#: a whitened :math:`q(v)` (:class:`~gpytorch_augment.core.WhitenedGaussian`)
+WhitenedQ = WhitenedGaussian
 
-class CAVITerms(NamedTuple):
-    """Prior quantities at a set of inputs, in the linear-algebra dtype."""
-
-    L: Tensor  # chol(K_ZZ + jitter I), (*b, M, M)
-    A: Tensor  # L^{-1} K_ZX, (*b, M, N)
-    mu_Z: Tensor  # (*b, M)
-    mu_X: Tensor  # (*b, N)
-    k_diag: Tensor  # diag K_XX, (*b, N)
-    a_sq: Tensor  # squared column norms ||A_i||^2, i.e. diag(Q_XX), (*b, N)
-
-
-class WhitenedQ(NamedTuple):
-    r""":math:`q(v)` as natural vector :math:`\theta_1` and lower :math:`C` with :math:`S_v^{-1} = C^\top C`."""
-
-    theta1: Tensor  # (*b, M)
-    C: Tensor  # (*b, M, M)
-
-    @property
-    def chol_covariance(self) -> Tensor:
-        """Lower Cholesky factor of :math:`S_v`, i.e. :math:`C^{-1}`."""
-        eye = torch.eye(self.C.shape[-1], dtype=self.C.dtype, device=self.C.device)
-        return torch.linalg.solve_triangular(self.C, eye.expand_as(self.C), upper=False)
-
-    @property
-    def mean(self) -> Tensor:
-        """:math:`m_v = C^{-1} C^{-\\top} \\theta_1`."""
-        t = torch.linalg.solve_triangular(self.C.mT, self.theta1.unsqueeze(-1), upper=True)
-        return torch.linalg.solve_triangular(self.C, t, upper=False).squeeze(-1)
-
-
-def _tri_solve(L: Tensor, rhs: Tensor, upper: bool = False, left: bool = True) -> Tensor:
-    return torch.linalg.solve_triangular(L, rhs, upper=upper, left=left)
-
-
-def _mv(mat: Tensor, vec: Tensor) -> Tensor:
-    return (mat @ vec.unsqueeze(-1)).squeeze(-1)
-
-
-#: up to this many extra kernel entries, the prior at ``cat[Z, x]`` is evaluated as one dense block (one kernel call
-#: instead of two: cheaper for small batches, where the per-call overhead dominates)
-_DENSE_PRIOR_ELEMENTS = 2**16
-
-
-def _same(a: Tensor, b: Tensor) -> bool:
-    """Equal shape, dtype, device and values (NaN never equals)."""
-    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
-
-
-class _PriorCacheEntry(NamedTuple):
-    """The last prior terms computed without a graph, and a copy of everything they were computed from."""
-
-    x: Tensor  # a copy of the inputs
-    tensors: list[Tensor]  # the model's tensors the prior may depend on (references)
-    values: list[Tensor]  # copies of their values
-    flags: tuple[Any, ...]  # train/eval flags, jitter, linear-algebra dtype
-    terms: CAVITerms
-    versions: tuple[int, ...]  # of the cached terms (an in-place write into them invalidates the entry)
+__all__ = ["CAVITerms", "CAVIVariationalStrategy", "UnwhitenedCAVIVariationalStrategy", "WhitenedQ"]
 
 
 class _CAVIMixin:
-    """The CAVI update, shared by the whitened and unwhitened strategies."""
+    """The CAVI update, shared by the whitened and unwhitened strategies: prior terms and statistics come from
+    :mod:`gpytorch_augment.core`; the strategy only maps :math:`q(v)` to and from its variational distribution."""
 
     #: whether ``forward`` adds ``jitter_val`` to the data variances (whitened: yes)
     _data_jitter: bool = True
@@ -121,7 +72,20 @@ class _CAVIMixin:
     def _linalg_dtype(self) -> torch.dtype:
         return _linalg_dtype_cholesky.value()
 
-    def cavi_terms(self, x: Tensor, cache: bool = True) -> CAVITerms:
+    @property
+    def _prior_cache(self) -> PriorCache:
+        cache = self.__dict__.get("_cavi_prior_cache")
+        if cache is None:
+            cache = self.__dict__["_cavi_prior_cache"] = PriorCache()
+        return cache
+
+    @property
+    def cached_cavi_terms(self) -> PriorTerms | None:
+        """The prior terms :meth:`cavi_terms` last cached (``None`` if nothing is cached)."""
+        entry = self._prior_cache._entry
+        return None if entry is None else PriorTerms(*entry.value)
+
+    def cavi_terms(self, x: Tensor, cache: bool = True) -> PriorTerms:
         r"""Evaluate the model's prior at ``cat[Z, x]`` exactly as ``forward`` does, and whiten it.
 
         With ``cache=True`` (default), a result computed without an autograd graph (under ``torch.no_grad()``, or
@@ -136,31 +100,17 @@ class _CAVIMixin:
             if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)):
                 use_cache = False
             else:
-                hit = self._cache_lookup(x, tensors, flags)
+                hit = self._prior_cache.get([x], tensors, flags)
                 if hit is not None:
-                    return hit
+                    return PriorTerms(*hit)
         terms = self._compute_terms(x)
         if use_cache:
-            with torch.no_grad():
-                self._cavi_cache = _PriorCacheEntry(
-                    x=x.detach().clone(),
-                    tensors=tensors,
-                    values=[t.detach().clone() for t in tensors],
-                    flags=flags,
-                    terms=terms,
-                    versions=tuple(t._version for t in terms),
-                )
+            self._prior_cache.put([x], tensors, flags, tuple(terms))
         return terms
 
     def clear_cavi_cache(self) -> None:
         """Forget the cached prior terms of :meth:`cavi_terms` (only needed after a change it cannot see)."""
-        self._cavi_cache = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # neither pickled nor deep-copied: a copy starts without cache
-        state = super().__getstate__()
-        state.pop("_cavi_cache", None)
-        return state
+        self._prior_cache.clear()
 
     def _prior_dependencies(self) -> tuple[list[Tensor], tuple[Any, ...]]:
         """Every tensor the prior at ``cat[Z, x]`` may depend on -- the parameters and buffers of all the model's
@@ -176,53 +126,17 @@ class _CAVIMixin:
             tensors.extend(t for name, t in named if t is not None and name != "variational_params_initialized")
         return tensors, tuple(flags)
 
-    def _cache_lookup(self, x: Tensor, tensors: list[Tensor], flags: tuple[Any, ...]) -> CAVITerms | None:
-        entry: _PriorCacheEntry | None = getattr(self, "_cavi_cache", None)
-        if (
-            entry is None
-            or entry.flags != flags
-            or len(entry.tensors) != len(tensors)
-            or any(a is not b for a, b in zip(entry.tensors, tensors))
-            or entry.versions != tuple(t._version for t in entry.terms)
-            or not _same(entry.x, x)
-            or not all(_same(value, t) for value, t in zip(entry.values, tensors))
-        ):
-            return None
-        return entry.terms
-
-    def _prior_blocks(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``(mean at cat[Z, x], K_ZZ, K_ZX, diag K_XX)`` of ``model.forward(cat[Z, x])``, in the model's dtype.
-
-        The kernel is evaluated once for the rows of ``Z`` (``K(Z, [Z; x])``) plus the diagonal at ``x``, or, for a
-        small batch, as one dense block."""
+    def _compute_terms(self, x: Tensor) -> PriorTerms:
         Z = self.inducing_points
         if Z.shape[:-2] != x.shape[:-2]:
             x, Z = self._expand_inputs(x, Z)
-        M, N = Z.shape[-2], x.shape[-2]
         prior = self.model.forward(torch.cat([Z, x], dim=-2))
-        covar = prior.lazy_covariance_matrix
-        if N * (M + N) <= _DENSE_PRIOR_ELEMENTS:
-            dense = covar.to_dense()
-            rows, k_diag = dense[..., :M, :], dense[..., M:, M:].diagonal(dim1=-1, dim2=-2)
-        else:
-            rows, k_diag = covar[..., :M, :].to_dense(), covar[..., M:, M:].diagonal(dim1=-1, dim2=-2)
-        return prior.mean, rows[..., :M], rows[..., M:], k_diag
-
-    def _compute_terms(self, x: Tensor) -> CAVITerms:
-        dtype = self._linalg_dtype()
-        mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in self._prior_blocks(x))
-        M = K_ZZ.shape[-1]
-        eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
-        L = psd_safe_cholesky(K_ZZ + self.jitter_val * eye)
-        A = _tri_solve(L, K_ZX)
-        if self._data_jitter:
-            k_diag = k_diag + self.jitter_val
-        return CAVITerms(
-            L=L, A=A, mu_Z=mean[..., :M], mu_X=mean[..., M:], k_diag=k_diag, a_sq=A.pow(2).sum(-2)
-        )
+        blocks = split_prior(prior.mean, prior.lazy_covariance_matrix, Z.shape[-2])
+        return whiten_prior(*blocks, self.jitter_val, self._linalg_dtype(), data_jitter=self._data_jitter)
 
     # ---------------------------------------------------------------- reading / writing q
-    def _check_distribution(self) -> _VariationalDistribution:
+    def check_distribution(self) -> _VariationalDistribution:
+        """The variational distribution, if it can take CAVI updates (``TypeError`` otherwise)."""
         dist = self._variational_distribution
         if not isinstance(
             dist, (CholeskyVariationalDistribution, NaturalVariationalDistribution, TrilNaturalVariationalDistribution)
@@ -235,7 +149,7 @@ class _CAVIMixin:
 
     def _stored_natural(self) -> tuple[Tensor, Tensor]:
         r"""Current :math:`q` in the *stored* coordinates as :math:`(\theta_1, C)`, :math:`S^{-1} = C^\top C`."""
-        dist = self._check_distribution()
+        dist = self.check_distribution()
         dtype = self._linalg_dtype()
         if isinstance(dist, TrilNaturalVariationalDistribution):
             return dist.natural_vec.to(dtype), dist.natural_tril_mat.to(dtype).tril()
@@ -243,18 +157,18 @@ class _CAVIMixin:
             return dist.natural_vec.to(dtype), reverse_cholesky(-2 * dist.natural_mat.to(dtype))
         R = dist.chol_variational_covar.to(dtype).tril()
         eye = torch.eye(R.shape[-1], dtype=dtype, device=R.device).expand_as(R)
-        C = _tri_solve(R, eye)
-        return _mv(C.mT @ C, dist.variational_mean.to(dtype)), C
+        C = tri_solve(R, eye)
+        return mv(C.mT @ C, dist.variational_mean.to(dtype)), C
 
-    def _whiten(self, theta1: Tensor, C: Tensor, terms: CAVITerms) -> WhitenedQ:
+    def _whiten(self, theta1: Tensor, C: Tensor, terms: PriorTerms) -> WhitenedGaussian:
         """Stored coordinates -> whitened coordinates (identity for the whitened strategy)."""
-        return WhitenedQ(theta1, C)
+        return WhitenedGaussian(theta1, C)
 
-    def _unwhiten(self, q: WhitenedQ, terms: CAVITerms) -> tuple[Tensor, Tensor]:
+    def _unwhiten(self, q: WhitenedGaussian, terms: PriorTerms) -> tuple[Tensor, Tensor]:
         """Whitened coordinates -> stored coordinates (identity for the whitened strategy)."""
         return q.theta1, q.C
 
-    def whitened_q(self, terms: CAVITerms) -> WhitenedQ:
+    def whitened_q(self, terms: PriorTerms) -> WhitenedGaussian:
         """The current :math:`q(v)` in whitened coordinates, relative to ``terms.L``."""
         theta1, C = self._stored_natural()
         theta1 = theta1.expand(terms.mu_Z.shape)
@@ -262,8 +176,10 @@ class _CAVIMixin:
         return self._whiten(theta1, C, terms)
 
     @torch.no_grad()
-    def _write(self, q: WhitenedQ, terms: CAVITerms) -> None:
-        dist = self._variational_distribution
+    def write_whitened(self, q: WhitenedGaussian, terms: PriorTerms) -> None:
+        """Store the whitened :math:`q(v)` (relative to ``terms.L``) in the variational distribution, whatever its
+        parametrisation (Cholesky, Natural or TrilNatural)."""
+        dist = self.check_distribution()
         theta1, C = self._unwhiten(q, terms)
         if isinstance(dist, TrilNaturalVariationalDistribution):
             dist.natural_vec.copy_(theta1)
@@ -272,7 +188,7 @@ class _CAVIMixin:
             dist.natural_vec.copy_(theta1)
             dist.natural_mat.copy_(-0.5 * C.mT @ C)
         else:
-            stored = WhitenedQ(theta1, C)
+            stored = WhitenedGaussian(theta1, C)
             dist.variational_mean.copy_(stored.mean)
             dist.chol_variational_covar.copy_(stored.chol_covariance)
         self.variational_params_initialized.fill_(1)
@@ -280,28 +196,26 @@ class _CAVIMixin:
 
     # ---------------------------------------------------------------- marginals, KL, update
     @staticmethod
-    def marginals(terms: CAVITerms, q: WhitenedQ) -> tuple[Tensor, Tensor]:
-        r"""Means and variances of :math:`q(f_i)`: :math:`m = \mu_X + A^\top m_v`,
-        :math:`s = k_{ii} - \lVert A_i\rVert^2 + \lVert C^{-\top} A_i\rVert^2`."""
-        mean = terms.mu_X + (q.mean.unsqueeze(-2) @ terms.A).squeeze(-2)  # m_v^T A: faster than A^T m_v batched
-        CA = _tri_solve(q.C.mT, terms.A, upper=True)
-        CA_sq = CA.square() if CA.requires_grad else CA.square_()  # CA is ours: square in place unless differentiated
-        var = terms.k_diag - terms.a_sq + CA_sq.sum(-2)
-        return mean, var.clamp_min(0)
+    def marginals(terms: PriorTerms, q: WhitenedGaussian) -> tuple[Tensor, Tensor]:
+        r"""Means and variances of :math:`q(f_i)` (:meth:`~gpytorch_augment.core.WhitenedGaussian.marginals`)."""
+        return q.marginals(terms)
 
     @staticmethod
-    def kl_whitened(q: WhitenedQ) -> Tensor:
+    def kl_whitened(q: WhitenedGaussian) -> Tensor:
         r""":math:`\mathrm{KL}(q(v)\,\Vert\,\mathcal N(0, I)) = \mathrm{KL}(q(u)\,\Vert\,p(u))`."""
-        M = q.C.shape[-1]
-        R = q.chol_covariance
-        m = q.mean
-        logdet_prec = 2 * q.C.diagonal(dim1=-1, dim2=-2).abs().log().sum(-1)
-        return 0.5 * (R.pow(2).sum((-1, -2)) + m.pow(2).sum(-1) - M + logdet_prec)
+        return q.kl()
+
+    @torch.no_grad()
+    def statistics(self, terms: PriorTerms, h: Tensor, lam: Tensor) -> SufficientStatistics:
+        r"""The sufficient statistics :math:`(\sum_i a_i\lambda_i a_i^\top, \sum_i a_i(h_i - \lambda_i\mu_i))` of
+        potentials ``h`` and precisions ``lam`` ``(*batch, N)`` (latent-major ``(T, N)`` for a batched strategy)
+        at the inputs of ``terms``."""
+        return SufficientStatistics.from_batch(terms.A, terms.mu_X, h, lam)
 
     @torch.no_grad()
     def cavi_target(
-        self, x: Tensor, h: Tensor, lam: Tensor, terms: CAVITerms | None = None
-    ) -> tuple[Tensor, Tensor]:
+        self, x: Tensor | None, h: Tensor, lam: Tensor, terms: PriorTerms | None = None
+    ) -> NaturalParameters:
         r"""The natural parameters of the optimal whitened :math:`q(v)` for potentials ``h`` and precisions
         ``lam`` at ``x``, without writing anything: :math:`(b, B)` with
 
@@ -314,18 +228,12 @@ class _CAVIMixin:
         """
         if terms is None:
             terms = self.cavi_terms(x)
-        dtype = terms.A.dtype
-        h, lam = h.to(dtype), lam.to(dtype)
-        A = terms.A
-        B = (A * lam.unsqueeze(-2)) @ A.mT
-        B.diagonal(dim1=-1, dim2=-2).add_(1.0)
-        b = _mv(A, h - lam * terms.mu_X)
-        return b, B
+        return self.statistics(terms, h, lam).natural()
 
     @torch.no_grad()
     def cavi_update(
-        self, x: Tensor, h: Tensor, lam: Tensor, step: float = 1.0, terms: CAVITerms | None = None
-    ) -> WhitenedQ:
+        self, x: Tensor, h: Tensor, lam: Tensor, step: float = 1.0, terms: PriorTerms | None = None
+    ) -> WhitenedGaussian:
         r"""Write the optimal (``step=1``) or damped (``step<1``) :math:`q(u)` for potentials ``h`` and
         precisions ``lam`` at ``x`` into the variational distribution; returns the new :math:`q(v)`.
 
@@ -334,16 +242,13 @@ class _CAVIMixin:
         """
         if not 0.0 < step <= 1.0:
             raise ValueError(f"step must be in (0, 1], got {step}")
-        self._check_distribution()
+        self.check_distribution()
         if terms is None:
             terms = self.cavi_terms(x)
-        b, B = self.cavi_target(x, h, lam, terms)
-        if step < 1.0:
-            old = self.whitened_q(terms)
-            B = (1 - step) * (old.C.mT @ old.C) + step * B
-            b = (1 - step) * old.theta1 + step * b
-        q = WhitenedQ(b, reverse_cholesky(B))
-        self._write(q, terms)
+        target = self.cavi_target(x, h, lam, terms)
+        old = self.whitened_q(terms) if step < 1.0 else None
+        q = target.factorize() if old is None else old.step(target, step)
+        self.write_whitened(q, terms)
         return q
 
 
@@ -374,13 +279,13 @@ class UnwhitenedCAVIVariationalStrategy(_CAVIMixin, UnwhitenedVariationalStrateg
 
     _data_jitter = False
 
-    def _whiten(self, theta1: Tensor, C: Tensor, terms: CAVITerms) -> WhitenedQ:
+    def _whiten(self, theta1: Tensor, C: Tensor, terms: PriorTerms) -> WhitenedGaussian:
         # P_v = L^T P_u L = (C_u L)^T (C_u L);  theta1_v = L^T (theta1_u - P_u mu_Z)
-        P_u_mu = _mv(C.mT, _mv(C, terms.mu_Z))
-        return WhitenedQ(_mv(terms.L.mT, theta1 - P_u_mu), C @ terms.L)
+        P_u_mu = mv(C.mT, mv(C, terms.mu_Z))
+        return WhitenedGaussian(mv(terms.L.mT, theta1 - P_u_mu), C @ terms.L)
 
-    def _unwhiten(self, q: WhitenedQ, terms: CAVITerms) -> tuple[Tensor, Tensor]:
-        C_u = _tri_solve(terms.L, q.C, left=False)  # C_v L^{-1}, lower
-        theta1 = _tri_solve(terms.L.mT, q.theta1.unsqueeze(-1), upper=True).squeeze(-1)
-        theta1 = theta1 + _mv(C_u.mT, _mv(C_u, terms.mu_Z))
+    def _unwhiten(self, q: WhitenedGaussian, terms: PriorTerms) -> tuple[Tensor, Tensor]:
+        C_u = tri_solve(terms.L, q.C, left=False)  # C_v L^{-1}, lower
+        theta1 = tri_solve(terms.L.mT, q.theta1.unsqueeze(-1), upper=True).squeeze(-1)
+        theta1 = theta1 + mv(C_u.mT, mv(C_u, terms.mu_Z))
         return theta1, C_u

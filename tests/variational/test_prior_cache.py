@@ -30,11 +30,11 @@ def _assert_terms_equal(a, b) -> None:
 
 def _is_hit(strategy, x) -> bool:
     """Whether ``cavi_terms(x)`` (no graph) returns the cached tensors; checks that they equal a fresh evaluation."""
-    before = getattr(strategy, "_cavi_cache", None)
+    before = strategy.cached_cavi_terms
     with torch.no_grad():
         terms = strategy.cavi_terms(x)
         _assert_terms_equal(terms, strategy.cavi_terms(x, cache=False))
-    return before is not None and terms.A is before.terms.A
+    return before is not None and terms.A is before.A
 
 
 @pytest.mark.parametrize("distribution_cls", DISTRIBUTIONS)
@@ -72,7 +72,7 @@ def test_optimizer_step_on_a_hyperparameter_invalidates():
     cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=len(y))
     cavi.fit(x, y, max_iter=3)
     assert _is_hit(strategy, x)
-    old = strategy._cavi_cache.terms
+    old = strategy.cached_cavi_terms
     # one in-place optimizer step (Adam on the hyper-parameters)
     cavi.hyper_step(x, y, torch.optim.Adam(model.hyperparameters(), lr=0.1))
     assert not _is_hit(strategy, x)
@@ -143,7 +143,7 @@ def test_no_cache_when_a_graph_is_needed():
     model = SVGP(z)
     strategy = model.variational_strategy
     terms = strategy.cavi_terms(x)  # grad mode on, hyper-parameters require grad: graph, nothing cached
-    assert terms.A.requires_grad and getattr(strategy, "_cavi_cache", None) is None
+    assert terms.A.requires_grad and strategy.cached_cavi_terms is None
     assert strategy.cavi_terms(x).A is not terms.A
     model.covar_module.requires_grad_(False)
     model.mean_module.requires_grad_(False)
@@ -171,23 +171,23 @@ def test_minibatch_steps_do_not_fill_the_cache():
     x, y, z = _problem()
     model = SVGP(z)
     CAVI(model, BernoulliLogitLikelihood(), num_data=len(y)).fit(x, y, batch_size=20, num_epochs=2)
-    assert getattr(model.variational_strategy, "_cavi_cache", None) is None
+    assert model.variational_strategy.cached_cavi_terms is None
 
 
 def test_dense_and_blockwise_prior_evaluations_agree():
     """Small batches evaluate K at cat[Z, x] as one dense block, large ones as rows of Z plus a diagonal."""
-    from gpytorch_augment.variational import cavi_variational_strategy as module
+    from gpytorch_augment.core import prior as module
 
     x, _, z = _problem(n=30)
     strategy = SVGP(z).variational_strategy
     with torch.no_grad():
         dense = strategy.cavi_terms(x, cache=False)
-        limit = module._DENSE_PRIOR_ELEMENTS
+        limit = module.DENSE_PRIOR_ELEMENTS
         try:
-            module._DENSE_PRIOR_ELEMENTS = 0
+            module.DENSE_PRIOR_ELEMENTS = 0
             blocks = strategy.cavi_terms(x, cache=False)
         finally:
-            module._DENSE_PRIOR_ELEMENTS = limit
+            module.DENSE_PRIOR_ELEMENTS = limit
     for name, a, b in zip(dense._fields, dense, blocks):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
 
@@ -198,8 +198,8 @@ def test_copies_and_pickles_start_without_cache():
     x, _, z = _problem()
     model = SVGP(z)
     _is_hit(model.variational_strategy, x)
-    assert model.variational_strategy._cavi_cache is not None
+    assert model.variational_strategy.cached_cavi_terms is not None
     for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
-        assert getattr(twin.variational_strategy, "_cavi_cache", None) is None
+        assert twin.variational_strategy.cached_cavi_terms is None
         assert not _is_hit(twin.variational_strategy, x)
         assert _is_hit(twin.variational_strategy, x)

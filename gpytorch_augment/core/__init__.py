@@ -1,0 +1,26 @@
+r"""The Gaussian core shared by every engine.
+
+Given potentials :math:`h` and precisions :math:`\lambda` of the data, everything CAVI, the Gibbs samplers and the
+hyper-parameter objectives do to the latent GP happens here, once:
+
+* :mod:`~gpytorch_augment.core.prior` -- prior terms :math:`\mu`, :math:`L`, :math:`A = L^{-1}K_{ZX}` and the one
+  cache that notices a change of hyper-parameters (:class:`PriorCache`);
+* :mod:`~gpytorch_augment.core.gaussian` -- the sufficient statistics of a batch (:class:`SufficientStatistics`: add,
+  scale by :math:`N/|\mathcal B|`, reduce across processes), the optimal and damped :math:`q(v)`
+  (:class:`NaturalParameters`, :class:`WhitenedGaussian`), marginals, KL and the pathwise draw;
+* :mod:`~gpytorch_augment.core.linalg` -- the batched triangular and matrix-vector helpers.
+"""
+
+from .gaussian import NaturalParameters, SufficientStatistics, WhitenedGaussian, natural_gradient
+from .prior import PriorCache, PriorTerms, split_prior, whiten_prior
+
+__all__ = [
+    "NaturalParameters",
+    "PriorCache",
+    "PriorTerms",
+    "SufficientStatistics",
+    "WhitenedGaussian",
+    "natural_gradient",
+    "split_prior",
+    "whiten_prior",
+]

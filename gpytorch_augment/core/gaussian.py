@@ -1,0 +1,171 @@
+r"""The Gaussian step both engines share: statistics of a batch, the optimal whitened :math:`q(v)`, the damped
+natural-parameter step, marginals, KL and the pathwise draw.
+
+Given potentials :math:`h_i` and precisions :math:`\lambda_i` of the data (expected ones for CAVI, sampled ones for
+Gibbs), the conditional of the whitened inducing values :math:`v` (:math:`u = \mu_Z + Lv`, :math:`A = L^{-1}K_{ZX}`,
+see :mod:`~gpytorch_augment.core.prior`) is Gaussian with natural parameters
+
+.. math::
+    \theta_1 = b = \sum_i a_i\,(h_i - \lambda_i\mu_i) = A(h - \lambda\odot\mu_X),\qquad
+    -2\theta_2 = B = I + \sum_i a_i\lambda_i a_i^\top = I + A\,\mathrm{diag}(\lambda)\,A^\top,
+
+:math:`a_i` the :math:`i`-th column of :math:`A`. The two sums are the **sufficient statistics** of the data
+(:class:`SufficientStatistics`): they add over disjoint batches, scale by :math:`N/|\mathcal B|` for a mini-batch
+estimate, and are the only thing a multi-process reduction needs to exchange (:math:`M^2 + M` numbers per latent).
+
+:math:`B` has every eigenvalue :math:`\ge 1`; it is factorised as :math:`B = C^\top C` with :math:`C` lower
+triangular (:func:`~gpytorch_augment._numerics.reverse_cholesky`), so :math:`C^{-1}` is directly the Cholesky factor
+of the covariance :math:`B^{-1}`. A Gaussian is carried as :class:`WhitenedGaussian` :math:`(\theta_1, C)`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from .._numerics import reverse_cholesky
+from .linalg import add_to_diagonal, mv, tri_solve, vecmat
+from .prior import PriorTerms
+
+__all__ = ["NaturalParameters", "SufficientStatistics", "WhitenedGaussian", "natural_gradient"]
+
+
+class SufficientStatistics(NamedTuple):
+    r""":math:`S = \sum_i a_i\lambda_i a_i^\top` (``precision``, ``(*b, M, M)``) and
+    :math:`s = \sum_i a_i(h_i - \lambda_i\mu_i)` (``shift``, ``(*b, M)``) of ``count`` data points.
+
+    Statistics of disjoint batches add (``+``); :meth:`scale` by :math:`N/|\mathcal B|` turns those of a mini-batch
+    into an unbiased estimate of the full-data ones. A leading chain dimension (Gibbs) is an ordinary batch
+    dimension.
+    """
+
+    precision: Tensor
+    shift: Tensor
+    count: int
+
+    @classmethod
+    def from_batch(cls, A: Tensor, mu: Tensor, h: Tensor, lam: Tensor) -> SufficientStatistics:
+        r"""The statistics of potentials ``h`` and precisions ``lam`` ``(*c, *b, N)`` at the data whose whitened
+        cross-covariance is ``A`` ``(*b, M, N)`` and prior mean ``mu`` ``(*b, N)``. Extra leading dimensions
+        ``*c`` of ``h`` (chains) are reduced with one matrix-matrix product per latent (``A`` then ``(T, M, N)``)."""
+        dtype = A.dtype
+        h, lam = h.to(dtype), lam.to(dtype)
+        precision = (A * lam.unsqueeze(-2)) @ A.mT
+        residual = h - lam * mu
+        shift = vecmat(residual, A.mT) if residual.dim() > A.dim() - 1 else mv(A, residual)
+        return cls(precision, shift, int(h.shape[-1]))
+
+    def __add__(self, other: object) -> SufficientStatistics:
+        if not isinstance(other, SufficientStatistics):
+            return NotImplemented
+        return SufficientStatistics(self.precision + other.precision, self.shift + other.shift, self.count + other.count)
+
+    def scale(self, factor: float) -> SufficientStatistics:
+        """The statistics times ``factor`` (e.g. :math:`N/|\\mathcal B|`); ``count`` is unchanged."""
+        if factor == 1.0:
+            return self
+        return SufficientStatistics(factor * self.precision, factor * self.shift, self.count)
+
+    def natural(self) -> NaturalParameters:
+        r"""The natural parameters :math:`(b, B) = (s, I + S)` of the optimal :math:`q(v)` for these statistics."""
+        return NaturalParameters(self.shift, add_to_diagonal(self.precision.clone(), 1.0))
+
+
+class NaturalParameters(NamedTuple):
+    r"""A Gaussian over :math:`v` as :math:`(b, B)`: precision :math:`B` and :math:`b = B m`, unfactorised."""
+
+    b: Tensor
+    B: Tensor
+
+    def mix(self, target: NaturalParameters, rho: float) -> NaturalParameters:
+        r"""The damped natural-gradient step :math:`\theta \leftarrow (1-\rho)\theta + \rho\hat\theta` toward
+        ``target`` (``rho = 1`` returns ``target`` itself)."""
+        if rho == 1.0:
+            return target
+        return NaturalParameters((1 - rho) * self.b + rho * target.b, (1 - rho) * self.B + rho * target.B)
+
+    def factorize(self) -> WhitenedGaussian:
+        """The same Gaussian with :math:`B = C^\\top C` factorised."""
+        return WhitenedGaussian(self.b, reverse_cholesky(self.B))
+
+
+def natural_gradient(q: WhitenedGaussian, target: NaturalParameters) -> Tensor:
+    r""":math:`\hat\theta - \theta` in whitened natural parameters, flattened: :math:`(\hat b - \theta_1,
+    -\tfrac12(\hat B - C^\top C))` -- the natural gradient of the ELBO at ``q`` for the target's statistics."""
+    return torch.cat([(target.b - q.theta1).reshape(-1), (-0.5 * (target.B - q.C.mT @ q.C)).reshape(-1)])
+
+
+class WhitenedGaussian(NamedTuple):
+    r""":math:`q(v)` as natural vector :math:`\theta_1` ``(*b, M)`` and lower :math:`C` ``(*b, M, M)`` with
+    :math:`S_v^{-1} = C^\top C`."""
+
+    theta1: Tensor
+    C: Tensor
+
+    @classmethod
+    def optimal(cls, stats: SufficientStatistics) -> WhitenedGaussian:
+        """The optimal :math:`q(v)` for the statistics (one factorisation)."""
+        return stats.natural().factorize()
+
+    def natural(self) -> NaturalParameters:
+        return NaturalParameters(self.theta1, self.C.mT @ self.C)
+
+    def step(self, target: NaturalParameters, rho: float) -> WhitenedGaussian:
+        r"""The damped step toward ``target`` (``rho = 1``: ``target`` itself), factorised."""
+        if rho == 1.0:
+            return target.factorize()
+        return self.natural().mix(target, rho).factorize()
+
+    def where(self, moves: Tensor, other: WhitenedGaussian) -> WhitenedGaussian:
+        """``self`` for the batch entries (latents) where the boolean ``moves`` ``(*b,)`` is set, ``other``
+        elsewhere."""
+        return WhitenedGaussian(
+            torch.where(moves.unsqueeze(-1), self.theta1, other.theta1),
+            torch.where(moves.unsqueeze(-1).unsqueeze(-1), self.C, other.C),
+        )
+
+    @property
+    def chol_covariance(self) -> Tensor:
+        """Lower Cholesky factor of :math:`S_v`, i.e. :math:`C^{-1}`."""
+        eye = torch.eye(self.C.shape[-1], dtype=self.C.dtype, device=self.C.device)
+        return tri_solve(self.C, eye.expand_as(self.C))
+
+    @property
+    def mean(self) -> Tensor:
+        """:math:`m_v = C^{-1} C^{-\\top} \\theta_1`."""
+        return self.draw(None)
+
+    def draw(self, eps: Tensor | None, mean_weight: float = 1.0, noise_weight: float = 1.0) -> Tensor:
+        r"""The pathwise draw :math:`v = C^{-1}(w\,C^{-\top}\theta_1 + c\,\varepsilon)` (``mean_weight`` :math:`w`,
+        ``noise_weight`` :math:`c`): with :math:`\varepsilon \sim \mathcal N(0, I)` and :math:`w = c = 1` a draw
+        from :math:`\mathcal N(m_v, S_v)`; without ``eps`` the mean (times :math:`w`). Two triangular solves."""
+        t = tri_solve(self.C.mT, self.theta1.unsqueeze(-1), upper=True).squeeze(-1)
+        if eps is not None:
+            t = t + eps if mean_weight == 1.0 and noise_weight == 1.0 else mean_weight * t + noise_weight * eps
+        elif mean_weight != 1.0:
+            t = mean_weight * t
+        return tri_solve(self.C, t.unsqueeze(-1)).squeeze(-1)
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """One draw of :math:`v` per batch entry."""
+        eps = torch.randn(self.theta1.shape, generator=generator, dtype=self.theta1.dtype, device=self.theta1.device)
+        return self.draw(eps)
+
+    def kl(self) -> Tensor:
+        r""":math:`\mathrm{KL}(q(v)\,\Vert\,\mathcal N(0, I)) = \mathrm{KL}(q(u)\,\Vert\,p(u))`."""
+        M = self.C.shape[-1]
+        R = self.chol_covariance
+        m = self.mean
+        logdet_prec = 2 * self.C.diagonal(dim1=-1, dim2=-2).abs().log().sum(-1)
+        return 0.5 * (R.pow(2).sum((-1, -2)) + m.pow(2).sum(-1) - M + logdet_prec)
+
+    def marginals(self, terms: PriorTerms) -> tuple[Tensor, Tensor]:
+        r"""Means and variances of :math:`q(f_i)`: :math:`m = \mu_X + A^\top m_v`,
+        :math:`s = k_{ii} - \lVert A_i\rVert^2 + \lVert C^{-\top} A_i\rVert^2` (clamped at 0)."""
+        mean = terms.mu_X + (self.mean.unsqueeze(-2) @ terms.A).squeeze(-2)  # m_v^T A: faster than A^T m_v batched
+        CA = tri_solve(self.C.mT, terms.A, upper=True)
+        CA_sq = CA.square() if CA.requires_grad else CA.square_()  # CA is ours: square in place unless differentiated
+        var = terms.k_diag - terms.a_sq + CA_sq.sum(-2)
+        return mean, var.clamp_min(0)

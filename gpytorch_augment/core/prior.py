@@ -1,0 +1,168 @@
+r"""Prior terms of a (sparse) GP in whitened coordinates, and the cache that notices when they change.
+
+With inducing inputs :math:`Z` (a full GP is the case :math:`Z = X`), :math:`K_{ZZ} + \epsilon I = LL^\top` and
+:math:`u = \mu_Z + Lv`, every quantity the engines need from the prior at inputs :math:`X` is
+
+.. math::
+    L,\qquad A = L^{-1}K_{ZX},\qquad \mu_Z,\qquad \mu_X,\qquad \operatorname{diag}K_{XX},\qquad
+    \lVert A_{:,i}\rVert^2 = \operatorname{diag}(K_{XZ}K_{ZZ}^{-1}K_{ZX}).
+
+They are computed once per change of the hyper-parameters: :class:`PriorCache` keeps the last result with a copy
+of everything it was computed from and hands it back only while all of it compares equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from torch import Tensor
+
+from .linalg import tri_solve
+
+__all__ = ["PriorCache", "PriorTerms", "split_prior", "whiten_prior"]
+
+#: up to this many extra kernel entries, the prior at ``cat[Z, x]`` is evaluated as one dense block (one kernel call
+#: instead of two: cheaper for small batches, where the per-call overhead dominates)
+DENSE_PRIOR_ELEMENTS = 2**16
+
+
+class PriorTerms(NamedTuple):
+    """Prior quantities at a set of inputs, in the linear-algebra dtype (``(*b)`` = batch or latent dimensions)."""
+
+    L: Tensor  #: chol(K_ZZ + jitter I), (*b, M, M)
+    A: Tensor  #: L^{-1} K_ZX, (*b, M, N)
+    mu_Z: Tensor  #: (*b, M)
+    mu_X: Tensor  #: (*b, N)
+    k_diag: Tensor  #: diag K_XX (plus the data jitter, if any), (*b, N)
+    a_sq: Tensor  #: squared column norms ||A_i||^2, i.e. diag(Q_XX), (*b, N)
+
+    def detach(self) -> PriorTerms:
+        return PriorTerms(*(t.detach() for t in self))
+
+    def take(self, idx: Tensor | slice) -> PriorTerms:
+        """The terms of the data points ``idx`` (the inducing-point terms are shared)."""
+        return PriorTerms(
+            L=self.L,
+            A=self.A[..., idx],
+            mu_Z=self.mu_Z,
+            mu_X=self.mu_X[..., idx],
+            k_diag=self.k_diag[..., idx],
+            a_sq=self.a_sq[..., idx],
+        )
+
+
+def split_prior(mean: Tensor, covar: Any, num_inducing: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(mean, K_ZZ, K_ZX, diag K_XX)`` of the prior ``(mean, covar)`` at ``cat[Z, x]`` (``covar`` a linear
+    operator). The kernel is evaluated once for the rows of ``Z`` plus the diagonal at ``x``, or, when the extra
+    entries are few, as one dense block."""
+    M = num_inducing
+    N = mean.shape[-1] - M
+    if N * (M + N) <= DENSE_PRIOR_ELEMENTS:
+        dense = covar.to_dense()
+        rows, k_diag = dense[..., :M, :], dense[..., M:, M:].diagonal(dim1=-1, dim2=-2)
+    else:
+        rows, k_diag = covar[..., :M, :].to_dense(), covar[..., M:, M:].diagonal(dim1=-1, dim2=-2)
+    return mean, rows[..., :M], rows[..., M:], k_diag
+
+
+def whiten_prior(
+    mean: Tensor,
+    K_ZZ: Tensor,
+    K_ZX: Tensor,
+    k_diag: Tensor,
+    jitter: float,
+    dtype: torch.dtype,
+    data_jitter: bool = False,
+) -> PriorTerms:
+    r"""Whiten the prior blocks (``mean`` at ``cat[Z, x]``): :math:`L = \mathrm{chol}(K_{ZZ} + \epsilon I)` and
+    :math:`A = L^{-1}K_{ZX}`, everything cast to ``dtype`` first. ``data_jitter`` adds :math:`\epsilon` to
+    :math:`\operatorname{diag}K_{XX}` as well (GPyTorch's whitened strategy does)."""
+    mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in (mean, K_ZZ, K_ZX, k_diag))
+    M = K_ZZ.shape[-1]
+    eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
+    L = psd_safe_cholesky(K_ZZ + jitter * eye)
+    A = tri_solve(L, K_ZX)
+    if data_jitter:
+        k_diag = k_diag + jitter
+    return PriorTerms(L=L, A=A, mu_Z=mean[..., :M], mu_X=mean[..., M:], k_diag=k_diag, a_sq=A.pow(2).sum(-2))
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    """Equal shape, dtype, device and values (NaN never equals)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+
+
+class _Entry(NamedTuple):
+    inputs: list[Tensor]  # copies of the inputs' values
+    tensors: list[Tensor]  # the model's tensors (references)
+    values: list[Tensor]  # copies of their values
+    flags: tuple[Any, ...]
+    value: tuple[Tensor | None, ...]
+    versions: tuple[int, ...]  # of the cached tensors (an in-place write into them invalidates the entry)
+
+
+class PriorCache:
+    """One cached tuple of tensors computed from some inputs, some model tensors and some non-tensor flags.
+
+    :meth:`get` returns it only while the inputs keep their values, the model tensors are the same objects with the
+    same values, the flags compare equal and nobody wrote into the cached tensors; anything else is a miss. This is
+    the one mechanism by which both engines notice a change of hyper-parameters (an optimizer step,
+    ``load_state_dict``, moved inducing points, ``train()``/``eval()``, ...). Not pickled: a copy starts empty.
+    """
+
+    def __init__(self) -> None:
+        self._entry: _Entry | None = None
+
+    def clear(self) -> None:
+        self._entry = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_entry": None}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PriorCache:
+        return PriorCache()
+
+    def get(
+        self, inputs: Sequence[Tensor], tensors: Sequence[Tensor], flags: tuple[Any, ...] = ()
+    ) -> tuple[Tensor | None, ...] | None:
+        entry = self._entry
+        if (
+            entry is None
+            or entry.flags != flags
+            or len(entry.tensors) != len(tensors)
+            or len(entry.inputs) != len(inputs)
+            or any(a is not b for a, b in zip(entry.tensors, tensors))
+            or entry.versions != _versions(entry.value)
+            or not all(_same(a, b) for a, b in zip(entry.inputs, inputs))
+            or not all(_same(value, t) for value, t in zip(entry.values, tensors))
+        ):
+            return None
+        return entry.value
+
+    def valid(self, inputs: Sequence[Tensor], tensors: Sequence[Tensor], flags: tuple[Any, ...] = ()) -> bool:
+        """Whether :meth:`get` would hit."""
+        return self.get(inputs, tensors, flags) is not None
+
+    @torch.no_grad()
+    def put(
+        self,
+        inputs: Sequence[Tensor],
+        tensors: Sequence[Tensor],
+        flags: tuple[Any, ...],
+        value: tuple[Tensor | None, ...],
+    ) -> None:
+        self._entry = _Entry(
+            inputs=[t.detach().clone() for t in inputs],
+            tensors=list(tensors),
+            values=[t.detach().clone() for t in tensors],
+            flags=flags,
+            value=tuple(value),
+            versions=_versions(value),
+        )
+
+
+def _versions(value: tuple[Tensor | None, ...]) -> tuple[int, ...]:
+    return tuple(t._version for t in value if t is not None)

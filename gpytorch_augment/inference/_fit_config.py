@@ -1,0 +1,140 @@
+"""The validated settings of one :meth:`CAVI.fit <gpytorch_augment.CAVI.fit>` call."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._batches import Batch, loader_batches, tensor_batches
+from .convergence import CAVITrace, Convergence, RelativeChange
+
+StopRule = Callable[[CAVITrace, bool], bool]
+
+
+@dataclass
+class FitConfig:
+    """What a fit iterates over and when it stops; built (and every argument checked) by :meth:`build`."""
+
+    x: Tensor | None
+    y: Tensor | None
+    kwargs: dict[str, Any]
+    batch_size: int | None
+    data_loader: Any
+    generator: torch.Generator | None
+    hyper_optimizer: torch.optim.Optimizer | None
+    hyper_steps: int
+    max_iter: int | None
+    num_epochs: int | None
+    num_batches: int | None
+    check: StopRule
+
+    def epoch(self) -> Iterator[Batch]:
+        """The batches of one epoch as ``(x, y, kwargs, is_last_batch_of_the_epoch)``."""
+        if self.data_loader is not None:
+            return loader_batches(self.data_loader)
+        assert self.x is not None and self.y is not None
+        return tensor_batches(self.x, self.y, self.batch_size, self.generator, self.kwargs)
+
+    @property
+    def total_steps(self) -> int | None:
+        """The cap on the number of steps (``None``: none), for the progress bar."""
+        total = self.max_iter
+        if self.num_epochs is not None and self.num_batches is not None:
+            steps = self.num_epochs * self.num_batches
+            total = steps if total is None else min(total, steps)
+        return total
+
+    @classmethod
+    def build(cls, cavi: Any, x: Tensor | None, y: Tensor | None, *, max_iter: int | None, tol: float,
+              hyper_optimizer: torch.optim.Optimizer | None, hyper_steps: int, batch_size: int | None,
+              data_loader: Any, num_epochs: int | None, convergence: Any, generator: torch.Generator | None,
+              kwargs: dict[str, Any]) -> FitConfig:  # fmt: skip
+        minibatch = batch_size is not None or data_loader is not None
+        if data_loader is not None:
+            num_batches = _check_loader(cavi, x, y, batch_size, data_loader, kwargs)
+        else:
+            batch_size, num_batches = _check_tensors(cavi, x, y, batch_size)
+        if int(hyper_steps) < 1:
+            raise ValueError(f"hyper_steps must be a positive integer, got {hyper_steps}")
+        if hyper_optimizer is not None:
+            cavi._check_hyper_optimizer(hyper_optimizer)
+        if max_iter is None:
+            max_iter = 100 if not minibatch else None
+        if max_iter is not None and int(max_iter) < 1:
+            raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
+        if num_epochs is None:
+            num_epochs = 10 if minibatch else None
+        if num_epochs is not None and int(num_epochs) < 1:
+            raise ValueError(f"num_epochs must be a positive integer or None, got {num_epochs}")
+        if convergence is None:
+            convergence = RelativeChange(tol, window=1 if not minibatch else max(1, num_batches or 1))
+        return cls(
+            x=x,
+            y=y,
+            kwargs=kwargs,
+            batch_size=batch_size,
+            data_loader=data_loader,
+            generator=generator,
+            hyper_optimizer=hyper_optimizer,
+            hyper_steps=int(hyper_steps),
+            max_iter=None if max_iter is None else int(max_iter),
+            num_epochs=None if num_epochs is None else int(num_epochs),
+            num_batches=num_batches,
+            check=_stop_rule(convergence),
+        )
+
+
+def _stop_rule(convergence: Any) -> StopRule:
+    if isinstance(convergence, Convergence):
+        convergence.reset()
+        return convergence.check
+    if callable(convergence):
+        return lambda trace, epoch_end: bool(convergence(trace))
+    raise ValueError(f"convergence must be a Convergence or a callable trace -> bool, got {convergence!r}")
+
+
+def _check_loader(
+    cavi: Any, x: Tensor | None, y: Tensor | None, batch_size: int | None, data_loader: Any, kwargs: dict[str, Any]
+) -> int | None:
+    """Validate a data-loader fit; returns the number of batches per epoch (``None`` if unknown)."""
+    if x is not None or y is not None:
+        raise ValueError("pass either x and y or a data_loader, not both")
+    if batch_size is not None:
+        raise ValueError("pass either batch_size or a data_loader (which sets its own batch size), not both")
+    if kwargs:
+        raise ValueError(
+            f"with a data_loader, per-datum keyword arguments ({sorted(kwargs)}) must come in its batches: "
+            "yield (x, y, {name: tensor}) or {'x': x, 'y': y, name: tensor}"
+        )
+    try:
+        size = len(getattr(data_loader, "dataset", None))  # type: ignore[arg-type]
+    except TypeError:
+        size = None
+    if size is not None and size != cavi.num_data:
+        raise ValueError(
+            f"the data loader's dataset has {size} points but CAVI was built with num_data={cavi.num_data}: "
+            "the batch statistics are scaled by num_data / batch size"
+        )
+    try:
+        return len(data_loader)
+    except TypeError:
+        return None
+
+
+def _check_tensors(cavi: Any, x: Tensor | None, y: Tensor | None, batch_size: Any) -> tuple[int | None, int]:
+    """Validate a fit on tensors; returns ``(batch_size, batches per epoch)``."""
+    if x is None or y is None:
+        raise ValueError("fit needs the data: x and y, or a data_loader")
+    cavi._check_inputs(x, y)
+    if batch_size is None:
+        return None, 1
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or int(batch_size) < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    if y.shape[-1] != cavi.num_data:
+        raise ValueError(f"y has {y.shape[-1]} data points but CAVI was built with num_data={cavi.num_data}")
+    return int(batch_size), math.ceil(y.shape[-1] / int(batch_size))

@@ -1,0 +1,165 @@
+r"""What :meth:`CAVI.fit <gpytorch_augment.CAVI.fit>` records, and the rules that decide when it stops.
+
+A rule is a :class:`Convergence` (or any callable ``trace -> bool``): :meth:`Convergence.check` is called after every
+step with the :class:`CAVITrace` so far. :class:`RelativeChange` stops on a flat ELBO, :class:`HeldOut` on a held-out
+metric that has stopped improving.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["CAVITrace", "Convergence", "HeldOut", "RelativeChange"]
+
+
+@dataclass
+class CAVITrace:
+    """What :meth:`CAVI.fit` records: one entry per CAVI step in ``elbo``, ``time``, ``epoch`` and ``step_size``,
+    one per held-out evaluation in ``held_out``, ``held_out_step`` and ``held_out_time``.
+
+    ``elbo`` is the augmented ELBO per datum of the state entering each step (exact for a full batch, an
+    unbiased estimate for a mini-batch); ``time`` the training wall time in seconds after each step (held-out
+    evaluations excluded); ``epoch`` the (0-based) pass over the data a step belongs to; ``step_size`` the
+    :math:`\\rho_t` used.
+    """
+
+    elbo: list[float] = field(default_factory=list)
+    time: list[float] = field(default_factory=list)
+    converged: bool = False
+    epoch: list[int] = field(default_factory=list)
+    step_size: list[float] = field(default_factory=list)
+    held_out: list[float] = field(default_factory=list)
+    held_out_step: list[int] = field(default_factory=list)
+    held_out_time: list[float] = field(default_factory=list)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.elbo)
+
+    @property
+    def num_epochs(self) -> int:
+        return self.epoch[-1] + 1 if self.epoch else 0
+
+
+class Convergence:
+    """Base class of the stopping rules of :meth:`CAVI.fit`: :meth:`check` is called after every step."""
+
+    def reset(self) -> None:
+        """Forget the state of a previous fit."""
+
+    def check(self, trace: CAVITrace, epoch_end: bool) -> bool:
+        """Whether to stop, given the trace so far; ``epoch_end`` tells whether the step closed an epoch."""
+        raise NotImplementedError
+
+
+class RelativeChange(Convergence):
+    r"""Stop when the mean ELBO of the last ``window`` steps differs from that of the ``window`` steps before by
+    at most ``tol`` relative: :math:`|\bar{\mathcal L}_{\rm last} - \bar{\mathcal L}_{\rm previous}|
+    \le \mathrm{tol}\cdot\max(1, |\bar{\mathcal L}_{\rm last}|)`.
+
+    ``window = 1`` is the classic full-batch rule; with mini-batches the per-step ELBOs are noisy estimates, so
+    use a window of about an epoch (the default of :meth:`CAVI.fit` in mini-batch mode).
+
+    :param tol: the relative tolerance (ELBO per datum).
+    :param window: the number of steps averaged on each side.
+    """
+
+    def __init__(self, tol: float = 1e-8, window: int = 1) -> None:
+        if not (math.isfinite(float(tol)) and float(tol) >= 0):
+            raise ValueError(f"tol must be a finite number >= 0, got {tol}")
+        if int(window) < 1:
+            raise ValueError(f"window must be a positive integer, got {window}")
+        self.tol = float(tol)
+        self.window = int(window)
+
+    def check(self, trace: CAVITrace, epoch_end: bool) -> bool:
+        w, values = self.window, trace.elbo
+        if len(values) < 2 * w:
+            return False
+        last = math.fsum(values[-w:]) / w
+        previous = math.fsum(values[-2 * w : -w]) / w
+        return abs(last - previous) <= self.tol * max(1.0, abs(last))
+
+    def __repr__(self) -> str:
+        return f"RelativeChange(tol={self.tol}, window={self.window})"
+
+
+class HeldOut(Convergence):
+    r"""Early stopping on a held-out metric, as in the X-GPC paper (Wenzel et al., 2019): every ``every`` steps
+    (default: at the end of every epoch) ``metric_fn()`` is evaluated and recorded in the trace; the values are
+    smoothed by a moving average over the last ``window`` evaluations, and the fit stops once the smoothed value
+    has not improved on its best by more than ``min_delta`` for ``patience`` consecutive evaluations.
+
+    The evaluation time is excluded from the trace's training clock; the model and likelihood are put back into
+    training mode afterwards if ``metric_fn`` switched them to eval mode.
+
+    :param metric_fn: a callable with no arguments returning a number, e.g. the test negative log predictive density.
+    :param window: moving-average window (number of evaluations).
+    :param patience: number of evaluations without improvement before stopping.
+    :param every: evaluate every this many steps (``None``: at the end of every epoch).
+    :param mode: ``"min"`` (lower is better, e.g. NLL or error) or ``"max"`` (e.g. accuracy).
+    :param min_delta: the smallest change that counts as an improvement.
+
+    Example::
+
+        >>> def test_nll():
+        ...     model.eval(); likelihood.eval()
+        ...     with torch.no_grad():
+        ...         return -likelihood.log_marginal(y_test, model(x_test)).mean().item()
+        >>> trace = cavi.fit(x, y, batch_size=256, num_epochs=50, convergence=HeldOut(test_nll, window=3, patience=5))
+    """
+
+    def __init__(
+        self,
+        metric_fn: Callable[[], float],
+        window: int = 1,
+        patience: int = 5,
+        every: int | None = None,
+        mode: str = "min",
+        min_delta: float = 0.0,
+    ) -> None:
+        if not callable(metric_fn):
+            raise ValueError(f"metric_fn must be callable, got {type(metric_fn).__name__}")
+        if int(window) < 1 or int(patience) < 1:
+            raise ValueError(f"window and patience must be positive integers, got {window} and {patience}")
+        if every is not None and int(every) < 1:
+            raise ValueError(f"every must be a positive integer or None, got {every}")
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        if not float(min_delta) >= 0:
+            raise ValueError(f"min_delta must be >= 0, got {min_delta}")
+        self.metric_fn = metric_fn
+        self.window = int(window)
+        self.patience = int(patience)
+        self.every = None if every is None else int(every)
+        self.sign = 1.0 if mode == "min" else -1.0
+        self.min_delta = float(min_delta)
+        self.reset()
+
+    def reset(self) -> None:
+        self.best = math.inf  # of sign * smoothed value
+        self.since_best = 0
+        self.best_step: int | None = None
+
+    def check(self, trace: CAVITrace, epoch_end: bool) -> bool:
+        due = epoch_end if self.every is None else trace.num_steps % self.every == 0
+        if not due:
+            return False
+        value = float(self.metric_fn())
+        trace.held_out.append(value)
+        trace.held_out_step.append(trace.num_steps)
+        trace.held_out_time.append(trace.time[-1] if trace.time else 0.0)
+        if math.isnan(value):
+            raise FloatingPointError(f"the held-out metric is NaN at step {trace.num_steps}")
+        recent = trace.held_out[-self.window :]
+        smoothed = self.sign * math.fsum(recent) / len(recent)
+        if smoothed < self.best - self.min_delta:
+            self.best, self.since_best, self.best_step = smoothed, 0, trace.num_steps
+            return False
+        self.since_best += 1
+        return self.since_best >= self.patience
+
+    def __repr__(self) -> str:
+        return f"HeldOut(window={self.window}, patience={self.patience}, every={self.every})"
