@@ -54,15 +54,19 @@ class PriorTerms(NamedTuple):
         )
 
 
-def split_prior(mean: Tensor, covar: Any, num_inducing: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def split_prior(
+    mean: Tensor, covar: Any, num_inducing: int, dense: bool | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(mean, K_ZZ, K_ZX, diag K_XX)`` of the prior ``(mean, covar)`` at ``cat[Z, x]`` (``covar`` a linear
-    operator). The kernel is evaluated once for the rows of ``Z`` plus the diagonal at ``x``, or, when the extra
-    entries are few, as one dense block."""
+    operator). The kernel is evaluated once for the rows of ``Z`` plus the diagonal at ``x``, or as one dense block
+    (``dense``; default: when the extra entries are few, up to :data:`DENSE_PRIOR_ELEMENTS`)."""
     M = num_inducing
     N = mean.shape[-1] - M
-    if N * (M + N) <= DENSE_PRIOR_ELEMENTS:
-        dense = covar.to_dense()
-        rows, k_diag = dense[..., :M, :], dense[..., M:, M:].diagonal(dim1=-1, dim2=-2)
+    if dense is None:
+        dense = N * (M + N) <= DENSE_PRIOR_ELEMENTS
+    if dense:
+        full = covar.to_dense()
+        rows, k_diag = full[..., :M, :], full[..., M:, M:].diagonal(dim1=-1, dim2=-2)
     else:
         rows, k_diag = covar[..., :M, :].to_dense(), covar[..., M:, M:].diagonal(dim1=-1, dim2=-2)
     return mean, rows[..., :M], rows[..., M:], k_diag

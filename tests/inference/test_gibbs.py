@@ -19,7 +19,8 @@ from torch.distributions import Normal
 
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GibbsSamples, PoissonLogitLikelihood
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
-from gpytorch_augment.inference.gibbs import GibbsState, bulk_ess, rank_normalized_rhat
+from gpytorch_augment.inference.diagnostics import bulk_ess, rank_normalized_rhat
+from gpytorch_augment.inference.gibbs import GibbsState
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from tests.models import SVGP, make_gaussian_tilt_likelihood
 
@@ -563,7 +564,7 @@ def test_refresh_after_hyperparameter_change():
 
 def test_two_latents_layout_and_blocks():
     """T = 2 independent latent GPs (batch_shape [2]): draws are (chains, draws, T, N), each latent has the
-    exact GP-regression posterior of its own noise, and a blocked scan (likelihood.gibbs_blocks) agrees."""
+    exact GP-regression posterior of its own noise, and a blocked scan (likelihood.latent_blocks) agrees."""
     x, y = regression_data(8, seed=1)
     noise = (0.05, 0.5)
     model = PlainGP(batch_shape=torch.Size([2]))
@@ -585,13 +586,13 @@ def test_two_latents_layout_and_blocks():
     pred = samples.predict(torch.linspace(0, 4, 3).unsqueeze(-1))
     assert pred.f_mean.shape == (2, 3) and pred.f_draws.shape == (4, 150, 2, 3)
 
-    likelihood.gibbs_blocks = [[1], [0]]
+    likelihood.latent_blocks = [[1], [0]]
     blocked = GibbsSampler(model, likelihood, x, y).sample(150, warmup=0, num_chains=4, seed=1, progress=False)
     m_a, m_b = samples.f.mean(1), blocked.f.mean(1)
     z = (m_a.mean(0) - m_b.mean(0)) / (m_a.var(0) / 4 + m_b.var(0) / 4).sqrt()
     assert z.abs().max() <= Z_TOL
-    likelihood.gibbs_blocks = [[0]]
-    with pytest.raises(ValueError, match="gibbs_blocks"):
+    likelihood.latent_blocks = [[0]]
+    with pytest.raises(ValueError, match="latent_blocks"):
         GibbsSampler(model, likelihood, x, y)
 
 

@@ -1,0 +1,482 @@
+r"""The Gibbs driver: :class:`GibbsSampler` runs vectorised chains of the blocked sweep
+(:class:`~gpytorch_augment.inference.gibbs.kernel.BlockedGibbsKernel`), records the draws, and resumes runs."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gpytorch
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..._validation import check_finite, check_inputs_targets
+from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
+from .kernel import LINALG_DTYPE, BlockedGibbsKernel
+from .samples import GibbsSamples
+from .state import GibbsState
+
+__all__ = ["GibbsSampler"]
+
+#: the ``f_update`` options of :class:`GibbsSampler`
+_F_UPDATES = ("auto", "whitened")
+
+
+class GibbsSampler(BlockedGibbsKernel):
+    r"""Blocked Gibbs sampler for a GP prior and an augmented likelihood.
+
+    **Exact model** (no ``inducing_points``): the chain targets the exact posterior
+    :math:`p(f \mid y) \propto \prod_i p(y_i \mid f_i)\, \mathcal N(f \mid \mu_0, K + \epsilon I)` by alternating
+
+    .. math::
+        \Omega \mid f \sim \prod_i p(\Omega_i \mid y_i, f_i), \qquad
+        f \mid \Omega \sim \mathcal N\big(\mu_0 + \Sigma (h - \Lambda \mu_0),\ \Sigma\big),\quad
+        \Sigma = \big((K + \epsilon I)^{-1} + \Lambda\big)^{-1}.
+
+    The :math:`f`-draw (``f_update``, with :math:`K` standing for :math:`K + \epsilon I = LL^\top`):
+
+    * GPML-stable pathwise draw (method C of ``gpytorch-integration.md`` §9), with
+      :math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2} = R R^\top`: :math:`f_0 = \mu_0 + L\varepsilon_1`,
+      :math:`f = f_0 + K \Lambda^{1/2} B'^{-1}\big(\Lambda^{-1/2}(h - \Lambda f_0) - \varepsilon_2\big)`.
+      Needs every :math:`\lambda_i > 0`; forming :math:`B'` is :math:`O(N^2)`.
+    * whitened draw (method A), with :math:`B = I + L^\top \Lambda L = C^\top C`:
+      :math:`v = C^{-1}(C^{-\top} L^\top (h - \Lambda\mu_0) + \varepsilon)`, :math:`f = \mu_0 + L v`. Exact for
+      any :math:`\lambda_i \ge 0` (e.g. missing data); forming :math:`B` is :math:`O(N^3)`.
+
+    ``f_update="auto"`` (default) uses the GPML-stable draw in every sweep where all :math:`\lambda_i` are positive
+    normal floats and the whitened draw otherwise; ``f_update="whitened"`` always uses the whitened draw. Both
+    matrices have every eigenvalue in :math:`[1, 1 + \lambda_{\max}\lVert K\rVert]`, so neither factorisation
+    needs jitter, however ill-conditioned :math:`K` is.
+
+    **Over-relaxation** (``overrelaxation=a``, :math:`-1 < a < 1`, exact model; Adler 1981, Neal 1998). With
+    :math:`m` and :math:`\Sigma` the mean and covariance of :math:`f \mid \Omega`, a sweep replaces the
+    current :math:`f` by
+
+    .. math::
+        f' = m + a (f - m) + \sqrt{1 - a^2}\,(\tilde f - m), \qquad \tilde f \sim \mathcal N(m, \Sigma)
+
+    (``a = 0`` is the plain Gibbs draw). If :math:`f \sim \mathcal N(m, \Sigma)` then so is :math:`f'`
+    (covariance :math:`a^2\Sigma + (1 - a^2)\Sigma`), and the move is reversible, so every sweep still leaves the
+    exact joint posterior :math:`p(f, \Omega \mid y)` invariant: nothing is approximated, only the Markov kernel
+    changes. A negative :math:`a` anti-correlates successive draws around the conditional mean; in a
+    linear-Gaussian picture the lag-1 autocorrelation :math:`\rho` of a coordinate becomes
+    :math:`\rho + a (1 - \rho)`: it raises the ESS of means more than that of variances, so choose :math:`a` on
+    the worst of bulk, tail and sd ESS (measurements in ``benchmarks/README.md``; :math:`-0.5 \ldots -0.7` worked there). Since :math:`\tilde f` and :math:`m` are linear
+    in the same right-hand side, :math:`f'` is computed as *one* pathwise draw with a modified right-hand side:
+    over-relaxation costs a few elementwise operations, no extra solve. :meth:`sample_latent` (one conditional
+    draw, no current state) is never over-relaxed.
+
+    **Inducing-point model** (``inducing_points=Z``, :math:`M` points): with
+    :math:`K_{ZZ} + \epsilon I = L L^\top`, :math:`A = L^{-1} K_{ZX}` and :math:`u = \mu_Z + L v`, one sweep is
+
+    .. math::
+        \Omega \mid f,\qquad v \mid \Omega \sim \mathcal N(B^{-1} b,\ B^{-1}),\quad B = I + A \Lambda A^\top,\quad
+        b = A (h - \lambda \odot \mu_X),\qquad f = \mu_X + A^\top v .
+
+    This is the exact Gibbs sampler of the *projected-process* (DTC) model :math:`f = \mu_X + K_{XZ}K_{ZZ}^{-1}(u -
+    \mu_Z)`, i.e. it targets the variational / projected-process approximation of ``augmentations.md`` §1.7 (the
+    :math:`v`-draw is the CAVI :math:`q(v)` of the sampled :math:`(h, \lambda)`), **not** the exact posterior;
+    with :math:`Z = X` it reduces to the exact model. Cost per sweep :math:`O(NM^2 + M^3)`.
+
+    **Several latents** (``likelihood.num_latents = T > 1``): ``model.forward(x)`` must return a batch of ``T``
+    independent priors (``batch_shape [T]``; an un-batched prior is shared by all latents). All latents are
+    updated in one batched draw given :math:`\Omega`. A likelihood whose valid scan order needs fresh
+    :math:`\Omega` between latent blocks (partially collapsed samplers) may declare ``latent_blocks`` (the
+    attribute that also orders the CAVI updates), a sequence of lists of
+    latent indices; :math:`\Omega` is then redrawn before each block.
+
+    **Caching.** The prior (mean, kernel matrix, Cholesky factor) is computed once. :meth:`sample` compares the
+    model's parameters and buffers with a snapshot and calls :meth:`refresh` itself when they changed in place;
+    call :meth:`refresh` explicitly after any other change of the prior (e.g. a replaced module).
+
+    :param model: a GPyTorch model or module whose ``forward(x)`` returns the prior ``MultivariateNormal``
+        (a ``gpytorch.Module`` with a mean and a kernel, an ``ExactGP`` or an ``ApproximateGP``); only
+        ``model.forward`` is called, never ``model(x)``.
+    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood`.
+    :param x: training inputs ``(N, D)``.
+    :param y: training targets ``(N,)``.
+    :param inducing_points: optional ``(M, D)`` inducing inputs :math:`Z` (or ``(T, M, D)``).
+    :param jitter: :math:`\epsilon` added to the diagonal of the prior covariance before factorising
+        (default ``gpytorch.settings.variational_cholesky_jitter`` for float64, ``1e-6``).
+    :param f_update: ``"auto"`` or ``"whitened"`` (exact model only; see above).
+    :param overrelaxation: :math:`a \in (-1, 1)` of the over-relaxed :math:`f`-update (exact model only; default
+        0, the plain Gibbs draw; see above).
+    :param kwargs: per-datum keyword data of the likelihood (e.g. binomial ``trials``), passed to
+        ``likelihood.check_targets``; the engine works with the canonical targets it returns.
+
+    **Likelihood hyper-parameters.** After every :math:`\Omega` draw the engine calls
+    ``likelihood.sample_hyperparameters(y, Ω, f, generator)`` (a no-op by default). A likelihood that implements
+    it must keep one value per chain (e.g. shape ``(chains, 1)``); the draws are recorded in
+    :attr:`GibbsSamples.hyper` under the parameter names (constrained values, ``raw_`` stripped). If it returns a
+    new :math:`\Omega` (a dict; e.g. because :math:`\Omega \mid f` depends on the hyper-parameter just drawn), that
+    draw replaces the old one for the :math:`f`-step and in the record.
+
+    Example::
+
+        >>> class GP(gpytorch.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.mean_module = gpytorch.means.ZeroMean()
+        ...         self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+        ...     def forward(self, x):
+        ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+        >>> sampler = GibbsSampler(GP(), BernoulliLogitLikelihood(), x, y)
+        >>> samples = sampler.sample(1000, warmup=200, num_chains=4, seed=0)
+        >>> samples.f.shape                      # (chains, draws, N)
+        >>> samples.summary().rhat.max()         # convergence check
+        >>> p = samples.predict(x_test).y_probs  # p(y* = 1 | data)
+        >>> more = sampler.resume(samples, 1000) # continue the same chains
+    """
+    def __init__(
+        self,
+        model: Any,
+        likelihood: AugmentedLikelihood,
+        x: Tensor,
+        y: Tensor,
+        inducing_points: Tensor | None = None,
+        jitter: float | None = None,
+        f_update: str = "auto",
+        overrelaxation: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(likelihood, AugmentedLikelihood):
+            raise TypeError(f"GibbsSampler needs an AugmentedLikelihood, got {type(likelihood).__name__}")
+        if not callable(getattr(model, "forward", None)):
+            raise TypeError(f"model must define forward(x) returning the prior; got {type(model).__name__}")
+        check_inputs_targets(x, y)
+        if y.dim() != 1:
+            raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
+        if x.dim() != 2 and not (x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents):
+            raise ValueError(f"x must have shape (N, D); got shape {tuple(x.shape)}")
+        self.target_kwargs = kwargs
+        self.y = likelihood.check_targets(y, **kwargs)
+        if inducing_points is not None:
+            check_finite("inducing_points", inducing_points)
+            if inducing_points.dim() < 2 or inducing_points.shape[-1] != x.shape[-1]:
+                raise ValueError(
+                    f"inducing_points must have shape (M, D) with D = {x.shape[-1]} (the inputs' dimension); "
+                    f"got shape {tuple(inducing_points.shape)}"
+                )
+        if jitter is None:
+            jitter = gpytorch.settings.variational_cholesky_jitter.value(LINALG_DTYPE)
+        if not (isinstance(jitter, (int, float)) and math.isfinite(jitter) and jitter >= 0):
+            raise ValueError(f"jitter must be a finite non-negative number, got {jitter!r}")
+        if f_update not in _F_UPDATES:
+            raise ValueError(f"f_update must be one of {_F_UPDATES}, got {f_update!r}")
+        if isinstance(overrelaxation, bool) or not isinstance(overrelaxation, (int, float)) or not (
+            -1.0 < overrelaxation < 1.0
+        ):
+            raise ValueError(f"overrelaxation must be a number in (-1, 1), got {overrelaxation!r}")
+        if overrelaxation != 0.0 and inducing_points is not None:
+            raise ValueError(
+                "overrelaxation is implemented for the exact model only (the inducing-point chain state holds f, "
+                "not the inducing values v it would need); use overrelaxation=0 with inducing_points"
+            )
+        self.model = model
+        self.likelihood = likelihood
+        self.x = x
+        self.inducing_points = inducing_points
+        self.jitter = float(jitter)
+        self.f_update = f_update
+        self.overrelaxation = float(overrelaxation)
+        self.num_latents = int(likelihood.num_latents)
+        self.dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+        self.device = x.device
+        hook = getattr(type(likelihood), "sample_hyperparameters", None)
+        base_hook = getattr(AugmentedLikelihood, "sample_hyperparameters", None)
+        self._samples_hyperparameters = hook is not None and hook is not base_hook
+        self._blocks = self._check_blocks(getattr(likelihood, "latent_blocks", None))
+        self.refresh()
+
+    def _check_blocks(self, blocks: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
+        if blocks is None:
+            return None
+        blocks = [list(map(int, b)) for b in blocks]
+        flat = sorted(i for b in blocks for i in b)
+        if flat != list(range(self.num_latents)):
+            raise ValueError(
+                f"likelihood.latent_blocks must partition the latents 0..{self.num_latents - 1}; got {blocks}"
+            )
+        return None if len(blocks) == 1 else blocks
+
+
+    # ------------------------------------------------------------------ likelihood hyper-parameters
+    def _hyper_snapshot(self) -> dict[str, Tensor]:
+        """The likelihood's parameters, constrained (``raw_`` stripped), if it samples hyper-parameters."""
+        if not self._samples_hyperparameters:
+            return {}
+        out = {}
+        for name, param, constraint in self.likelihood.named_parameters_and_constraints():
+            head, _, leaf = name.rpartition(".")
+            if constraint is not None and leaf.startswith("raw_"):
+                name = (head + "." if head else "") + leaf[len("raw_") :]
+                param = constraint.transform(param)
+            out[name] = param.detach().clone()
+        return out
+
+    @torch.no_grad()
+    def _restore_hyper(self, hyper: Mapping[str, Tensor]) -> None:
+        """Inverse of :meth:`_hyper_snapshot` (shapes may differ from the current ones, e.g. per chain)."""
+        params = {n: (p, c) for n, p, c in self.likelihood.named_parameters_and_constraints()}
+        for name, value in hyper.items():
+            head, _, leaf = name.rpartition(".")
+            raw_name = (head + "." if head else "") + "raw_" + leaf
+            if raw_name in params and params[raw_name][1] is not None:
+                param, constraint = params[raw_name]
+                param.data = constraint.inverse_transform(value.to(param))
+            elif name in params:
+                params[name][0].data = value.to(params[name][0]).clone()
+            else:
+                raise ValueError(f"init holds hyper-parameter {name!r}, which the likelihood does not have")
+
+    @torch.no_grad()
+    def sample_latent(
+        self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        r"""One draw of the latents given potentials and precisions (the :math:`f \mid \Omega` step).
+
+        :param h: potentials in the likelihood's layout, ``(..., N)`` (``(..., T, N)`` for ``T`` latents);
+            leading dimensions are chains.
+        :param lam: precisions, same shape.
+        :return: ``{"f": f}`` in storage layout, plus ``{"u": u, "v": v}`` for the sparse model
+            (:math:`v \sim \mathcal N(B^{-1} b, B^{-1})`, the CAVI :math:`q(v)` of these :math:`(h,\lambda)`).
+        """
+        T, N = self.num_latents, self.num_data
+        batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
+        shape = torch.Size(batch) + (T, N)
+        h_, lam_ = self._from_likelihood(h, shape), self._from_likelihood(lam, shape)
+        f, v = self._latent_draw(h_, lam_, generator)
+        out = {"f": self._to_storage(f).to(self.dtype)}
+        if self.is_sparse:
+            out["v"] = self._to_storage(v).to(self.dtype)
+            out["u"] = self._to_storage(self._u_from_v(v)).to(self.dtype)
+        return out
+    @torch.no_grad()
+    def sweep(
+        self, f: Tensor, y: Tensor | None = None, generator: torch.Generator | None = None
+    ) -> GibbsState:
+        r"""One full sweep (:math:`\Omega \mid f`, then the latents :math:`\mid \Omega`) for a batch of chains.
+
+        A low-level building block (Geweke tests, custom schemes that also update hyper-parameters).
+
+        :param f: current latents in storage layout, ``(chains, N)`` / ``(chains, T, N)`` (or without the chain
+            dimension).
+        :param y: targets to condition on (default: the training targets); may carry a chain dimension,
+            ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
+        :param generator: a ``torch.Generator`` for reproducible draws.
+        :return: a :class:`GibbsState` (``rng_state`` is ``None``).
+        """
+        if self._params_changed():
+            self.refresh()
+        if y is None:
+            y = self.y
+        else:
+            check_finite("y", y)
+            if y.shape[-1] != self.num_data:
+                raise ValueError(f"y must have {self.num_data} points in its last dimension; got shape {tuple(y.shape)}")
+            y = self.likelihood.check_targets(y, **self.target_kwargs)
+        f_int = self._from_storage(f, None, name="f")
+        f_int, aux, v = self._sweep(f_int, y, generator)
+        u = self._to_storage(self._u_from_v(v)).to(self.dtype) if self.is_sparse else None
+        return GibbsState(f=self._to_storage(f_int).to(self.dtype), aux=aux, u=u)
+
+    # ------------------------------------------------------------------ sampling
+    @staticmethod
+    def _check_count(name: str, value: Any, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        return int(value)
+
+    @torch.no_grad()
+    def sample(
+        self,
+        num_samples: int,
+        warmup: int = 200,
+        thin: int = 1,
+        num_chains: int = 1,
+        seed: int | None = None,
+        init: GibbsState | Mapping[str, Any] | Tensor | None = None,
+        progress: bool = True,
+    ) -> GibbsSamples:
+        r"""Run ``num_chains`` vectorised chains for ``warmup + num_samples * thin`` sweeps.
+
+        :param num_samples: draws kept per chain.
+        :param warmup: sweeps discarded at the start.
+        :param thin: keep every ``thin``-th sweep after warm-up.
+        :param num_chains: chains, run as one batch.
+        :param seed: seed of the ``torch.Generator`` driving every draw (Ω, f and the initial state). ``None``
+            continues the generator state stored in ``init`` (a :class:`GibbsState`), or draws a fresh seed
+            from torch's global RNG (recorded in the result).
+        :param init: starting point: a :class:`GibbsState` (e.g. ``samples.last_state()``), a dict with key
+            ``"f"``, or a tensor of latents, ``(N,)`` / ``(chains, N)`` (``(T, N)`` / ``(chains, T, N)``).
+            Default: one prior draw per chain.
+        :param progress: show a ``tqdm`` progress bar (silently none if ``tqdm`` is not installed).
+        :return: :class:`GibbsSamples`.
+        """
+        num_samples = self._check_count("num_samples", num_samples, 1)
+        warmup = self._check_count("warmup", warmup, 0)
+        thin = self._check_count("thin", thin, 1)
+        num_chains = self._check_count("num_chains", num_chains, 1)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        if self._params_changed():
+            self.refresh()
+        state = _initial_state(init)
+        generator = torch.Generator(device=self.device)
+        if seed is None and state is not None and state.rng_state is not None:
+            generator.set_state(state.rng_state)
+        else:
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, (1,)).item())
+            generator.manual_seed(int(seed))
+        f = self._from_storage(state.f, num_chains) if state is not None else self._initial_f(num_chains, generator)
+        if state is not None and state.hyper:
+            self._restore_hyper(state.hyper)
+        aux: AuxDict = dict(state.aux) if state is not None else {}
+        record = _Recorder(self, num_chains, num_samples)
+        start = time.perf_counter()
+        f, aux, v = self._run_chains(f, aux, generator, warmup, thin, record, progress)
+        elapsed = time.perf_counter() - start
+
+        u_last = self._to_storage(self._u_from_v(v)).to(self.dtype) if v is not None and self.is_sparse else None
+        last = GibbsState(
+            f=self._to_storage(f).to(self.dtype),
+            aux={k: self._chain_batched(val, num_chains) for k, val in aux.items()},
+            u=u_last,
+            rng_state=generator.get_state(),
+            num_sweeps=(state.num_sweeps if state is not None else 0) + warmup + num_samples * thin,
+            hyper=self._hyper_snapshot(),
+        )
+        self.likelihood.aux = last.aux
+        return record.samples(
+            seed=seed, warmup=warmup, thin=thin, elapsed=elapsed, num_sweeps=warmup + num_samples * thin, last=last
+        )
+
+    def _run_chains(
+        self,
+        f: Tensor,
+        aux: AuxDict,
+        generator: torch.Generator,
+        warmup: int,
+        thin: int,
+        record: _Recorder,
+        progress: bool,
+    ) -> tuple[Tensor, AuxDict, Tensor | None]:
+        """``warmup + num_samples * thin`` sweeps from the internal latents ``f``, recording every kept sweep."""
+        total = warmup + record.num_samples * thin
+        v = None
+        bar = _progress_bar(total, progress)
+        try:
+            for it in range(total):
+                f, aux, v = self._sweep(f, self.y, generator)
+                if it >= warmup and (it - warmup + 1) % thin == 0:
+                    record.keep(f, aux, v)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return f, aux, v
+
+    @staticmethod
+    def _chain_batched(value: Tensor, num_chains: int) -> Tensor:
+        """Give an auxiliary draw a leading chain dimension if the likelihood returned it without one."""
+        if value.dim() == 0 or value.shape[0] != num_chains:
+            value = value.expand((num_chains,) + value.shape)
+        return value
+
+    def resume(self, samples: GibbsSamples, num_samples: int, progress: bool = True) -> GibbsSamples:
+        """Continue the chains of ``samples`` for ``num_samples`` more draws (same thinning, no warm-up).
+
+        The random stream continues from the stored generator state, so ``sample(n1)`` followed by
+        ``resume(·, n2)`` gives exactly the draws of ``sample(n1 + n2)``. Returns all draws, concatenated.
+        (Runs joined with ``GibbsSamples.cat(..., dim="chain")`` have no single generator state; they continue
+        with a fresh seed.)
+        """
+        more = self.sample(
+            num_samples,
+            warmup=0,
+            thin=samples.thin,
+            num_chains=samples.num_chains,
+            init=samples.last_state(),
+            progress=progress,
+        )
+        return GibbsSamples.cat([samples, more], dim="draw")
+def _stack_hyper(values: list[Tensor], num_chains: int) -> Tensor:
+    """Per-draw hyper-parameter values -> (chains, draws, ...): per-chain values (leading dimension = chains)
+    keep their chain; shared values are repeated for every chain."""
+    stacked = torch.stack([torch.as_tensor(v) for v in values], dim=0)  # (draws, *shape)
+    if stacked.dim() >= 2 and stacked.shape[1] == num_chains:
+        return stacked.movedim(0, 1)
+    return stacked.unsqueeze(0).expand((num_chains,) + stacked.shape)
+
+
+def _progress_bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc="Gibbs", leave=False)
+
+
+def _initial_state(init: GibbsState | Mapping[str, Any] | Tensor | None) -> GibbsState | None:
+    """``init`` of :meth:`GibbsSampler.sample` as a :class:`GibbsState` (``None``: start from the prior)."""
+    if init is None or isinstance(init, GibbsState):
+        return init
+    if isinstance(init, Mapping):
+        if "f" not in init:
+            raise ValueError(f"init must contain the latents under key 'f'; got keys {sorted(init)}")
+        return GibbsState.from_state_dict(init)
+    return GibbsState(f=init)
+
+
+class _Recorder:
+    """Preallocated storage for the kept draws of a run (latents, inducing values, Ω, sampled constants)."""
+
+    def __init__(self, sampler: GibbsSampler, num_chains: int, num_samples: int) -> None:
+        self.sampler = sampler
+        self.num_chains, self.num_samples = num_chains, num_samples
+        T, N = sampler.num_latents, sampler.num_data
+        kw = {"dtype": sampler.dtype, "device": sampler.device}
+        self.f = torch.empty((num_chains, num_samples, T, N), **kw)
+        self.u = None
+        if sampler.is_sparse:
+            self.u = torch.empty((num_chains, num_samples, T, sampler.terms.L.shape[-1]), **kw)
+        self.aux: dict[str, Tensor] = {}
+        self.hyper: dict[str, list[Tensor]] = {}
+        self.kept = 0
+
+    def keep(self, f: Tensor, aux: AuxDict, v: Tensor | None) -> None:
+        sampler, k = self.sampler, self.kept
+        self.f[:, k] = f.to(sampler.dtype)
+        if self.u is not None:
+            self.u[:, k] = sampler._u_from_v(v).to(sampler.dtype)
+        for name, value in aux.items():
+            value = sampler._chain_batched(value, self.num_chains)
+            if name not in self.aux:
+                self.aux[name] = torch.empty(
+                    (self.num_chains, self.num_samples) + value.shape[1:], dtype=value.dtype, device=value.device
+                )
+            self.aux[name][:, k] = value
+        for name, value in sampler._hyper_snapshot().items():
+            self.hyper.setdefault(name, []).append(value)
+        self.kept += 1
+
+    def samples(self, **settings: Any) -> GibbsSamples:
+        sampler = self.sampler
+        return GibbsSamples(
+            f=sampler._to_storage(self.f),
+            aux=self.aux,
+            u=sampler._to_storage(self.u) if self.u is not None else None,
+            f_update=sampler.f_update if not sampler.is_sparse else "sparse",
+            jitter=sampler.jitter,
+            hyper={k: _stack_hyper(v, self.num_chains) for k, v in self.hyper.items()},
+            sampler=sampler,
+            **settings,
+        )
+

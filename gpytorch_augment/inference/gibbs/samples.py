@@ -1,0 +1,365 @@
+r"""The draws of a Gibbs run: :class:`GibbsSamples` (storage, resume, diagnostics, ArviZ export, prediction)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from linear_operator.operators import DiagLinearOperator
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from torch import Tensor
+
+from ..._validation import check_finite
+from ...core.linalg import add_to_diagonal, tri_solve, vecmat
+from ...likelihoods.augmented_likelihood import AuxDict
+from ..diagnostics import bulk_ess, rank_normalized_rhat
+from .kernel import LINALG_DTYPE
+from .state import GibbsState
+
+if TYPE_CHECKING:
+    from .sampler import GibbsSampler
+
+__all__ = ["GibbsPrediction", "GibbsSamples", "GibbsSummary"]
+
+
+class GibbsPrediction(NamedTuple):
+    r"""Posterior predictive at new inputs, from :meth:`GibbsSamples.predict`.
+
+    The latent predictive is the mixture :math:`\frac1S\sum_s p(f_* \mid f^{(s)})` of GP conditionals.
+
+    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)``.
+    :ivar f_var: mixture variance (conditional variance plus the spread of the conditional means).
+    :ivar f_draws: one draw of :math:`f_*` per stored draw, ``(chains, draws, N*)`` / ``(chains, draws, T, N*)``.
+    :ivar y_mean: predictive mean of :math:`y_*`, the average over draws of ``likelihood.marginal(...).mean``
+        (``None`` if the marginal distribution has no mean).
+    :ivar y_probs: the average over draws of ``likelihood.marginal(...).probs`` where the distribution has
+        ``probs`` (e.g. :math:`p(y_*=1)` for Bernoulli), else ``None``.
+    """
+
+    f_mean: Tensor
+    f_var: Tensor
+    f_draws: Tensor
+    y_mean: Tensor | None
+    y_probs: Tensor | None
+
+
+class GibbsSummary(NamedTuple):
+    """Per-coordinate posterior summary and convergence diagnostics (Vehtari et al., 2021)."""
+
+    mean: Tensor
+    sd: Tensor
+    rhat: Tensor  #: rank-normalised split-:math:`\hat R` (max of bulk and folded/tail)
+    ess_bulk: Tensor  #: bulk effective sample size (rank-normalised split chains)
+
+
+@dataclass
+class GibbsSamples:
+    r"""Draws of a :class:`GibbsSampler` run.
+
+    :ivar f: latent draws ``(chains, draws, N)`` (``(chains, draws, T, N)`` for ``T`` latents).
+    :ivar aux: auxiliary draws, one tensor per variable, ``(chains, draws, ...)``.
+    :ivar u: inducing values ``(chains, draws, M)`` / ``(chains, draws, T, M)`` (sparse model), else ``None``.
+    :ivar seed: the generator seed (``None`` for a run that continued a stored generator state).
+    :ivar warmup, thin: settings of the run; ``num_sweeps`` counts every sweep (warm-up included).
+    :ivar f_update: the ``f``-update of the sampler (``"sparse"`` for the inducing-point model).
+    :ivar elapsed: wall-clock seconds of the sampling loop.
+    :ivar last: the :class:`GibbsState` after the last sweep (see :meth:`last_state`).
+    :ivar hyper: draws of the likelihood's sampled hyper-parameters, ``(chains, draws, ...)`` (empty unless the
+        likelihood implements ``sample_hyperparameters``).
+    """
+
+    f: Tensor
+    aux: AuxDict
+    u: Tensor | None
+    seed: int | None
+    warmup: int
+    thin: int
+    f_update: str
+    jitter: float
+    elapsed: float
+    num_sweeps: int
+    last: GibbsState
+    hyper: dict[str, Tensor] = field(default_factory=dict)
+    sampler: GibbsSampler | None = field(default=None, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ shape and state
+    @property
+    def num_chains(self) -> int:
+        return int(self.f.shape[0])
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.f.shape[1])
+
+    def last_state(self) -> GibbsState:
+        """The chain state after the last sweep; pass it as ``init`` to continue (see also ``GibbsSampler.resume``)."""
+        return self.last
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild this object (draws, settings, last state), for ``torch.save``."""
+        return {
+            "f": self.f,
+            "aux": dict(self.aux),
+            "u": self.u,
+            "seed": self.seed,
+            "warmup": self.warmup,
+            "thin": self.thin,
+            "f_update": self.f_update,
+            "jitter": self.jitter,
+            "elapsed": self.elapsed,
+            "num_sweeps": self.num_sweeps,
+            "last": self.last.state_dict(),
+            "hyper": dict(self.hyper),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any], sampler: GibbsSampler | None = None) -> GibbsSamples:
+        """Inverse of :meth:`state_dict`; pass the ``sampler`` to enable :meth:`predict` and resuming."""
+        return cls(
+            f=state["f"],
+            aux=dict(state["aux"]),
+            u=state.get("u"),
+            seed=state.get("seed"),
+            warmup=int(state["warmup"]),
+            thin=int(state["thin"]),
+            f_update=state.get("f_update", "auto"),
+            jitter=float(state.get("jitter", 0.0)),
+            elapsed=float(state.get("elapsed", 0.0)),
+            num_sweeps=int(state.get("num_sweeps", 0)),
+            last=GibbsState.from_state_dict(state["last"]),
+            hyper=dict(state.get("hyper") or {}),
+            sampler=sampler,
+        )
+
+    @classmethod
+    def cat(cls, runs: Sequence[GibbsSamples], dim: str = "draw") -> GibbsSamples:
+        """Concatenate runs along ``"draw"`` (a run and its continuation) or ``"chain"`` (independent runs,
+        e.g. different seeds). The settings and sampler of the first run are kept; for ``"draw"`` the last
+        state is the last run's, for ``"chain"`` the chains' last states are concatenated."""
+        if dim not in ("draw", "chain"):
+            raise ValueError(f"dim must be 'draw' or 'chain', got {dim!r}")
+        if not runs:
+            raise ValueError("cat needs at least one GibbsSamples")
+        axis = 1 if dim == "draw" else 0
+        first = runs[0]
+        cat = lambda ts: torch.cat(list(ts), dim=axis)  # noqa: E731
+        aux = {k: cat(r.aux[k] for r in runs) for k in first.aux}
+        u = cat(r.u for r in runs) if first.u is not None else None
+        if dim == "draw":
+            last = runs[-1].last
+            seed, sweeps = first.seed, sum(r.num_sweeps for r in runs)
+        else:
+            last = GibbsState(
+                f=torch.cat([r.last.f for r in runs]),
+                aux={k: torch.cat([r.last.aux[k] for r in runs]) for k in first.last.aux},
+                u=torch.cat([r.last.u for r in runs]) if first.last.u is not None else None,
+                rng_state=None,
+                num_sweeps=first.last.num_sweeps,
+                hyper={},
+            )
+            seed, sweeps = None, first.num_sweeps
+        return cls(
+            f=cat(r.f for r in runs),
+            aux=aux,
+            u=u,
+            seed=seed,
+            warmup=first.warmup,
+            thin=first.thin,
+            f_update=first.f_update,
+            jitter=first.jitter,
+            elapsed=sum(r.elapsed for r in runs),
+            num_sweeps=sweeps,
+            last=last,
+            hyper={k: cat(r.hyper[k] for r in runs) for k in first.hyper},
+            sampler=first.sampler,
+        )
+
+    # ------------------------------------------------------------------ diagnostics
+    def _variable(self, var: str) -> Tensor:
+        if var == "f":
+            return self.f
+        if var == "u":
+            if self.u is None:
+                raise ValueError("no draws of u: the sampler has no inducing points")
+            return self.u
+        if var in self.aux:
+            return self.aux[var]
+        if var in self.hyper:
+            return self.hyper[var]
+        raise ValueError(f"unknown variable {var!r}; choose 'f', 'u' or one of {sorted(self.aux) + sorted(self.hyper)}")
+
+    def summary(self, var: str = "f") -> GibbsSummary:
+        r"""Posterior mean and sd, rank-normalised split-:math:`\hat R` and bulk ESS per coordinate of ``var``
+        (``"f"``, ``"u"``, an auxiliary variable or a sampled likelihood hyper-parameter). :math:`\hat R` needs at
+        least 4 draws (and is computed from split chains, so it is meaningful with a single chain too)."""
+        draws = self._variable(var)
+        C, S = draws.shape[:2]
+        if S < 4:
+            raise ValueError(f"summary needs at least 4 draws per chain, got {S}")
+        flat = draws.detach().to("cpu", torch.float64).reshape(C, S, -1).numpy()
+        shape = draws.shape[2:]
+        as_t = lambda a: torch.as_tensor(a, dtype=torch.float64).reshape(shape)  # noqa: E731
+        return GibbsSummary(
+            mean=as_t(flat.mean(axis=(0, 1))),
+            sd=as_t(flat.reshape(C * S, -1).std(axis=0, ddof=1)),
+            rhat=as_t(rank_normalized_rhat(flat)),
+            ess_bulk=as_t(bulk_ess(flat)),
+        )
+
+    def to_arviz(self):
+        """The draws as ``arviz.InferenceData`` (posterior group: ``f``, ``u``, and each auxiliary variable)."""
+        try:
+            import arviz as az
+        except ImportError as err:
+            raise ImportError(
+                "GibbsSamples.to_arviz needs the optional package 'arviz': pip install arviz "
+                "(or pip install gpytorch-augment[gibbs])"
+            ) from err
+        to_np = lambda t: t.detach().to("cpu").numpy()  # noqa: E731
+        latent = ["latent"] if self.f.dim() == 4 else []
+        posterior = {"f": to_np(self.f)}
+        dims = {"f": latent + ["data"]}
+        if self.u is not None:
+            posterior["u"] = to_np(self.u)
+            dims["u"] = latent + ["inducing"]
+        for name, value in list(self.aux.items()) + list(self.hyper.items()):
+            key = name if name not in posterior else f"aux_{name}"
+            posterior[key] = to_np(value)
+        attrs = {"warmup": self.warmup, "thin": self.thin, "f_update": self.f_update, "jitter": self.jitter}
+        if self.seed is not None:
+            attrs["seed"] = int(self.seed)
+        idata = az.from_dict(posterior=posterior, dims=dims)
+        idata.posterior.attrs.update(attrs)
+        return idata
+
+    # ------------------------------------------------------------------ prediction
+    @torch.no_grad()
+    def predict(
+        self,
+        x_new: Tensor,
+        generator: torch.Generator | None = None,
+        joint: bool = True,
+        chunk_size: int | None = None,
+        **kwargs: Any,
+    ) -> GibbsPrediction:
+        r"""Posterior predictive at ``x_new`` as a mixture of GP conditionals over the stored draws.
+
+        Exact model: :math:`\frac1S\sum_s \mathcal N\big(f_* \mid \mu_* + K_{*X}K^{-1}(f^{(s)} - \mu_0),\
+        K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (``augmentations.md`` §1.8).
+        :math:`y_*` is predicted with the **original** likelihood: ``likelihood.marginal`` of each conditional,
+        averaged over draws.
+
+        :param x_new: ``(N*, D)`` inputs.
+        :param generator: for the draws of :math:`f_*`.
+        :param joint: draw :math:`f_*` jointly over ``x_new`` (Cholesky of the conditional covariance) or
+            independently per point.
+        :param chunk_size: draws per call of ``likelihood.marginal`` (default: about :math:`2^{20}/N_*`); one draw
+            per call when the likelihood's constants were sampled (:attr:`hyper`), each draw with its own values.
+        :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
+            ``likelihood.marginal``.
+        """
+        sampler = self.sampler
+        if sampler is None:
+            raise ValueError("predict needs the GibbsSampler: rebuild with GibbsSamples.from_state_dict(state, sampler)")
+        check_finite("x_new", x_new)
+        if x_new.dim() != sampler.x.dim() or x_new.shape[-1] != sampler.x.shape[-1]:
+            raise ValueError(
+                f"x_new must have shape (N*, D) with D = {sampler.x.shape[-1]}; got shape {tuple(x_new.shape)}"
+            )
+        if sampler._params_changed():
+            raise ValueError(
+                "the model's hyper-parameters changed since the sampler's prior was cached: the stored draws "
+                "belong to the old prior; restore the parameters (or draw new samples) before predicting"
+            )
+        dt = LINALG_DTYPE
+        T = sampler.num_latents
+        C, S = self.num_chains, self.num_draws
+        mu_new, P, cov, var = sampler.conditional_terms(x_new.to(sampler.x.dtype))
+        n_new = mu_new.shape[-1]
+
+        # conditional means, one per stored draw: (C*S, T, n_new)
+        if sampler.is_sparse:
+            u = self.u.to(dt).reshape(C * S, T, -1) if T > 1 else self.u.to(dt).reshape(C * S, 1, -1)
+            w = tri_solve(sampler._terms.L, (u - sampler._terms.mu_Z).unsqueeze(-1)).squeeze(-1)  # v
+        else:
+            f = self.f.to(dt).reshape(C * S, T, -1) if T > 1 else self.f.to(dt).reshape(C * S, 1, -1)
+            w = f - sampler._terms.mu
+        means = mu_new + (w.unsqueeze(-2) @ P).squeeze(-2)
+
+        f_mean = means.mean(0)
+        f_var = var + means.var(0, unbiased=False)
+        eps = torch.randn(means.shape, generator=generator, dtype=dt, device=means.device)
+        if joint:
+            Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
+            f_draws = means + vecmat(eps, Lc.mT)
+        else:
+            f_draws = means + var.sqrt() * eps
+
+        # y: average the likelihood's marginal over the draws, in chunks of draws. With sampled likelihood constants
+        # (self.hyper, (C, S, *shape)) every draw is paired with its own values: they are written into the
+        # likelihood one draw at a time, in the shape of a single chain's value, because a likelihood's marginal
+        # need not broadcast a batch of constants against a batch of predictive distributions.
+        chunk = chunk_size or max(1, (1 << 20) // max(1, n_new * T))
+        y_mean_sum, y_probs_sum = None, None
+        has_mean = True
+        out_dtype = sampler.dtype
+        hyper = {k: v.reshape((C * S,) + tuple(v.shape[2:])) for k, v in self.hyper.items()}
+        saved = sampler._hyper_snapshot() if hyper else {}
+        try:
+            for start in range(0, C * S, 1 if hyper else chunk):
+                if hyper:
+                    sampler._restore_hyper({k: v[start] for k, v in hyper.items()})
+                y_mean_sum, y_probs_sum, has_mean = self._accumulate_marginal(
+                    means[start : start + (1 if hyper else chunk)], var, kwargs, y_mean_sum, y_probs_sum, has_mean
+                )
+        finally:
+            if hyper:
+                sampler._restore_hyper(saved)
+
+        def shaped(t: Tensor) -> Tensor:
+            return sampler._to_storage(t).to(out_dtype)
+
+        n_draws = C * S
+        return GibbsPrediction(
+            f_mean=shaped(f_mean),
+            f_var=shaped(f_var),
+            f_draws=shaped(f_draws).reshape((C, S) + shaped(f_mean).shape),
+            y_mean=y_mean_sum / n_draws if has_mean and y_mean_sum is not None else None,
+            y_probs=y_probs_sum / n_draws if y_probs_sum is not None else None,
+        )
+
+    def _accumulate_marginal(
+        self,
+        means: Tensor,
+        var: Tensor,
+        kwargs: Mapping[str, Any],
+        y_mean_sum: Tensor | None,
+        y_probs_sum: Tensor | None,
+        has_mean: bool,
+    ) -> tuple[Tensor | None, Tensor | None, bool]:
+        """Add ``likelihood.marginal``'s mean and probs, summed over a chunk of draws (B, T, n_new), to the sums."""
+        sampler = self.sampler
+        likelihood, T, out_dtype = sampler.likelihood, sampler.num_latents, sampler.dtype
+        m = means.to(out_dtype)  # (B, T, n_new)
+        v_ = var.to(out_dtype).expand_as(m)
+        if T == 1:
+            mvn = MultivariateNormal(m[..., 0, :], DiagLinearOperator(v_[..., 0, :]))
+        else:
+            mvn = MultitaskMultivariateNormal.from_batch_mvn(
+                MultivariateNormal(m, DiagLinearOperator(v_)), task_dim=-1
+            )
+        dist = likelihood.marginal(mvn, **kwargs)
+        if has_mean:
+            try:
+                part = dist.mean.sum(0)
+                y_mean_sum = part if y_mean_sum is None else y_mean_sum + part
+            except NotImplementedError:
+                has_mean = False
+        probs = getattr(dist, "probs", None)
+        if probs is not None:
+            part = probs.sum(0)
+            y_probs_sum = part if y_probs_sum is None else y_probs_sum + part
+        return y_mean_sum, y_probs_sum, has_mean

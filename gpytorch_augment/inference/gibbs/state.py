@@ -1,0 +1,55 @@
+"""Where a chain stands after a sweep: the state a Gibbs run can be continued from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from ...likelihoods.augmented_likelihood import AuxDict
+
+__all__ = ["GibbsState"]
+
+
+@dataclass
+class GibbsState:
+    r"""Where a chain stands after a sweep: enough to continue it exactly.
+
+    :ivar f: latent values, ``(chains, N)`` (``(chains, T, N)`` for ``T`` latents).
+    :ivar aux: the last :math:`\Omega` draw, one tensor per auxiliary variable.
+    :ivar u: inducing values ``(chains, M)`` / ``(chains, T, M)`` of the sparse model, else ``None``.
+    :ivar rng_state: state of the sampler's ``torch.Generator`` after the sweep (``None`` if unknown).
+    :ivar num_sweeps: sweeps run so far (warm-up included).
+    :ivar hyper: the likelihood's sampled hyper-parameters after the sweep (empty unless the likelihood
+        implements ``sample_hyperparameters``); restored into the likelihood when the state is used as ``init``.
+    """
+
+    f: Tensor
+    aux: AuxDict = field(default_factory=dict)
+    u: Tensor | None = None
+    rng_state: Tensor | None = None
+    num_sweeps: int = 0
+    hyper: dict[str, Tensor] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "f": self.f,
+            "aux": dict(self.aux),
+            "u": self.u,
+            "rng_state": self.rng_state,
+            "num_sweeps": self.num_sweeps,
+            "hyper": dict(self.hyper),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> GibbsState:
+        return cls(
+            f=state["f"],
+            aux=dict(state.get("aux") or {}),
+            u=state.get("u"),
+            rng_state=state.get("rng_state"),
+            num_sweeps=int(state.get("num_sweeps", 0)),
+            hyper=dict(state.get("hyper") or {}),
+        )
