@@ -261,6 +261,32 @@ class GibbsSamples:
         :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
             ``likelihood.marginal``.
         """
+        sampler = self._checked_sampler(x_new)
+        mu_new, P, cov, var = sampler.conditional_terms(x_new.to(sampler.x.dtype))
+        means = self._conditional_means(mu_new, P)  # (C*S, T, n_new)
+        f_mean = means.mean(0)
+        f_var = var + means.var(0, unbiased=False)
+        eps = torch.randn(means.shape, generator=generator, dtype=LINALG_DTYPE, device=means.device)
+        if joint:
+            Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
+            f_draws = means + vecmat(eps, Lc.mT)
+        else:
+            f_draws = means + var.sqrt() * eps
+        y_mean, y_probs = self._averaged_marginal(means, var, chunk_size, kwargs)
+
+        def shaped(t: Tensor) -> Tensor:
+            return sampler._to_storage(t).to(sampler.dtype)
+
+        return GibbsPrediction(
+            f_mean=shaped(f_mean),
+            f_var=shaped(f_var),
+            f_draws=shaped(f_draws).reshape((self.num_chains, self.num_draws) + shaped(f_mean).shape),
+            y_mean=y_mean,
+            y_probs=y_probs,
+        )
+
+    def _checked_sampler(self, x_new: Tensor) -> GibbsSampler:
+        """The sampler, if prediction at ``x_new`` is possible (``ValueError`` otherwise)."""
         sampler = self.sampler
         if sampler is None:
             raise ValueError("predict needs the GibbsSampler: rebuild with GibbsSamples.from_state_dict(state, sampler)")
@@ -274,62 +300,46 @@ class GibbsSamples:
                 "the model's hyper-parameters changed since the sampler's prior was cached: the stored draws "
                 "belong to the old prior; restore the parameters (or draw new samples) before predicting"
             )
-        dt = LINALG_DTYPE
-        T = sampler.num_latents
-        C, S = self.num_chains, self.num_draws
-        mu_new, P, cov, var = sampler.conditional_terms(x_new.to(sampler.x.dtype))
-        n_new = mu_new.shape[-1]
+        return sampler
 
-        # conditional means, one per stored draw: (C*S, T, n_new)
+    def _conditional_means(self, mu_new: Tensor, P: Tensor) -> Tensor:
+        """The conditional mean of :math:`f_*` given each stored draw, ``(chains * draws, T, N*)``."""
+        sampler, dt = self.sampler, LINALG_DTYPE
+        C, S, T = self.num_chains, self.num_draws, sampler.num_latents
         if sampler.is_sparse:
-            u = self.u.to(dt).reshape(C * S, T, -1) if T > 1 else self.u.to(dt).reshape(C * S, 1, -1)
-            w = tri_solve(sampler._terms.L, (u - sampler._terms.mu_Z).unsqueeze(-1)).squeeze(-1)  # v
+            u = self.u.to(dt).reshape(C * S, T, -1)
+            w = tri_solve(sampler.terms.L, (u - sampler.terms.mu_Z).unsqueeze(-1)).squeeze(-1)  # v
         else:
-            f = self.f.to(dt).reshape(C * S, T, -1) if T > 1 else self.f.to(dt).reshape(C * S, 1, -1)
-            w = f - sampler._terms.mu
-        means = mu_new + (w.unsqueeze(-2) @ P).squeeze(-2)
+            w = self.f.to(dt).reshape(C * S, T, -1) - sampler.terms.mu
+        return mu_new + (w.unsqueeze(-2) @ P).squeeze(-2)
 
-        f_mean = means.mean(0)
-        f_var = var + means.var(0, unbiased=False)
-        eps = torch.randn(means.shape, generator=generator, dtype=dt, device=means.device)
-        if joint:
-            Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
-            f_draws = means + vecmat(eps, Lc.mT)
-        else:
-            f_draws = means + var.sqrt() * eps
+    def _averaged_marginal(
+        self, means: Tensor, var: Tensor, chunk_size: int | None, kwargs: Mapping[str, Any]
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """The mean and probabilities of ``likelihood.marginal`` averaged over the draws, in chunks of draws.
 
-        # y: average the likelihood's marginal over the draws, in chunks of draws. With sampled likelihood constants
-        # (self.hyper, (C, S, *shape)) every draw is paired with its own values: they are written into the
-        # likelihood one draw at a time, in the shape of a single chain's value, because a likelihood's marginal
-        # need not broadcast a batch of constants against a batch of predictive distributions.
-        chunk = chunk_size or max(1, (1 << 20) // max(1, n_new * T))
-        y_mean_sum, y_probs_sum = None, None
-        has_mean = True
-        out_dtype = sampler.dtype
-        hyper = {k: v.reshape((C * S,) + tuple(v.shape[2:])) for k, v in self.hyper.items()}
+        With sampled likelihood constants (:attr:`hyper`, ``(C, S, *shape)``) every draw is paired with its own
+        values, one draw at a time, because a likelihood's marginal need not broadcast a batch of constants against
+        a batch of predictive distributions."""
+        sampler = self.sampler
+        n_draws, n_new = means.shape[0], means.shape[-1]
+        chunk = 1 if self.hyper else chunk_size or max(1, (1 << 20) // max(1, n_new * sampler.num_latents))
+        y_mean_sum, y_probs_sum, has_mean = None, None, True
+        hyper = {k: v.reshape((n_draws,) + tuple(v.shape[2:])) for k, v in self.hyper.items()}
         saved = sampler._hyper_snapshot() if hyper else {}
         try:
-            for start in range(0, C * S, 1 if hyper else chunk):
+            for start in range(0, n_draws, chunk):
                 if hyper:
                     sampler._restore_hyper({k: v[start] for k, v in hyper.items()})
                 y_mean_sum, y_probs_sum, has_mean = self._accumulate_marginal(
-                    means[start : start + (1 if hyper else chunk)], var, kwargs, y_mean_sum, y_probs_sum, has_mean
+                    means[start : start + chunk], var, kwargs, y_mean_sum, y_probs_sum, has_mean
                 )
         finally:
             if hyper:
                 sampler._restore_hyper(saved)
-
-        def shaped(t: Tensor) -> Tensor:
-            return sampler._to_storage(t).to(out_dtype)
-
-        n_draws = C * S
-        return GibbsPrediction(
-            f_mean=shaped(f_mean),
-            f_var=shaped(f_var),
-            f_draws=shaped(f_draws).reshape((C, S) + shaped(f_mean).shape),
-            y_mean=y_mean_sum / n_draws if has_mean and y_mean_sum is not None else None,
-            y_probs=y_probs_sum / n_draws if y_probs_sum is not None else None,
-        )
+        y_mean = y_mean_sum / n_draws if has_mean and y_mean_sum is not None else None
+        y_probs = y_probs_sum / n_draws if y_probs_sum is not None else None
+        return y_mean, y_probs
 
     def _accumulate_marginal(
         self,
