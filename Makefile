@@ -22,6 +22,7 @@ demo: install
 	$(PYTHON) -m gpytorch_augment.demo
 
 test: install
+	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
 bench: install-bench

@@ -52,9 +52,10 @@ def test_inference_exports_the_schedules_and_convergence_criteria() -> None:
         HeldOut,
         RelativeChange,
         RobbinsMonro,
+        cavi,
         make_schedule,
+        schedules,
     )
-    from gpytorch_augment.inference import cavi, schedules
 
     assert (ConstantStep, RobbinsMonro, AdaptiveStep, make_schedule) == (
         schedules.ConstantStep, schedules.RobbinsMonro, schedules.AdaptiveStep, schedules.make_schedule

@@ -60,7 +60,9 @@ class SufficientStatistics(NamedTuple):
     def __add__(self, other: object) -> SufficientStatistics:
         if not isinstance(other, SufficientStatistics):
             return NotImplemented
-        return SufficientStatistics(self.precision + other.precision, self.shift + other.shift, self.count + other.count)
+        return SufficientStatistics(
+            self.precision + other.precision, self.shift + other.shift, self.count + other.count
+        )
 
     def scale(self, factor: float) -> SufficientStatistics:
         """The statistics times ``factor`` (e.g. :math:`N/|\\mathcal B|`); ``count`` is unchanged."""

@@ -17,7 +17,8 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
 
     .. math::
         \mathcal L = \frac1N\Big(\sum_i E_{q(f_i)q(\Omega_i)}\big[\log C + h f_i - \tfrac12\lambda f_i^2\big]
-        - \sum_i \mathrm{KL}\big(q(\Omega_i)\Vert p(\Omega_i\mid y_i)\big) - \beta\,\mathrm{KL}\big(q(u)\Vert p(u)\big)\Big).
+        - \sum_i \mathrm{KL}\big(q(\Omega_i)\Vert p(\Omega_i\mid y_i)\big)
+        - \beta\,\mathrm{KL}\big(q(u)\Vert p(u)\big)\Big).
 
     :math:`q(\Omega)` is recomputed from the (detached) marginals of :math:`q(f)`, so by the envelope theorem
     the gradient with respect to kernel, mean, likelihood constants and inducing inputs is that of the
@@ -39,7 +40,12 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         super().__init__(likelihood, model, num_data, beta=beta, combine_terms=True)
 
     def forward(
-        self, approximate_dist_f: MultivariateNormal, target: Tensor, *, kl_divergence: Tensor | None = None, **kwargs: Any
+        self,
+        approximate_dist_f: MultivariateNormal,
+        target: Tensor,
+        *,
+        kl_divergence: Tensor | None = None,
+        **kwargs: Any,
     ) -> Tensor:
         r"""The bound per datum for :math:`q(f)` = ``approximate_dist_f`` at the batch ``target``.
 

@@ -210,7 +210,9 @@ def greedy_variance(
     candidates = torch.arange(x.shape[0], device=x.device)
     if max_candidates is not None:
         if isinstance(max_candidates, bool) or int(max_candidates) < num_inducing:
-            raise ValueError(f"max_candidates must be an integer >= num_inducing = {num_inducing}, got {max_candidates}")
+            raise ValueError(
+                f"max_candidates must be an integer >= num_inducing = {num_inducing}, got {max_candidates}"
+            )
         if int(max_candidates) < x.shape[0]:
             perm = torch.randperm(x.shape[0], generator=generator, device=x.device)
             candidates = perm[: int(max_candidates)].sort().values

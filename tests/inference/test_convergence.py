@@ -25,7 +25,13 @@ def test_relative_change_over_a_window():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"window": 0}, "window"), ({"patience": 0}, "patience"), ({"every": 0}, "every"), ({"mode": "up"}, "mode"), ({"min_delta": -1.0}, "min_delta")],
+    [
+        ({"window": 0}, "window"),
+        ({"patience": 0}, "patience"),
+        ({"every": 0}, "every"),
+        ({"mode": "up"}, "mode"),
+        ({"min_delta": -1.0}, "min_delta"),
+    ],
 )
 def test_held_out_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):

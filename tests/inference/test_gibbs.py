@@ -111,7 +111,10 @@ def make_two_latent_gaussian_likelihood(noise: tuple[float, float]):
             return y.unsqueeze(-2) * prec, prec.expand(2, y.shape[-1])
 
         def log_tilt_constant(self, y, aux):
-            return (-0.5 * torch.log(2 * math.pi * noise_t.to(y)).unsqueeze(-1) - y.unsqueeze(-2) ** 2 / (2 * noise_t.to(y).unsqueeze(-1))).sum(-2)
+            return (
+                -0.5 * torch.log(2 * math.pi * noise_t.to(y)).unsqueeze(-1)
+                - y.unsqueeze(-2) ** 2 / (2 * noise_t.to(y).unsqueeze(-1))
+            ).sum(-2)
 
         def aux_posterior(self, y, f_mean, f_var):
             return {}
@@ -324,9 +327,9 @@ def test_predict_pairs_each_draw_with_its_sampled_likelihood_constant():
 
     means, cond_var = manual_conditionals(sampler, samples, x, x_new)
     per_draw = [
-        PoissonLogitLikelihood(rate_scale=float(r)).marginal(
-            gpytorch.distributions.MultivariateNormal(m, torch.diag(cond_var))
-        ).mean
+        PoissonLogitLikelihood(rate_scale=float(r))
+        .marginal(gpytorch.distributions.MultivariateNormal(m, torch.diag(cond_var)))
+        .mean
         for m, r in zip(means, xi.reshape(-1))
     ]
     assert torch.allclose(pred.y_mean, torch.stack(per_draw).mean(0), rtol=1e-10, atol=1e-12)
@@ -426,8 +429,6 @@ def test_rhat_on_heart():
     assert summary.ess_bulk.min() > 400
 
 
-
-
 def test_to_arviz_and_summary_agree():
     az = pytest.importorskip("arviz")
     x, y = classification_data(8)
@@ -457,7 +458,9 @@ def test_exact_gp_plain_module_and_approximate_gp_give_identical_draws():
     x, y = classification_data(12)
     likelihood = BernoulliLogitLikelihood()
     models = [PlainGP(0.2), ExactModel(x, y, 0.2), SVGP(torch.linspace(0, 4, 3).unsqueeze(-1), mean_constant=0.2)]
-    draws = [GibbsSampler(m, likelihood, x, y).sample(15, warmup=3, num_chains=2, seed=7, progress=False).f for m in models]
+    draws = [
+        GibbsSampler(m, likelihood, x, y).sample(15, warmup=3, num_chains=2, seed=7, progress=False).f for m in models
+    ]
     assert draws[0].shape == (2, 15, 12)
     for d in draws[1:]:
         assert torch.allclose(d, draws[0], atol=1e-12)
@@ -511,7 +514,9 @@ def test_float32_model_keeps_its_dtype():
     assert sampler._terms.L.dtype == torch.float64
     pred = samples.predict(torch.linspace(0, 4, 3).unsqueeze(-1).float())
     assert pred.f_mean.dtype == torch.float32 and pred.y_probs.dtype == torch.float32
-    reference = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y).sample(8, warmup=2, num_chains=2, seed=0, progress=False)
+    reference = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y).sample(
+        8, warmup=2, num_chains=2, seed=0, progress=False
+    )
     assert torch.allclose(samples.f.double(), reference.f, atol=1e-3)
 
 
@@ -660,9 +665,7 @@ def test_overrelaxed_sampler_passes_geweke(f_update, monkeypatch):
 
     from tests.inference import test_geweke
 
-    monkeypatch.setattr(
-        test_geweke, "GibbsSampler", partial(GibbsSampler, overrelaxation=-0.7, f_update=f_update)
-    )
+    monkeypatch.setattr(test_geweke, "GibbsSampler", partial(GibbsSampler, overrelaxation=-0.7, f_update=f_update))
     case = test_geweke.LOCAL_CASES[0]
     z = test_geweke._joint_z(case.make(), case.sample_targets, num_chains=2_000, num_sweeps=150, burn_in=30)
     assert z.abs().max() <= Z_TOL, z

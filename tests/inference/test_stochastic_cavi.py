@@ -118,10 +118,6 @@ def test_step_mixes_natural_parameters_with_the_batch_target():
 # ------------------------------------------------------------------------------------------------ schedules
 
 
-
-
-
-
 def test_adaptive_step_inside_cavi_uses_the_natural_gradient():
     x, y, z = _problem(n=200)
     model = SVGP(z, mean_constant=0.4)
@@ -147,7 +143,9 @@ def test_adaptive_step_inside_cavi_uses_the_natural_gradient():
 
 
 # ------------------------------------------------------------------------------------------------ robustness
-@pytest.mark.parametrize("strategy_cls", [CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy], ids=["whitened", "unwhitened"])
+@pytest.mark.parametrize(
+    "strategy_cls", [CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy], ids=["whitened", "unwhitened"]
+)
 @pytest.mark.parametrize("distribution_cls", DISTRIBUTIONS, ids=lambda c: c.__name__)
 def test_float32_covariance_stays_positive_definite(distribution_cls, strategy_cls):
     """300 noisy mini-batch steps (batches of 8 scaled by N/|B| = 250) in float32: the stored S is always
@@ -176,7 +174,10 @@ def test_float32_covariance_stays_positive_definite(distribution_cls, strategy_c
 
 def test_variational_distribution_without_full_covariance_is_rejected():
     _, _, z = _problem()
-    for cls in (gpytorch.variational.MeanFieldVariationalDistribution, gpytorch.variational.DeltaVariationalDistribution):
+    for cls in (
+        gpytorch.variational.MeanFieldVariationalDistribution,
+        gpytorch.variational.DeltaVariationalDistribution,
+    ):
         with pytest.raises(TypeError, match="cannot take CAVI updates"):
             CAVI(SVGP(z, cls), BernoulliLogitLikelihood(), num_data=10)
     plain = SVGP(z, strategy_cls=gpytorch.variational.VariationalStrategy)
@@ -282,8 +283,16 @@ def test_per_datum_keyword_arguments_travel_with_the_batches():
     a, b, c = SVGP(z), SVGP(z), SVGP(z)
     loader = DataLoader(_DictDataset(x, y, trials), batch_size=16, shuffle=False)
     CAVI(a, BinomialLogitLikelihood(), num_data=60, step_size=0.5).fit(data_loader=loader, num_epochs=1)
-    loader3 = DataLoader(TensorDataset(x, y, trials), batch_size=16, shuffle=False, collate_fn=lambda items: (
-        torch.stack([i[0] for i in items]), torch.stack([i[1] for i in items]), {"trials": torch.stack([i[2] for i in items])}))
+    loader3 = DataLoader(
+        TensorDataset(x, y, trials),
+        batch_size=16,
+        shuffle=False,
+        collate_fn=lambda items: (
+            torch.stack([i[0] for i in items]),
+            torch.stack([i[1] for i in items]),
+            {"trials": torch.stack([i[2] for i in items])},
+        ),
+    )
     CAVI(c, BinomialLogitLikelihood(), num_data=60, step_size=0.5).fit(data_loader=loader3, num_epochs=1)
     order = [torch.arange(s, min(s + 16, 60)) for s in range(0, 60, 16)]
     _manual_steps(b, x, y, order, 0.5, likelihood=BinomialLogitLikelihood(), trials=trials)
@@ -297,7 +306,9 @@ def test_per_datum_keyword_arguments_travel_with_the_batches():
     )
     assert trace.num_steps == 12 and all(math.isfinite(v) for v in trace.elbo)
     e = SVGP(z)
-    CAVI(e, BinomialLogitLikelihood(), num_data=60).fit(x, torch.clamp(y, max=1), batch_size=16, num_epochs=1, trials=1.0)
+    CAVI(e, BinomialLogitLikelihood(), num_data=60).fit(
+        x, torch.clamp(y, max=1), batch_size=16, num_epochs=1, trials=1.0
+    )
 
 
 @pytest.mark.parametrize(
@@ -309,7 +320,10 @@ def test_per_datum_keyword_arguments_travel_with_the_batches():
         (lambda c, x, y, loader: c.fit(x, y, batch_size=0), "batch_size"),
         (lambda c, x, y, loader: c.fit(x, y, batch_size=2.5), "batch_size"),
         (lambda c, x, y, loader: c.fit(x[:50], y[:50], batch_size=10), "num_data"),
-        (lambda c, x, y, loader: c.fit(data_loader=DataLoader(TensorDataset(x[:50], y[:50]), batch_size=10)), "num_data"),
+        (
+            lambda c, x, y, loader: c.fit(data_loader=DataLoader(TensorDataset(x[:50], y[:50]), batch_size=10)),
+            "num_data",
+        ),
         (lambda c, x, y, loader: c.fit(data_loader=DataLoader(list(zip(x, y, y, y)), batch_size=10)), "must yield"),
         (lambda c, x, y, loader: c.fit(data_loader=loader, trials=y), "per-datum keyword"),
         (lambda c, x, y, loader: c.fit(x, y, num_epochs=0), "num_epochs"),
@@ -334,14 +348,18 @@ def test_minibatch_hyperparameter_learning_improves_the_elbo():
     model = SVGP(z, mean_constant=0.0)
     cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=400, step_size=RobbinsMonro(tau=1.0, kappa=0.6))
     hyper = torch.optim.Adam(model.hyperparameters(), lr=0.05)
-    trace = cavi.fit(x, y, batch_size=50, num_epochs=15, hyper_optimizer=hyper, generator=torch.Generator().manual_seed(0))
+    trace = cavi.fit(
+        x, y, batch_size=50, num_epochs=15, hyper_optimizer=hyper, generator=torch.Generator().manual_seed(0)
+    )
     assert all(math.isfinite(v) for v in trace.elbo)
     CAVI(model, BernoulliLogitLikelihood(), num_data=400).fit(x, y, max_iter=200, tol=1e-10)  # q(u) at its optimum
     assert float(cavi.elbo(x, y)) > float(cavi_fixed.elbo(x, y)) + 1e-3
 
 
 @pytest.mark.parametrize("learn_inducing", [False, True])
-@pytest.mark.parametrize("strategy_cls", [CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy], ids=["whitened", "unwhitened"])
+@pytest.mark.parametrize(
+    "strategy_cls", [CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy], ids=["whitened", "unwhitened"]
+)
 def test_hyper_step_inside_fit_equals_a_separate_augmented_elbo_step(strategy_cls, learn_inducing):
     """fit re-uses the CAVI step's prior terms for the hyper-parameter gradient: same result as a CAVI step
     followed by an optimizer step on -AugmentedELBO(model(x), y)."""
@@ -445,18 +463,23 @@ def test_held_out_early_stopping_records_and_restores_training_mode():
     assert trace.held_out_time == [trace.time[s - 1] for s in trace.held_out_step]
     # every k steps instead of per epoch, and "max" mode
     rule = HeldOut(lambda: 1.0, patience=2, every=3, mode="max")
-    trace = CAVI(SVGP(z), BernoulliLogitLikelihood(), num_data=200).fit(x, y, batch_size=50, num_epochs=50, convergence=rule)
+    trace = CAVI(SVGP(z), BernoulliLogitLikelihood(), num_data=200).fit(
+        x, y, batch_size=50, num_epochs=50, convergence=rule
+    )
     assert trace.converged and trace.held_out_step == [3, 6, 9] and trace.num_steps == 9
-
-
 
 
 def test_callable_convergence_callback_and_progress_bar(capsys):
     x, y, z = _problem(n=100)
     seen = []
     trace = CAVI(SVGP(z), BernoulliLogitLikelihood(), num_data=100).fit(
-        x, y, batch_size=25, num_epochs=10, convergence=lambda tr: tr.num_steps >= 6,
-        callback=lambda t, v: seen.append(t), progress=True,
+        x,
+        y,
+        batch_size=25,
+        num_epochs=10,
+        convergence=lambda tr: tr.num_steps >= 6,
+        callback=lambda t, v: seen.append(t),
+        progress=True,
     )
     assert trace.converged and trace.num_steps == 6 and seen == list(range(6))
     assert "CAVI" in capsys.readouterr().err

@@ -87,7 +87,11 @@ def test_kmeans_bad_arguments(kwargs, match):
 @pytest.mark.parametrize("fn", ["kmeans", "greedy"])
 @pytest.mark.parametrize(
     "x, match",
-    [(torch.randn(5), "shape"), (torch.tensor([[0.0, float("nan")], [1.0, 2.0]]), "NaN"), (torch.ones(3, 2, dtype=torch.long), "floating")],
+    [
+        (torch.randn(5), "shape"),
+        (torch.tensor([[0.0, float("nan")], [1.0, 2.0]]), "NaN"),
+        (torch.ones(3, 2, dtype=torch.long), "floating"),
+    ],
     ids=["1d", "nan", "integer"],
 )
 def test_bad_inputs(fn, x, match):
@@ -161,8 +165,10 @@ def test_greedy_variance_first_pick_tie_is_random_but_reproducible():
     kernel = gpytorch.kernels.RBFKernel()  # stationary: every prior variance is 1
     a = greedy_variance(x, 5, kernel, generator=torch.Generator().manual_seed(0), return_indices=True)[1]
     b = greedy_variance(x, 5, kernel, generator=torch.Generator().manual_seed(0), return_indices=True)[1]
-    firsts = {int(greedy_variance(x, 1, kernel, generator=torch.Generator().manual_seed(s), return_indices=True)[1])
-              for s in range(8)}
+    firsts = {
+        int(greedy_variance(x, 1, kernel, generator=torch.Generator().manual_seed(s), return_indices=True)[1])
+        for s in range(8)
+    }
     assert torch.equal(a, b) and len(set(a.tolist())) == 5
     assert len(firsts) > 1
 
@@ -172,7 +178,8 @@ def test_greedy_variance_takes_any_kernel_and_dtype():
     for kernel in [
         gpytorch.kernels.PeriodicKernel(),
         gpytorch.kernels.RQKernel(),
-        gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=3)) * gpytorch.kernels.MaternKernel(nu=0.5),
+        gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=3))
+        * gpytorch.kernels.MaternKernel(nu=0.5),
     ]:
         Z, idx = greedy_variance(x, 8, kernel, return_indices=True)
         assert Z.shape == (8, 3) and len(set(idx.tolist())) == 8
@@ -194,8 +201,12 @@ def test_greedy_variance_threshold_and_candidates():
     kernel.lengthscale = 2.0
     Z = greedy_variance(x, 50, kernel, threshold=0.05)
     assert 2 < Z.shape[0] < 50
-    _, idx = greedy_variance(x, 10, kernel, generator=torch.Generator().manual_seed(0), max_candidates=30, return_indices=True)
-    again = greedy_variance(x, 10, kernel, generator=torch.Generator().manual_seed(0), max_candidates=30, return_indices=True)[1]
+    _, idx = greedy_variance(
+        x, 10, kernel, generator=torch.Generator().manual_seed(0), max_candidates=30, return_indices=True
+    )
+    again = greedy_variance(
+        x, 10, kernel, generator=torch.Generator().manual_seed(0), max_candidates=30, return_indices=True
+    )[1]
     assert torch.equal(idx, again) and len(set(idx.tolist())) == 10
     with pytest.raises(ValueError, match="max_candidates"):
         greedy_variance(x, 10, kernel, max_candidates=5)

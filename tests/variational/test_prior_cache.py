@@ -12,7 +12,10 @@ from gpytorch_augment import CAVI, BernoulliLogitLikelihood, CAVIVariationalStra
 from tests.models import SVGP
 
 STRATEGIES = [CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy]
-DISTRIBUTIONS = [gpytorch.variational.CholeskyVariationalDistribution, gpytorch.variational.NaturalVariationalDistribution]
+DISTRIBUTIONS = [
+    gpytorch.variational.CholeskyVariationalDistribution,
+    gpytorch.variational.NaturalVariationalDistribution,
+]
 
 
 def _problem(n: int = 60, m: int = 8, seed: int = 0):

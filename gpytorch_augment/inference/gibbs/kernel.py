@@ -255,7 +255,12 @@ class BlockedGibbsKernel:
         return a * f_old + (1.0 - a) * mu + vecmat(v, A), None
 
     def _gpml_draw(
-        self, terms: GibbsPriorTerms, h: Tensor, lam: Tensor, generator: torch.Generator | None, f_old: Tensor | None = None
+        self,
+        terms: GibbsPriorTerms,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        f_old: Tensor | None = None,
     ) -> Tensor:
         r"""A draw of :math:`f \mid \Omega` by the GPML-stable pathwise draw through
         :math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2} = RR^\top` (all :math:`\lambda_i > 0`):
@@ -299,7 +304,8 @@ class BlockedGibbsKernel:
             key = ("terms", tuple(latents))
             if key not in self._workspace:
                 idx = torch.as_tensor(latents, device=terms.L.device)
-                self._workspace[key] = GibbsPriorTerms(*(t.index_select(0, idx) if t is not None else None for t in terms))
+                picked = (t.index_select(0, idx) if t is not None else None for t in terms)
+                self._workspace[key] = GibbsPriorTerms(*picked)
             terms = self._workspace[key]
         if self.is_sparse:
             return self._whitened_draw(terms.A, terms.mu, h, lam, generator)

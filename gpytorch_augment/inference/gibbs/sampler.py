@@ -64,7 +64,8 @@ class GibbsSampler(BlockedGibbsKernel):
     changes. A negative :math:`a` anti-correlates successive draws around the conditional mean; in a
     linear-Gaussian picture the lag-1 autocorrelation :math:`\rho` of a coordinate becomes
     :math:`\rho + a (1 - \rho)`: it raises the ESS of means more than that of variances, so choose :math:`a` on
-    the worst of bulk, tail and sd ESS (measurements in ``benchmarks/README.md``; :math:`-0.5 \ldots -0.7` worked there). Since :math:`\tilde f` and :math:`m` are linear
+    the worst of bulk, tail and sd ESS (measurements in ``benchmarks/README.md``; :math:`-0.5 \ldots -0.7` worked
+    there). Since :math:`\tilde f` and :math:`m` are linear
     in the same right-hand side, :math:`f'` is computed as *one* pathwise draw with a modified right-hand side:
     over-relaxation costs a few elementwise operations, no extra solve. :meth:`sample_latent` (one conditional
     draw, no current state) is never over-relaxed.
@@ -276,7 +277,9 @@ class GibbsSampler(BlockedGibbsKernel):
         else:
             check_finite("y", y)
             if y.shape[-1] != self.num_data:
-                raise ValueError(f"y must have {self.num_data} points in its last dimension; got shape {tuple(y.shape)}")
+                raise ValueError(
+                    f"y must have {self.num_data} points in its last dimension; got shape {tuple(y.shape)}"
+                )
             y = self.likelihood.check_targets(y, **self.target_kwargs)
         f_int = self._from_storage(f, None, name="f")
         f_int, aux, v = self._sweep(f_int, y, generator)

@@ -289,7 +289,9 @@ class GibbsSamples:
         """The sampler, if prediction at ``x_new`` is possible (``ValueError`` otherwise)."""
         sampler = self.sampler
         if sampler is None:
-            raise ValueError("predict needs the GibbsSampler: rebuild with GibbsSamples.from_state_dict(state, sampler)")
+            raise ValueError(
+                "predict needs the GibbsSampler: rebuild with GibbsSamples.from_state_dict(state, sampler)"
+            )
         check_finite("x_new", x_new)
         if x_new.dim() != sampler.x.dim() or x_new.shape[-1] != sampler.x.shape[-1]:
             raise ValueError(
