@@ -20,12 +20,14 @@ of the covariance :math:`B^{-1}`. A Gaussian is carried as :class:`WhitenedGauss
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from .._numerics import reverse_cholesky
+from .distributed import all_reduce_sum, is_distributed
 from .linalg import add_to_diagonal, mv, tri_solve, vecmat
 from .prior import PriorTerms
 
@@ -69,6 +71,18 @@ class SufficientStatistics(NamedTuple):
         if factor == 1.0:
             return self
         return SufficientStatistics(factor * self.precision, factor * self.shift, self.count)
+
+    def all_reduce(
+        self, group: Any = None, extras: Sequence[Tensor] = ()
+    ) -> tuple[SufficientStatistics, list[Tensor]]:
+        """The statistics summed over the processes of ``group`` (``torch.distributed``; the identity without one),
+        together with the sums of ``extras`` (e.g. ELBO terms), in one all-reduce."""
+        if not is_distributed(group):
+            return self, list(extras)
+        count = torch.tensor([float(self.count)], dtype=self.shift.dtype, device=self.shift.device)
+        extras = [e.to(self.shift.dtype) for e in extras]
+        precision, shift, count, *extras = all_reduce_sum([self.precision, self.shift, count, *extras], group)
+        return SufficientStatistics(precision, shift, int(round(float(count.item())))), extras
 
     def natural(self) -> NaturalParameters:
         r"""The natural parameters :math:`(b, B) = (s, I + S)` of the optimal :math:`q(v)` for these statistics."""

@@ -9,8 +9,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.data import DistributedSampler
 
-from ._batches import Batch, loader_batches, tensor_batches
+from ..core.distributed import all_gather_objects
+from ._batches import Batch, loader_batches, per_datum, tensor_batches
 from .convergence import CAVITrace, Convergence, RelativeChange
 
 StopRule = Callable[[CAVITrace, bool], bool]
@@ -32,13 +34,16 @@ class FitConfig:
     num_epochs: int | None
     num_batches: int | None
     check: StopRule
+    sharded: bool = False
 
     def epoch(self) -> Iterator[Batch]:
-        """The batches of one epoch as ``(x, y, kwargs, is_last_batch_of_the_epoch)``."""
+        """The batches of one epoch as ``(x, y, kwargs, is_last_batch_of_the_epoch)``; with sharded data every rank
+        yields ``num_batches`` of them (a rank whose shard runs out takes empty batches)."""
         if self.data_loader is not None:
             return loader_batches(self.data_loader)
         assert self.x is not None and self.y is not None
-        return tensor_batches(self.x, self.y, self.batch_size, self.generator, self.kwargs)
+        batches = tensor_batches(self.x, self.y, self.batch_size, self.generator, self.kwargs)
+        return padded(batches, self.num_batches, self.x, self.y, self.kwargs) if self.sharded else batches
 
     @property
     def total_steps(self) -> int | None:
@@ -55,10 +60,12 @@ class FitConfig:
               data_loader: Any, num_epochs: int | None, convergence: Any, generator: torch.Generator | None,
               kwargs: dict[str, Any]) -> FitConfig:  # fmt: skip
         minibatch = batch_size is not None or data_loader is not None
+        group = cavi.process_group if cavi.distributed else None
+        sharded = cavi.distributed
         if data_loader is not None:
-            num_batches = _check_loader(cavi, x, y, batch_size, data_loader, kwargs)
+            num_batches = _check_loader(cavi, x, y, batch_size, data_loader, kwargs, sharded, group)
         else:
-            batch_size, num_batches = _check_tensors(cavi, x, y, batch_size)
+            batch_size, num_batches = _check_tensors(cavi, x, y, batch_size, sharded, group)
         if int(hyper_steps) < 1:
             raise ValueError(f"hyper_steps must be a positive integer, got {hyper_steps}")
         if hyper_optimizer is not None:
@@ -86,6 +93,7 @@ class FitConfig:
             num_epochs=None if num_epochs is None else int(num_epochs),
             num_batches=num_batches,
             check=_stop_rule(convergence),
+            sharded=sharded,
         )
 
 
@@ -99,9 +107,18 @@ def _stop_rule(convergence: Any) -> StopRule:
 
 
 def _check_loader(
-    cavi: Any, x: Tensor | None, y: Tensor | None, batch_size: int | None, data_loader: Any, kwargs: dict[str, Any]
+    cavi: Any,
+    x: Tensor | None,
+    y: Tensor | None,
+    batch_size: int | None,
+    data_loader: Any,
+    kwargs: dict[str, Any],
+    sharded: bool = False,
+    group: Any = None,
 ) -> int | None:
-    """Validate a data-loader fit; returns the number of batches per epoch (``None`` if unknown)."""
+    """Validate a data-loader fit; returns the number of batches per epoch (``None`` if unknown). With sharded
+    data the loader's dataset is either the whole data set read through a ``DistributedSampler`` or this rank's
+    shard (then the shards must add up to ``num_data``), and every rank's loader has the same length."""
     if x is not None or y is not None:
         raise ValueError("pass either x and y or a data_loader, not both")
     if batch_size is not None:
@@ -115,19 +132,30 @@ def _check_loader(
         size = len(getattr(data_loader, "dataset", None))  # type: ignore[arg-type]
     except TypeError:
         size = None
+    if sharded and size is not None and not isinstance(getattr(data_loader, "sampler", None), DistributedSampler):
+        size = sum(all_gather_objects(size, group))
     if size is not None and size != cavi.num_data:
         raise ValueError(
             f"the data loader's dataset has {size} points but CAVI was built with num_data={cavi.num_data}: "
             "the batch statistics are scaled by num_data / batch size"
         )
     try:
-        return len(data_loader)
+        length = len(data_loader)
     except TypeError:
-        return None
+        length = None
+    if sharded and len(set(all_gather_objects(length, group))) > 1:
+        raise ValueError(
+            "with sharded data every rank's data loader must yield the same number of batches per epoch "
+            "(use a DistributedSampler, which pads the shards)"
+        )
+    return length
 
 
-def _check_tensors(cavi: Any, x: Tensor | None, y: Tensor | None, batch_size: Any) -> tuple[int | None, int]:
-    """Validate a fit on tensors; returns ``(batch_size, batches per epoch)``."""
+def _check_tensors(
+    cavi: Any, x: Tensor | None, y: Tensor | None, batch_size: Any, sharded: bool = False, group: Any = None
+) -> tuple[int | None, int]:
+    """Validate a fit on tensors; returns ``(batch_size, batches per epoch)`` (with sharded data: the largest
+    number over the ranks)."""
     if x is None or y is None:
         raise ValueError("fit needs the data: x and y, or a data_loader")
     cavi._check_inputs(x, y)
@@ -135,6 +163,23 @@ def _check_tensors(cavi: Any, x: Tensor | None, y: Tensor | None, batch_size: An
         return None, 1
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or int(batch_size) < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-    if y.shape[-1] != cavi.num_data:
-        raise ValueError(f"y has {y.shape[-1]} data points but CAVI was built with num_data={cavi.num_data}")
-    return int(batch_size), math.ceil(y.shape[-1] / int(batch_size))
+    sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
+    if sum(sizes) != cavi.num_data:
+        what = f"the {len(sizes)} shards hold {sum(sizes)}" if sharded else f"y has {sizes[0]}"
+        raise ValueError(f"{what} data points but CAVI was built with num_data={cavi.num_data}")
+    return int(batch_size), max(math.ceil(n / int(batch_size)) for n in sizes)
+
+
+def padded(
+    batches: Iterator[Batch], num_batches: int | None, x: Tensor, y: Tensor, kwargs: dict[str, Any]
+) -> Iterator[Batch]:
+    """``batches`` followed by empty batches up to ``num_batches`` in all (the last one closes the epoch)."""
+    count = 0
+    for xb, yb, kb, _ in batches:
+        count += 1
+        yield xb, yb, kb, count == num_batches
+    empty = slice(0, 0)
+    while num_batches is not None and count < num_batches:
+        count += 1
+        kb = {k: (v[..., empty] if per_datum(v, y.shape[-1]) else v) for k, v in kwargs.items()}
+        yield x[..., empty, :], y[..., empty], kb, count == num_batches

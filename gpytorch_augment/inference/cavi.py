@@ -25,7 +25,15 @@ from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
 from .._validation import check_inputs_targets
-from ..core import NaturalParameters, PriorTerms, SufficientStatistics, WhitenedGaussian, natural_gradient
+from ..core import PriorTerms, WhitenedGaussian, natural_gradient
+from ..core.distributed import (
+    all_gather_objects,
+    all_reduce_gradients,
+    all_reduce_sum,
+    broadcast_flag,
+    is_distributed,
+    rank,
+)
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
 from ..mlls.augmented_elbo import AugmentedELBO
 from ..variational.cavi_variational_strategy import _CAVIMixin
@@ -134,6 +142,7 @@ class CAVI:
         num_data: int,
         step_size: StepSize = None,
         hyper_objective: MarginalLogLikelihood | None = None,
+        process_group: Any = None,
     ) -> None:
         if not isinstance(likelihood, AugmentedLikelihood):
             raise TypeError(f"CAVI needs an AugmentedLikelihood, got {type(likelihood).__name__}")
@@ -157,6 +166,16 @@ class CAVI:
         self.last_step_size: float | None = None
         self._mll: MarginalLogLikelihood | None = hyper_objective
         self._checked_optimizers: set[int] = set()
+        #: the ``torch.distributed`` process group the data are sharded over (``None``: the default group, used
+        #: only when ``torch.distributed`` is initialised with more than one process)
+        self.process_group = process_group
+        self._last_x: Tensor | None = None
+        self._global_batch_size: int | None = None
+
+    @property
+    def distributed(self) -> bool:
+        """Whether steps reduce their statistics over several processes (``torch.distributed``)."""
+        return is_distributed(self.process_group)
 
     # ------------------------------------------------------------------------------------------------ internals
     def _schedule(self, batch_size: int) -> Any:
@@ -212,11 +231,14 @@ class CAVI:
     ) -> Tensor:
         """Noisy natural gradients from ``num_init`` disjoint sub-batches of the batch, each scaled to N."""
         n = h.shape[-1]
-        chunks = torch.arange(n, device=h.device).chunk(min(num_init, n))
+        index = torch.arange(n, device=h.device)
+        # with sharded data every rank needs the same number of chunks (some may be empty)
+        chunks = index.tensor_split(num_init) if self.distributed else index.chunk(min(num_init, n))
         samples = []
         for idx in chunks:
             stats = self.strategy.statistics(terms.take(idx), take(h, idx), take(lam, idx))
-            samples.append(natural_gradient(q, stats.scale(self.num_data / idx.numel()).natural()))
+            stats = stats.all_reduce(self.process_group)[0]  # with sharded data: chunk k of every rank
+            samples.append(natural_gradient(q, stats.scale(self.num_data / max(stats.count, 1)).natural()))
         return torch.stack(samples)
 
     # ------------------------------------------------------------------------------------------------ steps
@@ -249,7 +271,9 @@ class CAVI:
         fused = hyper_optimizer is not None and self._can_fuse()
         # the prior terms of the full data are cached while the hyper-parameters stay put (a mini-batch changes
         # every step: caching it would only cost a copy)
-        full_batch = targets.shape[-1] >= self.num_data
+        # (with sharded data: the same local inputs as the last step)
+        full_batch = targets.shape[-1] >= self.num_data or x is self._last_x
+        self._last_x = x
         with torch.set_grad_enabled(fused):
             graph_terms = self.strategy.cavi_terms(x, cache=full_batch)
         terms = graph_terms.detach() if fused else graph_terms
@@ -269,14 +293,16 @@ class CAVI:
         q = strategy.whitened_q(terms)
         f_mean, f_var = self._marginals(terms, q, dtype)
         q_aux = likelihood.aux_posterior(y, f_mean, f_var)
-        scale = self.num_data / y.shape[-1]
         ell = likelihood.elbo_terms(y, q_aux, f_mean, f_var).sum(-1)
-        elbo = (scale * ell - q.kl().sum().to(dtype)) / self.num_data
-        likelihood.update_hyperparameters(y, q_aux, f_mean, f_var)
+        self._update_constants(y, q_aux, f_mean, f_var)
         h, lam = likelihood.expected_potential_and_precision(y, q_aux, f_mean, f_var)
-        target = self._target(terms, h, lam, scale)
+        stats, (ell,) = strategy.statistics(terms, h, lam).all_reduce(self.process_group, [ell])
+        self._global_batch_size = stats.count
+        scale = self.num_data / stats.count
+        elbo = (scale * ell - q.kl().sum().to(dtype)) / self.num_data
+        target = stats.scale(scale).natural()
 
-        schedule = self._schedule(y.shape[-1])
+        schedule = self._schedule(stats.count)
         if getattr(schedule, "uses_gradient", False):
             if not schedule.initialized:
                 schedule.initialize(self._initial_gradients(terms, q, h, lam, schedule.num_init))
@@ -288,7 +314,7 @@ class CAVI:
             if k > 0:  # refresh q(Ω) (and the statistics) from the latents updated by the previous blocks
                 q = strategy.whitened_q(terms)
                 q_aux, f_mean, f_var, h, lam = self._local_step(terms, q, y, dtype)
-                target = self._target(terms, h, lam, scale)
+                target = strategy.statistics(terms, h, lam).all_reduce(self.process_group)[0].scale(scale).natural()
             q_new = q.step(target, rho)
             if block is not None:  # only this block's latents move; the others keep their current q
                 moves = torch.zeros(q.theta1.shape[-2], dtype=torch.bool, device=q.theta1.device)
@@ -300,10 +326,19 @@ class CAVI:
         self.num_steps += 1
         return elbo, q_new
 
-    def _target(self, terms: PriorTerms, h: Tensor, lam: Tensor, scale: float) -> NaturalParameters:
-        """The optimal natural parameters for the batch's statistics scaled to the full data."""
-        stats: SufficientStatistics = self.strategy.statistics(terms, h, lam)
-        return stats.scale(scale).natural()
+    def _update_constants(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> None:
+        """The likelihood's closed-form constant updates; with sharded data, on every rank's data at once (the
+        per-datum moments are gathered: the updates are sums over all the data)."""
+        likelihood = self.likelihood
+        overridden = type(likelihood).update_hyperparameters is not AugmentedLikelihood.update_hyperparameters
+        if not (overridden and self.distributed):
+            likelihood.update_hyperparameters(y, q_aux, f_mean, f_var)
+            return
+        data_dim = -1 if likelihood.num_latents == 1 else -2
+        parts = all_gather_objects((y.cpu(), f_mean.cpu(), f_var.cpu()), self.process_group)
+        y_all = torch.cat([p[0] for p in parts], dim=-1).to(y.device)
+        m_all, v_all = (torch.cat([p[i] for p in parts], dim=data_dim).to(f_mean.device) for i in (1, 2))
+        likelihood.update_hyperparameters(y_all, likelihood.aux_posterior(y_all, m_all, v_all), m_all, v_all)
 
     def _can_fuse(self) -> bool:
         # GPyTorch's unwhitened KL depends on the order of calls (gpytorch-integration.md §6): take the plain path;
@@ -345,8 +380,10 @@ class CAVI:
             kl = kl.sum(-1)  # as the wrapper's kl_divergence(): summed over the latents
         optimizer.zero_grad()
         with self._frozen_q():
-            loss = -self.hyper_objective(f_dist, y, kl_divergence=kl, **kwargs).sum()
-            loss.backward()
+            if y.shape[-1] > 0:  # an empty shard contributes no gradient
+                loss = -self.hyper_objective(f_dist, y, kl_divergence=kl, **kwargs).sum()
+                loss.backward()
+        self._reduce_gradients(optimizer, y.shape[-1], self._global_batch_size)
         optimizer.step()
 
     @contextmanager
@@ -371,14 +408,28 @@ class CAVI:
         objective per datum, a mini-batch estimate)."""
         mll = self.hyper_objective
         loss = math.nan
+        local = y.shape[-1]
+        total = local
+        if self.distributed:
+            total = int(all_reduce_sum([torch.tensor([float(local)])], self.process_group)[0].item())
         for _ in range(steps):
             optimizer.zero_grad()
             with self._frozen_q():
-                value = -mll(self.model(x), y, **kwargs).sum()
-                value.backward()
+                value = -mll(self.model(x), y, **kwargs).sum() if local > 0 else torch.zeros(())
+                if value.requires_grad:
+                    value.backward()
+            self._reduce_gradients(optimizer, local, total)
             optimizer.step()
             loss = float(value.detach())
         return loss
+
+    def _reduce_gradients(self, optimizer: torch.optim.Optimizer, local: int, total: int | None) -> None:
+        r"""With sharded data, every rank's gradient becomes :math:`\sum_r \tfrac{|\mathcal B_r|}{|\mathcal B|}g_r`,
+        the gradient of the objective of the global batch (the per-datum mean of each rank's objective, weighted by
+        its share of the batch)."""
+        if self.distributed and total:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            all_reduce_gradients(params, local / total, self.process_group)
 
     @torch.no_grad()
     def elbo(self, x: Tensor, y: Tensor, chunk_size: int | None = None, **kwargs: Any) -> Tensor:
@@ -407,8 +458,55 @@ class CAVI:
                 kl = q.kl().sum().to(x.dtype)
             f_mean, f_var = self._marginals(terms, q, x.dtype)
             total = total + self.likelihood.collapsed_bound(take(y, piece), f_mean, f_var).sum(-1)
-        assert kl is not None
+        if kl is None:  # no local data (an empty shard)
+            kl = self.strategy.whitened_q(self.strategy.cavi_terms(x, cache=False)).kl().sum().to(x.dtype)
+        total = torch.as_tensor(total, dtype=x.dtype, device=x.device)
+        if self.distributed:
+            count = torch.tensor([float(num_data)], dtype=x.dtype, device=x.device)
+            summed, count = all_reduce_sum([total.reshape(-1), count], self.process_group)
+            total, num_data = summed.reshape(total.shape), int(round(float(count.item())))
         return (total - kl) / num_data
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a fit continues from: the model's and likelihood's state, the step count and the step-size
+        schedules' state (plain tensors and numbers: ``torch.load(..., weights_only=True)`` reads it). It holds no
+        rank-specific data, so a checkpoint loads on any number of processes."""
+        schedules = {}
+        for name, schedule in (("step_size", self.step_size), ("minibatch_schedule", self._minibatch_schedule)):
+            if isinstance(schedule, StepSchedule):
+                schedules[name] = schedule.state_dict()
+        return {
+            "model": self.model.state_dict(),
+            "likelihood": self.likelihood.state_dict(),
+            "num_steps": self.num_steps,
+            "last_step_size": self.last_step_size,
+            "schedules": schedules,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (the schedules must be of the same kinds)."""
+        self.model.load_state_dict(state["model"])
+        self.likelihood.load_state_dict(state["likelihood"])
+        self.num_steps = int(state["num_steps"])
+        self.last_step_size = state.get("last_step_size")
+        for name, schedule_state in state.get("schedules", {}).items():
+            if name == "minibatch_schedule" and self._minibatch_schedule is None:
+                self._minibatch_schedule = make_schedule("robbins-monro")
+            schedule = self.step_size if name == "step_size" else self._minibatch_schedule
+            if not isinstance(schedule, StepSchedule):
+                raise ValueError(f"the checkpoint holds a {name} schedule state but this CAVI has {schedule!r}")
+            schedule.load_state_dict(schedule_state)
+
+    def save_checkpoint(self, path: Any) -> None:
+        """``torch.save(self.state_dict(), path)`` on rank 0 only (every rank holds the same state), followed by a
+        barrier with sharded data so that no rank reads the file before it is written."""
+        if rank(self.process_group) == 0:
+            torch.save(self.state_dict(), path)
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier(group=self.process_group)
 
     # ------------------------------------------------------------------------------------------------ fit
     def _check_hyper_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -512,7 +610,7 @@ class CAVI:
         if (self.model.training, self.likelihood.training) != modes:
             self.model.train(modes[0])
             self.likelihood.train(modes[1])
-        return done
+        return broadcast_flag(done, self.process_group)  # with sharded data: rank 0 decides for every rank
 
 
 class _Clock:

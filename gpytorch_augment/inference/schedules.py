@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,15 @@ class StepSchedule:
 
     def observe(self, gradient: Tensor) -> None:
         """Record the noisy natural gradient :math:`\\hat g_t` of step ``t`` (no-op by default)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule's settings and running state (plain numbers, lists and tensors: ``torch.load``-safe)."""
+        return {k: (v.clone() if isinstance(v, Tensor) else copy.deepcopy(v)) for k, v in vars(self).items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        for k, v in state.items():
+            setattr(self, k, v.clone() if isinstance(v, Tensor) else copy.deepcopy(v))
 
     def reset(self) -> None:
         """Forget any state (no-op by default)."""

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ..._validation import check_finite, check_inputs_targets
+from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
 from .samples import GibbsSamples
@@ -293,7 +294,6 @@ class GibbsSampler(BlockedGibbsKernel):
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         return int(value)
 
-    @torch.no_grad()
     def sample(
         self,
         num_samples: int,
@@ -303,6 +303,7 @@ class GibbsSampler(BlockedGibbsKernel):
         seed: int | None = None,
         init: GibbsState | Mapping[str, Any] | Tensor | None = None,
         progress: bool = True,
+        process_group: Any = None,
     ) -> GibbsSamples:
         r"""Run ``num_chains`` vectorised chains for ``warmup + num_samples * thin`` sweeps.
 
@@ -317,8 +318,42 @@ class GibbsSampler(BlockedGibbsKernel):
             ``"f"``, or a tensor of latents, ``(N,)`` / ``(chains, N)`` (``(T, N)`` / ``(chains, T, N)``).
             Default: one prior draw per chain.
         :param progress: show a ``tqdm`` progress bar (silently none if ``tqdm`` is not installed).
+        :param process_group: with ``torch.distributed`` initialised (this group, default: the default group), the
+            ``num_chains`` chains are spread over the ranks (rank :math:`r` runs chains
+            ``[r C / R, (r + 1) C / R)``), each rank seeded with its own seed derived from ``seed`` and its rank
+            (``numpy.random.SeedSequence(seed).spawn(R)[r]``, so a run is reproducible for a given world size), and
+            rank 0 returns every rank's draws joined along the chain dimension (the other ranks return their own).
         :return: :class:`GibbsSamples`.
         """
+        if not is_distributed(process_group):
+            return self._sample(num_samples, warmup, thin, num_chains, seed, init, progress)
+        if seed is None or init is not None:
+            raise ValueError("sampling over several processes needs an integer seed and no init")
+        world, me = world_size(process_group), rank(process_group)
+        bounds = [num_chains * r // world for r in range(world + 1)]
+        local = bounds[me + 1] - bounds[me]
+        if local < 1:
+            raise ValueError(f"num_chains = {num_chains} is fewer than the {world} processes")
+        local_seed = rank_seed(seed, me, world)
+        samples = self._sample(num_samples, warmup, thin, local, local_seed, None, progress)
+        gathered = all_gather_objects(samples.state_dict(), process_group)
+        if me != 0:
+            return samples
+        runs = [GibbsSamples.from_state_dict(state, sampler=self) for state in gathered]
+        return GibbsSamples.cat(runs, dim="chain")
+
+    @torch.no_grad()
+    def _sample(
+        self,
+        num_samples: int,
+        warmup: int,
+        thin: int,
+        num_chains: int,
+        seed: int | None,
+        init: GibbsState | Mapping[str, Any] | Tensor | None,
+        progress: bool,
+    ) -> GibbsSamples:
+        """:meth:`sample` in this process alone."""
         num_samples = self._check_count("num_samples", num_samples, 1)
         warmup = self._check_count("warmup", warmup, 0)
         thin = self._check_count("thin", thin, 1)
@@ -482,4 +517,11 @@ class _Recorder:
             sampler=sampler,
             **settings,
         )
+
+
+def rank_seed(seed: int, rank: int, world_size: int) -> int:
+    """The seed of rank ``rank`` of ``world_size`` processes sampling with ``seed``
+    (``numpy.random.SeedSequence(seed).spawn(world_size)[rank]``, as a 62-bit integer)."""
+    child = np.random.SeedSequence(int(seed)).spawn(int(world_size))[int(rank)]
+    return int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(2))
 
