@@ -1,39 +1,50 @@
-r"""Shared helpers for the benchmark scripts in this folder.
+r"""Shared scaffolding of the benchmark scripts in this folder; each script keeps only its problem (data, models,
+methods) and its tables.
 
 Every benchmark follows the same pattern:
 
-1. :func:`configure_torch` fixes the thread count and the default dtype (the machine is shared: one thread per
-   process keeps timings comparable between methods);
-2. :func:`kmeans_inducing_points` places fixed inducing inputs;
-3. each method is a pair of callables, ``step()`` (one training iteration) and ``evaluate()`` (test metrics), run by
-   :func:`run_interleaved` (all methods round-robin, so that they share the machine's load) or
-   :func:`run_until_plateau` (one method), which time ``step`` only (evaluation is excluded from the method's
-   clock) and stop each method when its test metric has stopped improving or a cap is hit;
-4. :func:`time_to_target` reads off the wall time and the iterations until a method first comes within a tolerance of
-   the best value reached by any method;
-5. :func:`write_json` and :func:`markdown_table` write ``results/<name>.{json,md}``.
+1. :func:`run_arguments` adds the common command-line options, :func:`configure_torch` fixes the thread count and
+   the default dtype (the machine is shared: one thread per process keeps timings comparable between methods), and
+   :func:`machine_info` / :func:`close_machine_info` record the machine and its load;
+2. :func:`kmeans_inducing_points` places fixed inducing inputs; :class:`SparseGP` is the sparse GP of the binary and
+   Student-t benchmarks, :func:`gradient_step` the training iteration of every gradient-based baseline;
+3. each method is a :class:`MethodSpec`: a name, ``step()`` (one training iteration), ``evaluate()`` (test metrics)
+   and its settings. :func:`warm_up` runs a few untimed steps on throw-away models; :func:`run_interleaved` runs all
+   methods round-robin (so that they share the machine's load), times ``step`` only (evaluation is excluded from the
+   method's clock) and stops each method when its test metric has stopped improving or a cap is hit;
+   :func:`run_summary` condenses a :class:`Trace` for the results;
+4. :func:`time_to_target` and :func:`time_to_settle` read off the wall time and the iterations until a method first
+   comes within a tolerance of the best value reached (and stays there); :func:`speedup` compares two such times;
+5. :func:`output_dir`, :func:`write_json`, :func:`write_text` and :func:`markdown_table` write
+   ``results/<name>.{json,md}``, :func:`new_figure` / :func:`save_figure` the figure ``results/<name>.png``.
 
-The helpers know nothing about any particular model or library; they are plain functions and dataclasses.
+The helpers know nothing about any particular benchmark; they are plain functions and dataclasses.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import gpytorch
 import numpy as np
 import torch
 from torch import Tensor
 
+#: where full runs write their results (committed)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: where ``--quick`` runs write by default (the committed results are full runs only)
+QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
 
 
 # ---------------------------------------------------------------------------------------------------- environment
@@ -47,7 +58,6 @@ def configure_torch(threads: int = 1, dtype: torch.dtype = torch.float64) -> Non
 
 def machine_info() -> dict[str, Any]:
     """Versions, thread count and the load average at the time of the call (the machine is shared)."""
-    import gpytorch
     import linear_operator
 
     try:
@@ -66,6 +76,80 @@ def machine_info() -> dict[str, Any]:
         "default_dtype": str(torch.get_default_dtype()),
         "load_average_1_5_15_min": load,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def start_run(threads: int, seed: int, dtype: torch.dtype = torch.float64) -> dict[str, Any]:
+    """The start of a comparison: :func:`configure_torch`, then the global torch seed; returns :func:`machine_info`
+    (taken between the two), to be closed by :func:`close_machine_info`."""
+    configure_torch(threads=threads, dtype=dtype)
+    machine = machine_info()
+    torch.manual_seed(seed)
+    return machine
+
+
+def close_machine_info(machine: dict[str, Any]) -> dict[str, Any]:
+    """Turn ``machine``, a :func:`machine_info` taken at the start of a run, into the record of the whole run: its
+    load average becomes ``load_average_start`` and the load average now is added as ``load_average_end``."""
+    machine["load_average_start"] = machine.pop("load_average_1_5_15_min")
+    machine["load_average_end"] = machine_info()["load_average_1_5_15_min"]
+    return machine
+
+
+def machine_sentence(machine: dict[str, Any]) -> str:
+    """The Markdown bullet describing the machine of a record from :func:`close_machine_info`."""
+    start = [round(v, 1) for v in machine["load_average_start"]]
+    end = [round(v, 1) for v in machine["load_average_end"]]
+    return (
+        f"* Machine: {machine['cpu_count']} cores shared with other jobs; load average (1, 5, 15 min) at start "
+        f"{start}, at end {end}; torch {machine['torch']}, gpytorch {machine['gpytorch']}. Absolute times vary with "
+        "the load; compare the ratios."
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- command line
+def run_arguments(
+    parser: argparse.ArgumentParser,
+    quick_help: str,
+    threads_help: str = "torch threads for every method",
+    caps: bool = True,
+) -> argparse.ArgumentParser:
+    """Add the options every comparison takes: ``--quick`` (``quick_help``), ``--threads`` (default 1),
+    ``--max-time`` and ``--max-iter`` (caps on each run, only with ``caps``; see :meth:`StoppingRule.capped`),
+    ``--output-dir`` (see :func:`output_dir`) and ``--seed`` (default 0)."""
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--threads", type=int, default=1, help=f"{threads_help} (default 1)")
+    if caps:
+        parser.add_argument("--max-time", type=float, default=None, help="cap on each run's own clock [s]")
+        parser.add_argument("--max-iter", type=int, default=None, help="cap on each run's iterations")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=None,
+        help=f"default {RESULTS_DIR} (full run) or {QUICK_DIR} (--quick: never overwrites the results)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def output_dir(requested: Path | None, quick: bool) -> Path:
+    """``requested`` if given, else :data:`QUICK_DIR` for a quick run and :data:`RESULTS_DIR` for a full one."""
+    return requested or (QUICK_DIR if quick else RESULTS_DIR)
+
+
+def run_config(rule: StoppingRule, schedule: EvalSchedule, seed: int, tolerance: float) -> dict[str, Any]:
+    """The settings every round-robin comparison records in its ``config``: inducing points (by
+    :func:`kmeans_inducing_points`), dtype, threads, tolerance, stopping rule, evaluation schedule, execution, seed."""
+    return {
+        "inducing_points": f"k-means (scikit-learn, seed {seed}, n_init 3) of the training inputs, fixed",
+        "dtype": "float64",
+        "threads": torch.get_num_threads(),
+        "tolerance_nats": tolerance,
+        "stopping": asdict(rule),
+        "schedule": asdict(schedule),
+        "execution": "all methods round-robin (one step of each unfinished method in turn), after 2 untimed "
+        "warm-up steps of each on throw-away models",
+        "seed": seed,
     }
 
 
@@ -94,6 +178,91 @@ def median_heuristic_lengthscales(x: Tensor, max_points: int = 2000, seed: int =
     return med.clamp_min(1e-6) * math.sqrt(x.shape[-1])
 
 
+# ---------------------------------------------------------------------------------------------------- models
+class SparseGP(gpytorch.models.ApproximateGP):
+    r"""Sparse variational GP with a constant mean and a scaled ARD RBF kernel, fixed inducing inputs :math:`Z`.
+
+    :param inducing_points: :math:`Z`, ``(M, D)``, not learned.
+    :param distribution_cls: the GPyTorch variational distribution class of :math:`q(u)`.
+    :param strategy_cls: the variational strategy class (e.g. ``CAVIVariationalStrategy`` or GPyTorch's
+        ``VariationalStrategy``).
+    :param hypers: initial values, see :func:`set_hyperparameters`; ``None`` keeps GPyTorch's defaults.
+    :param frozen: whether the mean and kernel are then frozen (``requires_grad`` off).
+    """
+
+    def __init__(
+        self,
+        inducing_points: Tensor,
+        distribution_cls: type = gpytorch.variational.CholeskyVariationalDistribution,
+        strategy_cls: type = gpytorch.variational.VariationalStrategy,
+        hypers: dict[str, Any] | None = None,
+        frozen: bool = True,
+    ) -> None:
+        q_u = distribution_cls(inducing_points.size(-2))
+        super().__init__(strategy_cls(self, inducing_points, q_u, learn_inducing_locations=False))
+        self.mean_module = gpytorch.means.ConstantMean()
+        self.covar_module = gpytorch.kernels.ScaleKernel(
+            gpytorch.kernels.RBFKernel(ard_num_dims=inducing_points.size(-1))
+        )
+        if hypers is not None:
+            set_hyperparameters(self, hypers, frozen=frozen)
+
+    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+
+def set_hyperparameters(module: Any, hypers: dict[str, Any], frozen: bool = True) -> None:
+    """Write ``hypers = {"lengthscale": [D floats], "outputscale": float, "mean_constant": float}`` into
+    ``module.covar_module`` (a ``ScaleKernel`` of an ARD kernel) and ``module.mean_module`` (a ``ConstantMean``);
+    with ``frozen`` both are then excluded from gradients."""
+    module.covar_module.base_kernel.lengthscale = torch.as_tensor(hypers["lengthscale"])
+    module.covar_module.outputscale = float(hypers["outputscale"])
+    module.mean_module.constant.data.fill_(float(hypers["mean_constant"]))
+    if frozen:
+        module.mean_module.requires_grad_(False)
+        module.covar_module.requires_grad_(False)
+
+
+def hyperparameter_values(module: Any) -> dict[str, Any]:
+    """The values :func:`set_hyperparameters` writes, read from ``module``."""
+    return {
+        "lengthscale": module.covar_module.base_kernel.lengthscale.detach().reshape(-1).tolist(),
+        "outputscale": float(module.covar_module.outputscale.detach()),
+        "mean_constant": float(module.mean_module.constant.detach()),
+    }
+
+
+def train_svgp(
+    model: gpytorch.models.ApproximateGP, likelihood: Any, x: Tensor, y: Tensor, iterations: int, lr: float
+) -> tuple[float, float]:
+    """Full-batch GPyTorch SVGP training: ``iterations`` Adam steps (``lr``) on every parameter of ``model`` along
+    the ``VariationalELBO`` of ``(x, y)``; returns the final ELBO per datum and the wall time of the steps."""
+    mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())
+    step = gradient_step(lambda: -mll(model(x), y), torch.optim.Adam(model.parameters(), lr=lr))
+    start = time.perf_counter()
+    for _ in range(iterations):
+        step()
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        return float(mll(model(x), y)), seconds
+
+
+def gradient_step(loss: Callable[[], Tensor], *optimizers: torch.optim.Optimizer) -> Callable[[], Tensor]:
+    """A ``step()`` closure for gradient-based training: zero the gradients of every optimiser, evaluate ``loss()``,
+    back-propagate, step every optimiser (in the order given); ``step()`` returns the loss."""
+
+    def step() -> Tensor:
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        value = loss()
+        value.backward()
+        for optimizer in optimizers:
+            optimizer.step()
+        return value
+
+    return step
+
+
 # ---------------------------------------------------------------------------------------------------- metrics
 def bernoulli_nll(probs: Tensor, y: Tensor, eps: float = 1e-12) -> float:
     r"""Mean negative log predictive probability :math:`-\frac1n\sum\log p(y_i)` of labels ``y`` in {0, 1}."""
@@ -104,6 +273,24 @@ def bernoulli_nll(probs: Tensor, y: Tensor, eps: float = 1e-12) -> float:
 def error_rate(probs: Tensor, y: Tensor) -> float:
     """Fraction of labels ``y`` in {0, 1} not predicted by thresholding ``probs`` at 1/2."""
     return float(((probs > 0.5).to(y.dtype) != y).to(torch.float64).mean())
+
+
+def binary_evaluator(
+    model: gpytorch.models.ApproximateGP, likelihood: Any, x_test: Tensor, y_test: Tensor
+) -> Callable[[], dict[str, float]]:
+    """An ``evaluate()`` returning the test NLL and error of the method's own predictive ``likelihood(model(x_test))``
+    (labels in {0, 1}), computed in eval mode; model and likelihood are back in train mode afterwards."""
+
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        likelihood.eval()
+        with torch.no_grad():
+            probs = likelihood(model(x_test)).probs
+        model.train()
+        likelihood.train()
+        return {"test_nll": bernoulli_nll(probs, y_test), "test_error": error_rate(probs, y_test)}
+
+    return evaluate
 
 
 # ---------------------------------------------------------------------------------------------------- timing
@@ -162,10 +349,18 @@ class StoppingRule:
     max_iter: int = 10_000
     max_time: float = 300.0
 
+    def capped(self, max_time: float | None = None, max_iter: int | None = None) -> StoppingRule:
+        """Override ``max_time`` and ``max_iter`` where given (``--max-time``, ``--max-iter``); returns ``self``."""
+        if max_time is not None:
+            self.max_time = max_time
+        if max_iter is not None:
+            self.max_iter = max_iter
+        return self
+
 
 @dataclass
 class Trace:
-    """What :func:`run_until_plateau` records: one entry per evaluation.
+    """What :func:`run_interleaved` records of one method: one entry per evaluation.
 
     ``time`` is the method's own wall clock (training steps only), in seconds, ``cpu_time`` the same in process CPU
     time; ``iteration`` the number of steps taken.
@@ -202,24 +397,57 @@ class Trace:
         out["median_step_time"] = self.median_step_time()
         return out
 
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Trace:
+        """The trace of a :meth:`to_dict` record (without the step times, which the record does not keep)."""
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
+
+
+# ---------------------------------------------------------------------------------------------------- runner
+@dataclass
+class MethodSpec:
+    """One named method of a comparison: ``step()`` is one training iteration (timed), ``evaluate()`` returns a dict
+    of test metrics (untimed), ``settings`` describe the method in the results."""
+
+    name: str
+    step: Callable[[], Any]
+    evaluate: Callable[[], dict[str, float]]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def warm_up(steps: Iterable[Callable[[], Any]], repeats: int = 2) -> None:
+    """Call every ``step()`` of ``steps`` ``repeats`` times, untimed: a generator that builds each method on a
+    throw-away model, so that first-call allocations and caches are out of the timed runs."""
+    for step in steps:
+        for _ in range(repeats):
+            step()
+
 
 class _Run:
     """The state of one method inside :func:`run_interleaved`."""
 
-    def __init__(self, step: Callable[[], Any], evaluate: Callable[[], dict[str, float]]) -> None:
-        self.step, self.evaluate = step, evaluate
+    def __init__(self, method: MethodSpec) -> None:
+        self.method = method
         self.trace = Trace()
         self.clock = Stopwatch()
         self.best: list[float] = []  # best metric so far, per evaluation
         self.t = 0
         self.done = False
 
-    def check(self, metric: str, rule: StoppingRule, on_eval: Callable | None, name: str) -> None:
-        """Evaluate (untimed), record, and decide whether the run has stopped."""
-        values = self.evaluate()
+    def step(self) -> None:
+        """One timed step."""
+        before = self.clock.elapsed
+        with self.clock:
+            self.method.step()
+        self.t += 1
+        self.trace.step_times.append(self.clock.elapsed - before)
+
+    def check(self, metric: str, rule: StoppingRule, on_eval: Callable | None) -> None:
+        """Evaluate (untimed), record, and decide whether the run has stopped on a non-finite metric or a plateau."""
+        values = self.method.evaluate()
         self.trace.record(self.t, self.clock.elapsed, self.clock.cpu, values)
         if on_eval is not None:
-            on_eval(name, self.t, self.clock.elapsed, values)
+            on_eval(self.method.name, self.t, self.clock.elapsed, values)
         value = values[metric]
         if not math.isfinite(value):
             self.trace.stop_reason, self.done = "non-finite", True
@@ -232,61 +460,76 @@ class _Run:
         if j >= 0 and self.best[j] - self.best[-1] <= rule.min_improvement:
             self.trace.stop_reason, self.done = "plateau", True
 
+    def advance(
+        self, metric: str, rule: StoppingRule, schedule: Callable[[int], bool], on_eval: Callable | None
+    ) -> None:
+        """One step, an evaluation if ``schedule`` or a cap asks for one, and the caps of ``rule``."""
+        self.step()
+        capped = self.t >= rule.max_iter or self.clock.elapsed >= rule.max_time
+        if schedule(self.t) or capped:
+            self.check(metric, rule, on_eval)
+        if capped and not self.done:
+            self.trace.stop_reason, self.done = ("max_iter" if self.t >= rule.max_iter else "max_time"), True
+
 
 def run_interleaved(
-    methods: dict[str, tuple[Callable[[], Any], Callable[[], dict[str, float]]]],
+    methods: Sequence[MethodSpec],
     metric: str,
     rule: StoppingRule,
     schedule: Callable[[int], bool] | None = None,
     on_eval: Callable[[str, int, float, dict[str, float]], Any] | None = None,
     on_done: Callable[[str, Trace], Any] | None = None,
 ) -> dict[str, Trace]:
-    """Run several methods round-robin, each ``step()`` timed on the method's own clock.
+    """Run several methods round-robin, each ``step()`` timed on the method's own clock; their traces by name.
 
-    ``methods[name] = (step, evaluate)``: ``step()`` is one training iteration, ``evaluate()`` returns a dict of
-    test metrics and is not timed; it runs at iteration 0 and whenever ``schedule(t)`` is true. ``metric`` names
-    the entry that is minimised; each method stops by ``rule`` (or on a non-finite metric), independently.
+    ``evaluate()`` runs at iteration 0 and whenever ``schedule(t)`` is true (default :class:`EvalSchedule`);
+    ``metric`` names the entry that is minimised; each method stops by ``rule`` (or on a non-finite metric),
+    independently. ``on_eval(name, t, elapsed, values)`` is called after every evaluation, ``on_done(name, trace)``
+    when a method stops.
 
     Round-robin (one step of every unfinished method in turn) rather than one method after the other: on a shared
     machine whose load drifts over minutes, every method then sees the same load over the same period, so the
     ratios of their clocks are not biased by when each happened to run.
     """
     schedule = schedule or EvalSchedule()
-    runs = {name: _Run(step, evaluate) for name, (step, evaluate) in methods.items()}
-    for name, run in runs.items():
-        run.check(metric, rule, on_eval, name)
+    runs = [_Run(method) for method in methods]
+    for run in runs:
+        run.check(metric, rule, on_eval)
         if run.done and on_done is not None:
-            on_done(name, run.trace)
-    while not all(run.done for run in runs.values()):
-        for name, run in runs.items():
+            on_done(run.method.name, run.trace)
+    while not all(run.done for run in runs):
+        for run in runs:
             if run.done:
                 continue
-            before = run.clock.elapsed
-            with run.clock:
-                run.step()
-            run.t += 1
-            run.trace.step_times.append(run.clock.elapsed - before)
-            capped = run.t >= rule.max_iter or run.clock.elapsed >= rule.max_time
-            if schedule(run.t) or capped:
-                run.check(metric, rule, on_eval, name)
-            if capped and not run.done:
-                run.trace.stop_reason, run.done = ("max_iter" if run.t >= rule.max_iter else "max_time"), True
+            run.advance(metric, rule, schedule, on_eval)
             if run.done and on_done is not None:
-                on_done(name, run.trace)
-    return {name: run.trace for name, run in runs.items()}
+                on_done(run.method.name, run.trace)
+    return {run.method.name: run.trace for run in runs}
 
 
-def run_until_plateau(
-    step: Callable[[], Any],
-    evaluate: Callable[[], dict[str, float]],
-    metric: str,
-    rule: StoppingRule,
-    schedule: Callable[[int], bool] | None = None,
-) -> Trace:
-    """One method alone: :func:`run_interleaved` with a single entry."""
-    return run_interleaved({"run": (step, evaluate)}, metric, rule, schedule)["run"]
+def run_summary(trace: Trace, final: Sequence[str] = ("test_nll",), best: str = "test_nll") -> dict[str, Any]:
+    """How a run ended: stop reason, its own clock (wall and CPU), median time per step, the last value of every
+    metric of ``final`` (``final_<metric>``) and the smallest of ``best`` (``best_<metric>``)."""
+    return {
+        "stop_reason": trace.stop_reason,
+        "total_time": trace.total_time,
+        "total_cpu_time": trace.cpu_time[-1],
+        "median_step_time": trace.median_step_time(),
+        **{f"final_{m}": trace.metrics[m][-1] for m in final},
+        f"best_{best}": min(trace.metrics[best]),
+    }
 
 
+def print_run(name: str, trace: Trace, details: str = "", width: int = 28, indent: str = "") -> None:
+    """One progress line for a finished run: iterations, own clock, median step time, ``details``, stop reason."""
+    print(
+        f"{indent}{name:{width}s} {trace.num_iterations:6d} it  {trace.total_time:7.2f} s  "
+        f"{1e3 * trace.median_step_time():6.1f} ms/it  {details}({trace.stop_reason})",
+        flush=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- time to target
 @dataclass
 class Hit:
     """When a trace first reached a target: wall time, CPU time and iterations of the method's own clock."""
@@ -296,12 +539,62 @@ class Hit:
     iteration: int
 
 
+def _hit_at(trace: Trace, index: int) -> Hit:
+    return Hit(trace.time[index], trace.cpu_time[index], trace.iteration[index])
+
+
 def time_to_target(trace: Trace, metric: str, target: float) -> Hit | None:
     """The first evaluation with ``metric <= target``, or ``None`` if there is none."""
-    for t, c, it, value in zip(trace.time, trace.cpu_time, trace.iteration, trace.metrics[metric]):
+    for j, value in enumerate(trace.metrics[metric]):
         if value <= target:
-            return Hit(t, c, it)
+            return _hit_at(trace, j)
     return None
+
+
+def time_to_settle(trace: Trace, metric: str, level: float) -> Hit | None:
+    """The first evaluation from which ``metric`` stays ``<= level`` until the end of the trace (``None`` if the
+    last evaluation is above ``level``)."""
+    values = trace.metrics[metric]
+    first = None
+    for j in range(len(values) - 1, -1, -1):
+        if values[j] > level:
+            break
+        first = j
+    return None if first is None else _hit_at(trace, first)
+
+
+def hit_record(run: dict[str, Any], metric: str, target: float) -> dict[str, Any] | None:
+    """:func:`time_to_target` of a run record's ``trace`` (a :meth:`Trace.to_dict`), as a dict."""
+    hit = time_to_target(Trace.from_dict(run["trace"]), metric, target)
+    return asdict(hit) if hit else None
+
+
+def speedup(
+    baseline: dict[str, Any],
+    baseline_hit: dict[str, Any] | None,
+    reference: dict[str, Any],
+    reference_hit: dict[str, Any],
+) -> dict[str, Any]:
+    """How many times longer the ``baseline`` run took to a target than the ``reference`` run: in wall time, in CPU
+    time, in iterations, in median cost per iteration and as iterations × median cost per iteration.
+
+    The runs are :func:`run_summary` records with a ``trace``, the hits :class:`Hit` dicts; where the baseline never
+    reached the target (``baseline_hit`` is ``None``) its whole run is used and the ratios are lower bounds
+    (``is_lower_bound``).
+    """
+    done = baseline_hit is not None
+    its = baseline_hit["iteration"] if done else baseline["trace"]["iteration"][-1]
+    wall = baseline_hit["time"] if done else baseline["total_time"]
+    cpu = baseline_hit["cpu_time"] if done else baseline["total_cpu_time"]
+    cost, reference_cost = baseline["median_step_time"], reference["median_step_time"]
+    return {
+        "wall": wall / reference_hit["time"],
+        "cpu": cpu / reference_hit["cpu_time"],
+        "iterations_x_cost": (its * cost) / (reference_hit["iteration"] * reference_cost),
+        "iterations": its / reference_hit["iteration"],
+        "cost_per_iteration": cost / reference_cost,
+        "is_lower_bound": not done,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- output
@@ -330,6 +623,7 @@ def write_json(path: Path | str, obj: Any) -> Path:
 
 
 def write_text(path: Path | str, text: str) -> Path:
+    """Write ``text`` to ``path``, creating the parent folders."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -346,3 +640,69 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
+
+
+def write_results(
+    out: Path,
+    name: str,
+    result: dict[str, Any],
+    markdown: Callable[[Path, dict[str, Any]], Any],
+    figure: Callable[[Path, dict[str, Any]], Any] | None = None,
+    echo: bool = True,
+) -> None:
+    """Write ``out/<name>.json`` (:func:`write_json`), ``out/<name>.md`` (``markdown(path, result)``) and, with a
+    ``figure``, ``out/<name>.png`` (``figure(path, result)``); print the Markdown if ``echo``, then where they are."""
+    write_json(out / f"{name}.json", result)
+    markdown(out / f"{name}.md", result)
+    suffixes = "json,md"
+    if figure is not None:
+        figure(out / f"{name}.png", result)
+        suffixes += ",png"
+    if echo:
+        print((out / f"{name}.md").read_text())
+    print(f"wrote {out}/{name}.{{{suffixes}}}", flush=True)
+
+
+def format_ratio(value: float, lower_bound: bool = False) -> str:
+    """``"12.3×"``, or ``"> 12.3×"`` for a lower bound."""
+    return f"{'> ' if lower_bound else ''}{value:.1f}×"
+
+
+def speedup_sentence(sp: dict[str, Any] | None, missing: str = "n/a") -> str:
+    """A :func:`speedup` with its ``baseline`` name in words; ``missing`` where there is none."""
+    if not sp:
+        return missing
+    lb = sp["is_lower_bound"]
+    return (
+        f"{format_ratio(sp['wall'], lb)} in wall time vs {sp['baseline']} ({format_ratio(sp['cpu'], lb)} in CPU "
+        f"time, {format_ratio(sp['iterations_x_cost'], lb)} as iterations × median time per iteration = "
+        f"{sp['iterations']:.1f}× as many iterations × {sp['cost_per_iteration']:.2f}× the cost per iteration)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- figures
+def new_figure(ncols: int, figsize: tuple[float, float], squeeze: bool = True) -> tuple[Any, Any]:
+    """A Matplotlib figure with one row of ``ncols`` axes, on the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, ncols, figsize=figsize, squeeze=squeeze)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out, save as PNG (110 dpi, creating the parent folders) and close ``fig``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def timed_points(trace: dict[str, Any], *metrics: str) -> list[tuple[float, ...]]:
+    """``(time, metric values...)`` of every evaluation after the first step of a :meth:`Trace.to_dict` record (a
+    log time axis cannot show ``time == 0``)."""
+    columns = zip(trace["time"], *(trace["metrics"][m] for m in metrics))
+    return [point for point in columns if point[0] > 0]

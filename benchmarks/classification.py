@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -49,54 +48,9 @@ from gpytorch_augment.datasets import load_keel  # noqa: E402
 TOLERANCE = 0.005
 #: "no worse" test NLL: CAVI's final test NLL at most this much above the best same-model baseline's (nats)
 NLL_SLACK = 0.001
-#: where ``--quick`` writes by default (the committed results are full runs only)
-QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
 
 
 # ---------------------------------------------------------------------------------------------------- model
-class SparseGPClassifier(gpytorch.models.ApproximateGP):
-    r"""Sparse variational GP with a constant mean and a scaled ARD RBF kernel, hyper-parameters frozen.
-
-    :param inducing_points: :math:`Z`, ``(M, D)``, not learned.
-    :param distribution_cls: the GPyTorch variational distribution class of :math:`q(u)`.
-    :param strategy_cls: ``CAVIVariationalStrategy`` (CAVI) or ``gpytorch.variational.VariationalStrategy``.
-    :param hypers: ``{"lengthscale": [D floats], "outputscale": float, "mean_constant": float}``.
-    """
-
-    def __init__(
-        self,
-        inducing_points: Tensor,
-        distribution_cls: type = gpytorch.variational.CholeskyVariationalDistribution,
-        strategy_cls: type = gpytorch.variational.VariationalStrategy,
-        hypers: dict[str, Any] | None = None,
-    ) -> None:
-        q_u = distribution_cls(inducing_points.size(-2))
-        super().__init__(strategy_cls(self, inducing_points, q_u, learn_inducing_locations=False))
-        dim = inducing_points.size(-1)
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=dim))
-        if hypers is not None:
-            self.set_hyperparameters(hypers)
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    def set_hyperparameters(self, hypers: dict[str, Any], frozen: bool = True) -> None:
-        self.covar_module.base_kernel.lengthscale = torch.as_tensor(hypers["lengthscale"])
-        self.covar_module.outputscale = float(hypers["outputscale"])
-        self.mean_module.constant.data.fill_(float(hypers["mean_constant"]))
-        if frozen:
-            self.mean_module.requires_grad_(False)
-            self.covar_module.requires_grad_(False)
-
-    def hyperparameter_values(self) -> dict[str, Any]:
-        return {
-            "lengthscale": self.covar_module.base_kernel.lengthscale.detach().reshape(-1).tolist(),
-            "outputscale": float(self.covar_module.outputscale.detach()),
-            "mean_constant": float(self.mean_module.constant.detach()),
-        }
-
-
 def choose_hyperparameters(
     x: Tensor, y: Tensor, Z: Tensor, subset: int, iterations: int, lr: float = 0.05, seed: int = 0
 ) -> dict[str, Any]:
@@ -116,20 +70,9 @@ def choose_hyperparameters(
         "outputscale": 1.0,
         "mean_constant": 0.0,
     }
-    model = SparseGPClassifier(Z, hypers=None)
-    model.set_hyperparameters(init, frozen=False)
-    likelihood = BernoulliLogitLikelihood()
-    mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=ys.numel())
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        optimizer.zero_grad(set_to_none=True)
-        loss = -mll(model(xs), ys)
-        loss.backward()
-        optimizer.step()
-    with torch.no_grad():
-        final_elbo = float(mll(model(xs), ys))
-    hypers = model.hyperparameter_values()
+    model = common.SparseGP(Z, hypers=init, frozen=False)
+    final_elbo, seconds = common.train_svgp(model, BernoulliLogitLikelihood(), xs, ys, iterations, lr)
+    hypers = common.hyperparameter_values(model)
     return {
         **hypers,
         "procedure": (
@@ -141,14 +84,14 @@ def choose_hyperparameters(
         "initial": init,
         "subset_size": int(xs.shape[0]),
         "subset_elbo_per_datum": final_elbo,
-        "fit_seconds": time.perf_counter() - start,
+        "fit_seconds": seconds,
     }
 
 
 # ---------------------------------------------------------------------------------------------------- methods
 @dataclass
-class MethodSpec:
-    """One method of the comparison."""
+class MethodConfig:
+    """The settings of one method of the comparison."""
 
     name: str
     engine: str  # "cavi" | "adam" | "ngd"
@@ -167,32 +110,32 @@ _DISTRIBUTIONS = {
 }
 
 
-def default_methods(probit: bool = True) -> list[MethodSpec]:
+def default_methods(probit: bool = True) -> list[MethodConfig]:
     methods = [
-        MethodSpec("CAVI (natural)", "cavi", "logit", "natural"),
-        MethodSpec("CAVI (Cholesky)", "cavi", "logit", "cholesky"),
-        MethodSpec("NGD lr=0.1", "ngd", "logit", "natural", 0.1),
-        MethodSpec("SVGP+Adam lr=0.1", "adam", "logit", "cholesky", 0.1),
-        MethodSpec("SVGP+Adam lr=0.01", "adam", "logit", "cholesky", 0.01),
+        MethodConfig("CAVI (natural)", "cavi", "logit", "natural"),
+        MethodConfig("CAVI (Cholesky)", "cavi", "logit", "cholesky"),
+        MethodConfig("NGD lr=0.1", "ngd", "logit", "natural", 0.1),
+        MethodConfig("SVGP+Adam lr=0.1", "adam", "logit", "cholesky", 0.1),
+        MethodConfig("SVGP+Adam lr=0.01", "adam", "logit", "cholesky", 0.01),
     ]
     if probit:
         methods += [
-            MethodSpec("NGD lr=0.1 [probit]", "ngd", "probit", "natural", 0.1),
-            MethodSpec("SVGP+Adam lr=0.1 [probit]", "adam", "probit", "cholesky", 0.1),
-            MethodSpec("SVGP+Adam lr=0.01 [probit]", "adam", "probit", "cholesky", 0.01),
+            MethodConfig("NGD lr=0.1 [probit]", "ngd", "probit", "natural", 0.1),
+            MethodConfig("SVGP+Adam lr=0.1 [probit]", "adam", "probit", "cholesky", 0.1),
+            MethodConfig("SVGP+Adam lr=0.01 [probit]", "adam", "probit", "cholesky", 0.01),
         ]
     return methods
 
 
 def build(
-    spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any]
-) -> tuple[SparseGPClassifier, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
+    spec: MethodConfig, x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any]
+) -> tuple[common.SparseGP, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
     """The model, its likelihood and a ``step()`` closure doing one full-batch training iteration."""
     if spec.engine == "cavi":
         strategy_cls = CAVIVariationalStrategy
     else:
         strategy_cls = gpytorch.variational.VariationalStrategy
-    model = SparseGPClassifier(Z, _DISTRIBUTIONS[spec.distribution], strategy_cls, hypers)
+    model = common.SparseGP(Z, _DISTRIBUTIONS[spec.distribution], strategy_cls, hypers)
     if spec.link == "logit":
         likelihood = BernoulliLogitLikelihood()
     else:
@@ -217,57 +160,26 @@ def build(
         optimizer = gpytorch.optim.NGD(params, num_data=num_data, lr=spec.lr)
     else:
         raise ValueError(f"unknown engine {spec.engine!r}")
-
-    def step() -> Any:
-        optimizer.zero_grad(set_to_none=True)
-        loss = -mll(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return model, likelihood, step
-
-
-def make_evaluator(
-    model: SparseGPClassifier, likelihood: gpytorch.likelihoods.Likelihood, x_test: Tensor, y_test: Tensor
-) -> Callable[[], dict[str, float]]:
-    """Test NLL and error of each method's own predictive ``likelihood(model(x_test))`` in eval mode."""
-
-    def evaluate() -> dict[str, float]:
-        model.eval()
-        likelihood.eval()
-        with torch.no_grad():
-            probs = likelihood(model(x_test)).probs
-        model.train()
-        likelihood.train()
-        return {"test_nll": common.bernoulli_nll(probs, y_test), "test_error": common.error_rate(probs, y_test)}
-
-    return evaluate
+    return model, likelihood, common.gradient_step(lambda: -mll(model(x), y), optimizer)
 
 
 @torch.no_grad()
-def true_elbo(model: SparseGPClassifier, likelihood: gpytorch.likelihoods.Likelihood, x: Tensor, y: Tensor) -> float:
+def true_elbo(model: common.SparseGP, likelihood: gpytorch.likelihoods.Likelihood, x: Tensor, y: Tensor) -> float:
     """The (non-augmented) ``VariationalELBO`` per datum of the current q(u), under the method's own likelihood."""
     model.train()
     return float(gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())(model(x), y))
 
 
-def warm_up(specs: list[MethodSpec], x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any], steps: int = 2) -> None:
-    """A few untimed full-data steps of every method on throw-away models (first-call allocations, caches)."""
-    for spec in specs:
-        step = build(spec, x, y, Z, hypers)[2]
-        for _ in range(steps):
-            step()
-
-
 # ---------------------------------------------------------------------------------------------------- analysis
-def _trace(run: dict[str, Any]) -> common.Trace:
-    return common.Trace(**{k: v for k, v in run["trace"].items() if k != "median_step_time"})
-
-
-def _hit(run: dict[str, Any], target: float) -> dict[str, float] | None:
-    hit = common.time_to_target(_trace(run), "test_nll", target)
-    return asdict(hit) if hit else None
+def _main_hit(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The hit of a run at its main target (``None`` if it did not converge)."""
+    if not run["converged"]:
+        return None
+    return {
+        "time": run["time_to_target"],
+        "cpu_time": run["cpu_time_to_target"],
+        "iteration": run["iterations_to_target"],
+    }
 
 
 def summarise(runs: list[dict[str, Any]], tight_tolerance: float) -> dict[str, Any]:
@@ -293,11 +205,9 @@ def summarise(runs: list[dict[str, Any]], tight_tolerance: float) -> dict[str, A
     tight = f"same_likelihood_{tight_tolerance}"
     literal = f"literal_any_method_{TOLERANCE}"
     for r in runs:
-        trace = common.Trace(**{k: v for k, v in r["trace"].items() if k != "median_step_time"})
 
         def hit(target: float) -> dict[str, Any] | None:
-            h = common.time_to_target(trace, "test_nll", target)
-            return asdict(h) if h else None
+            return common.hit_record(r, "test_nll", target)
 
         main = hit(summary["targets"][r["link"]])
         r["target"] = summary["targets"][r["link"]]
@@ -311,23 +221,9 @@ def summarise(runs: list[dict[str, Any]], tight_tolerance: float) -> dict[str, A
     fastest = min(cavi, key=lambda r: r["time_to_target"]) if cavi else None
     summary["cavi_reported"] = fastest["name"] if fastest else None
 
-    def ratios(r: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
-        """Baseline over CAVI: wall time, CPU time, and iterations x median time per iteration."""
-        done = r["converged"]
-        its = r["iterations_to_target"] if done else r["trace"]["iteration"][-1]
-        wall = r["time_to_target"] if done else r["total_time"]
-        cpu = r["cpu_time_to_target"] if done else r["total_cpu_time"]
-        return {
-            "wall": wall / c["time_to_target"],
-            "cpu": cpu / c["cpu_time_to_target"],
-            "iterations_x_cost": (its * r["median_step_time"]) / (c["iterations_to_target"] * c["median_step_time"]),
-            "iterations": its / c["iterations_to_target"],
-            "cost_per_iteration": r["median_step_time"] / c["median_step_time"],
-            "is_lower_bound": not done,
-        }
-
     for r in runs:
-        r["cavi_speedup"] = ratios(r, fastest) if fastest is not None and r["engine"] != "cavi" else None
+        baseline = fastest is not None and r["engine"] != "cavi"
+        r["cavi_speedup"] = common.speedup(r, _main_hit(r), fastest, _main_hit(fastest)) if baseline else None
 
     def fastest_of(engine: str, links: tuple[str, ...]) -> dict[str, Any] | None:
         rs = [r for r in runs if r["engine"] == engine and r["link"] in links]
@@ -382,10 +278,6 @@ def summarise(runs: list[dict[str, Any]], tight_tolerance: float) -> dict[str, A
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _x(value: float, lower_bound: bool) -> str:
-    return f"{'> ' if lower_bound else ''}{value:.1f}×"
-
-
 def _table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     headers = [
         "method",
@@ -411,9 +303,9 @@ def _table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                 "logistic" if r["link"] == "logit" else "probit (GPyTorch)",
                 f"{r['time_to_target']:.2f}" if r["converged"] else f"not converged ({r['total_time']:.1f})",
                 r["iterations_to_target"] if r["converged"] else "—",
-                _x(sp["wall"], lb) if sp else "—",
-                _x(sp["cpu"], lb) if sp else "—",
-                _x(sp["iterations_x_cost"], lb) if sp else "—",
+                common.format_ratio(sp["wall"], lb) if sp else "—",
+                common.format_ratio(sp["cpu"], lb) if sp else "—",
+                common.format_ratio(sp["iterations_x_cost"], lb) if sp else "—",
                 f"{r['final_test_nll']:.4f}",
                 f"{r['final_test_error']:.4f}",
                 "yes" if r["converged"] else "no",
@@ -422,17 +314,6 @@ def _table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             ]
         )
     return common.markdown_table(headers, rows)
-
-
-def _speedup_sentence(s: dict[str, Any] | None) -> str:
-    if not s:
-        return "n/a"
-    lb = s["is_lower_bound"]
-    return (
-        f"{_x(s['wall'], lb)} in wall time vs {s['baseline']} ({_x(s['cpu'], lb)} in CPU time, "
-        f"{_x(s['iterations_x_cost'], lb)} as iterations × median time per iteration = "
-        f"{s['iterations']:.1f}× as many iterations × {s['cost_per_iteration']:.2f}× the cost per iteration)"
-    )
 
 
 def _other_target_sentence(entry: dict[str, Any]) -> str:
@@ -452,7 +333,7 @@ def _other_target_sentence(entry: dict[str, Any]) -> str:
 
 def write_markdown(path: Path, result: dict[str, Any]) -> None:
     runs, summary, cfg, hyp = result["runs"], result["summary"], result["config"], result["hyperparameters"]
-    sp = summary["cavi_speedups"]
+    sp = {key: common.speedup_sentence(value) for key, value in summary["cavi_speedups"].items()}
     m = result["machine"]
     rule, sched = cfg["stopping"], cfg["schedule"]
     targets = ", ".join(
@@ -482,12 +363,12 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
     if "issue_targets" in summary:
         it = summary["issue_targets"]
         lines += [
-            f"* **CAVI vs SVGP+Adam** (fastest lr, either likelihood): {_speedup_sentence(sp.get('vs_svgp_adam'))}. "
+            f"* **CAVI vs SVGP+Adam** (fastest lr, either likelihood): {sp.get('vs_svgp_adam', 'n/a')}. "
             f"Issue target ≥ 20×: **{'met' if it['speedup_vs_svgp_adam_ge_20'] else 'NOT met'}**.",
-            f"* **CAVI vs NGD** (either likelihood): {_speedup_sentence(sp.get('vs_ngd'))}. "
+            f"* **CAVI vs NGD** (either likelihood): {sp.get('vs_ngd', 'n/a')}. "
             f"Issue target ≥ 3×: **{'met' if it['speedup_vs_ngd_ge_3'] else 'NOT met'}**.",
-            f"* Same model only (logistic baselines): vs SVGP+Adam {_speedup_sentence(sp.get('vs_svgp_adam_logit'))}; "
-            f"vs NGD {_speedup_sentence(sp.get('vs_ngd_logit'))}.",
+            f"* Same model only (logistic baselines): vs SVGP+Adam {sp.get('vs_svgp_adam_logit', 'n/a')}; "
+            f"vs NGD {sp.get('vs_ngd_logit', 'n/a')}.",
             f"* **Final test NLL** of CAVI minus the best final test NLL of the logistic baselines (same model): "
             f"{it['cavi_final_nll_minus_best_logit_baseline']:+.4f} nats (no worse, i.e. ≤ +{NLL_SLACK}: "
             f"**{'yes' if it['nll_no_worse_than_same_model_baselines'] else 'NO'}**); minus the best probit run "
@@ -522,9 +403,7 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         f"Evaluations: after every iteration up to {sched['dense_until']}, every {sched['every']} up to "
         f"{sched['sparse_from']}, then every {sched['sparse_every']}.",
         f"* Hyper-parameters: {hyp['procedure']}.",
-        f"* Machine: {m['cpu_count']} cores shared with other jobs; load average (1, 5, 15 min) at start "
-        f"{[round(v, 1) for v in m['load_average_start']]}, at end {[round(v, 1) for v in m['load_average_end']]}; "
-        f"torch {m['torch']}, gpytorch {m['gpytorch']}. Absolute times vary with the load; compare the ratios.",
+        common.machine_sentence(m),
         "",
         "![test NLL vs time](classification.png)",
         "",
@@ -533,12 +412,7 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
 
 
 def plot(path: Path, result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    fig, axes = common.new_figure(2, (13, 5))
     colours = {"cavi": "C3", "ngd": "C0", "adam": "C2"}
     s = result["summary"]
     best = s["best_test_nll_any_method"]
@@ -547,8 +421,7 @@ def plot(path: Path, result: dict[str, Any]) -> None:
         for link in {r["link"] for r in result["runs"]}
     }
     for r in result["runs"]:
-        tr = r["trace"]
-        pts = [(t, v) for t, v in zip(tr["time"], tr["metrics"]["test_nll"]) if t > 0]
+        pts = common.timed_points(r["trace"], "test_nll")
         if not pts:
             continue
         ts, vs = zip(*pts)
@@ -582,28 +455,15 @@ def plot(path: Path, result: dict[str, Any]) -> None:
         f"KEEL magic, N={cfg['n_train']}, M={cfg['num_inducing']}, fixed hyper-parameters, "
         f"{cfg['threads']} thread(s)" + (" — QUICK smoke run" if cfg["quick"] else "")
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="subsampled smoke run (< 1 min)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for every method (default 1)")
-    p.add_argument("--max-time", type=float, default=None, help="cap on each run's own clock [s]")
-    p.add_argument("--max-iter", type=int, default=None, help="cap on each run's iterations")
+    common.run_arguments(p, quick_help="subsampled smoke run (< 1 min)")
     p.add_argument("--no-probit", action="store_true", help="skip the runs with GPyTorch's probit likelihood")
     p.add_argument("--only", nargs="*", default=None, help="run only the methods with these names")
-    p.add_argument(
-        "--output-dir",
-        type=Path,
-        default=None,
-        help=f"default {common.RESULTS_DIR} (full run) or {QUICK_DIR} (--quick: never overwrites the results)",
-    )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--profile",
         type=int,
@@ -619,7 +479,7 @@ def profile_cavi(x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any], steps:
     import cProfile
     import pstats
 
-    model, _, step = build(MethodSpec("CAVI (natural)", "cavi", "logit", "natural"), x, y, Z, hypers)
+    model, _, step = build(MethodConfig("CAVI (natural)", "cavi", "logit", "natural"), x, y, Z, hypers)
     for _ in range(3):
         step()
     profiler = cProfile.Profile()
@@ -638,9 +498,7 @@ def profile_cavi(x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any], steps:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     wall_start = time.perf_counter()
-    common.configure_torch(threads=args.threads, dtype=torch.float64)
-    machine = common.machine_info()
-    torch.manual_seed(args.seed)
+    machine = common.start_run(args.threads, args.seed)
 
     if args.quick:
         data = load_keel("magic", test_fraction=0.2, seed=args.seed, max_train=1500)
@@ -658,10 +516,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         schedule = common.EvalSchedule(dense_until=100, every=5, sparse_from=1000, sparse_every=10)
         test_n = None
-    if args.max_time is not None:
-        rule.max_time = args.max_time
-    if args.max_iter is not None:
-        rule.max_iter = args.max_iter
+    rule.capped(args.max_time, args.max_iter)
     x, y = data.x_train, data.y_train
     x_test, y_test = data.x_test[:test_n], data.y_test[:test_n]
     print(f"magic: train {tuple(x.shape)}, test {tuple(x_test.shape)}, threads {torch.get_num_threads()}", flush=True)
@@ -683,49 +538,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         specs = [s for s in specs if s.name in args.only]
         if not any(s.engine == "cavi" for s in specs):
             raise ValueError("--only must keep at least one CAVI method")
-    warm_up(specs, x, y, Z, hypers)
+    common.warm_up(build(spec, x, y, Z, hypers)[2] for spec in specs)
 
-    built, methods = {}, {}
+    built, methods = {}, []
     for spec in specs:
         torch.manual_seed(args.seed)
         model, likelihood, step = build(spec, x, y, Z, hypers)
         built[spec.name] = (model, likelihood)
-        methods[spec.name] = (step, make_evaluator(model, likelihood, x_test, y_test))
+        evaluate = common.binary_evaluator(model, likelihood, x_test, y_test)
+        methods.append(common.MethodSpec(spec.name, step, evaluate, {**asdict(spec), "group": spec.group}))
 
     def report(name: str, trace: common.Trace) -> None:
-        print(
-            f"{name:28s} {trace.num_iterations:6d} it  {trace.total_time:7.2f} s  "
-            f"{1e3 * trace.median_step_time():6.1f} ms/it  final NLL {trace.metrics['test_nll'][-1]:.5f}  best "
-            f"{min(trace.metrics['test_nll']):.5f}  err {trace.metrics['test_error'][-1]:.4f}  ({trace.stop_reason})",
-            flush=True,
-        )
+        nll = trace.metrics["test_nll"]
+        details = f"final NLL {nll[-1]:.5f}  best {min(nll):.5f}  err {trace.metrics['test_error'][-1]:.4f}  "
+        common.print_run(name, trace, details)
 
     started = time.perf_counter()
     traces = common.run_interleaved(methods, "test_nll", rule, schedule, on_done=report)
     runs_wall = time.perf_counter() - started
     runs = []
-    for spec in specs:
-        trace = traces[spec.name]
-        model, likelihood = built[spec.name]
+    for method in methods:
+        trace = traces[method.name]
         runs.append(
             {
-                **asdict(spec),
-                "group": spec.group,
-                "stop_reason": trace.stop_reason,
-                "total_time": trace.total_time,
-                "total_cpu_time": trace.cpu_time[-1],
-                "median_step_time": trace.median_step_time(),
-                "final_test_nll": trace.metrics["test_nll"][-1],
-                "final_test_error": trace.metrics["test_error"][-1],
-                "best_test_nll": min(trace.metrics["test_nll"]),
-                "final_train_elbo_per_datum": true_elbo(model, likelihood, x, y),
+                **method.settings,
+                **common.run_summary(trace, final=("test_nll", "test_error")),
+                "final_train_elbo_per_datum": true_elbo(*built[method.name], x, y),
                 "trace": trace.to_dict(),
             }
         )
 
     summary = summarise(runs, tight_tolerance=0.001)
-    machine["load_average_start"] = machine.pop("load_average_1_5_15_min")
-    machine["load_average_end"] = common.machine_info()["load_average_1_5_15_min"]
+    common.close_machine_info(machine)
     result = {
         "benchmark": "classification",
         "issue": "issue 2, item 10",
@@ -737,15 +581,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "n_test": int(x_test.shape[0]),
             "num_features": int(x.shape[1]),
             "num_inducing": num_inducing,
-            "inducing_points": f"k-means (scikit-learn, seed {args.seed}, n_init 3) of the training inputs, fixed",
-            "dtype": "float64",
-            "threads": torch.get_num_threads(),
-            "tolerance_nats": TOLERANCE,
-            "stopping": asdict(rule),
-            "schedule": asdict(schedule),
-            "execution": "all methods round-robin (one step of each unfinished method in turn), after 2 untimed "
-            "warm-up steps of each on throw-away models",
-            "seed": args.seed,
+            **common.run_config(rule, schedule, args.seed, TOLERANCE),
         },
         "hyperparameters": hypers,
         "machine": machine,
@@ -754,12 +590,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "wall_time_of_runs_including_evaluation": runs_wall,
         "wall_time_total": time.perf_counter() - wall_start,
     }
-    out = args.output_dir or (QUICK_DIR if args.quick else common.RESULTS_DIR)
-    common.write_json(out / "classification.json", result)
-    write_markdown(out / "classification.md", result)
-    plot(out / "classification.png", result)
-    print((out / "classification.md").read_text())
-    print(f"wrote {out}/classification.{{json,md,png}}")
+    common.write_results(common.output_dir(args.output_dir, args.quick), "classification", result, write_markdown, plot)
     return result
 
 

@@ -30,13 +30,13 @@ import multiclass as mc  # noqa: E402
 from gpytorch_augment.datasets import load_keel  # noqa: E402
 
 SPECS = {
-    "whitened": mc.MethodSpec("true-ELBO M-step, whitened", "cavi", hypers="own-true"),
-    "unwhitened": mc.MethodSpec("true-ELBO M-step, unwhitened", "cavi", hypers="own-true", unwhitened=True),
-    "augmented": mc.MethodSpec("augmented-bound M-step (default), whitened", "cavi"),
+    "whitened": mc.MethodConfig("true-ELBO M-step, whitened", "cavi", hypers="own-true"),
+    "unwhitened": mc.MethodConfig("true-ELBO M-step, unwhitened", "cavi", hypers="own-true", unwhitened=True),
+    "augmented": mc.MethodConfig("augmented-bound M-step (default), whitened", "cavi"),
 }
 
 
-def fit_q_u(spec: mc.MethodSpec, x: Any, y: Any, Z: Any, K: int, hypers: dict[str, Any], max_steps: int) -> mc.Built:
+def fit_q_u(spec: mc.MethodConfig, x: Any, y: Any, Z: Any, K: int, hypers: dict[str, Any], max_steps: int) -> mc.Built:
     """q(u) by full-batch CAVI at the frozen hyper-parameters until the augmented ELBO changes by < 1e-6 / datum."""
     built = mc.build(spec, x, y, Z, K, hypers)
     previous = None
@@ -75,17 +75,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"test accuracy {final['accuracy']:.4f}, NLL {final['test_nll']:.4f}", flush=True)
     result = {"quick": quick, "machine": common.machine_info(), "rows": rows,
               "wall_time_total": time.perf_counter() - start}
-    out = args.out or (mc.QUICK_DIR if quick else common.RESULTS_DIR)
-    common.write_json(out / "hyper_objective.json", result)
-    write_markdown(out / "hyper_objective.md", result)
-    print(f"wrote {out / 'hyper_objective.md'}", flush=True)
+    common.write_results(common.output_dir(args.out, quick), "hyper_objective", result, write_markdown, echo=False)
     return result
 
 
 def write_markdown(path: Path, result: dict[str, Any]) -> None:
     rows = list(result["rows"].values())
     trace0 = rows[0]["hyperparameters"]["subset_elbo_trace"]
-    headers = ["hyper-parameter loop"] + [f"it. {int(i)}" for i, _ in trace0] + ["test acc.", "test NLL", "mean constants"]
+    headers = ["hyper-parameter loop", *(f"it. {int(i)}" for i, _ in trace0), "test acc.", "test NLL", "mean constants"]
     table = []
     for r in rows:
         h = r["hyperparameters"]
@@ -101,7 +98,8 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         verdicts.append(
             f"* {r['name']}: "
             + ("rises (to within 0.002) at every checkpoint" if all(b >= a - 2e-3 for a, b in zip(values, values[1:]))
-               else f"peaks at iteration {int(r['hyperparameters']['subset_elbo_trace'][peak][0])} ({values[peak]:.4f}) "
+               else f"peaks at iteration {int(r['hyperparameters']['subset_elbo_trace'][peak][0])} "
+               f"({values[peak]:.4f}) "
                f"and ends at {values[-1]:.4f}")
             + f"; fit {r['hyperparameters']['fit_seconds']:.0f} s."
         )

@@ -50,7 +50,6 @@ import copy
 import math
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -73,8 +72,6 @@ from gpytorch_augment import (  # noqa: E402
 from gpytorch_augment.datasets import load_keel  # noqa: E402
 from gpytorch_augment.likelihoods.logistic_softmax import _expectation  # noqa: E402
 
-#: where ``--quick`` writes by default (the committed results are full runs only)
-QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
 #: draws of the tracking predictive (shared by every method)
 TRACKING_DRAWS = 512
 #: "equal accuracy" slack for the secondary target (fraction of test points)
@@ -127,14 +124,17 @@ class MultiLatentSVGP(gpytorch.models.ApproximateGP):
 
 # ---------------------------------------------------------------------------------------------------- methods
 @dataclass
-class MethodSpec:
+class MethodConfig:
+    """The settings of one method of the comparison."""
+
     name: str
     engine: str  # "cavi" | "adam" | "adam-ls" (diagnostic: SVGP+Adam on the logistic-softmax model's true ELBO)
     bijective: bool = False
     learn_class_scales: bool = False
     lr: float | None = None
     hypers: str = "own"  # "own": chosen on this method's own model; "baseline": the softmax SVGP's (CAVI only);
-    # "elbo": the softmax's procedure (SVGP + VariationalELBO + Adam) applied to this method's own likelihood (CAVI only);
+    # "elbo": the softmax's procedure (SVGP + VariationalELBO + Adam) applied to this method's own likelihood
+    # (CAVI only);
     # "own-true": the own CAVI procedure with the hyper-parameter steps on the true ELBO (CAVI(hyper_objective=...))
     unwhitened: bool = False  # the hyper-parameter fit's CAVI loop on UnwhitenedCAVIVariationalStrategy
 
@@ -159,20 +159,20 @@ class MethodSpec:
         return "softmax" if self.engine == "adam" or self.hypers == "baseline" else self.link
 
 
-def default_methods(quick: bool) -> list[MethodSpec]:
+def default_methods(quick: bool) -> list[MethodConfig]:
     methods = [
-        MethodSpec("CAVI", "cavi"),
-        MethodSpec("CAVI + class scales", "cavi", learn_class_scales=True),
-        MethodSpec("CAVI (true-ELBO M-step)", "cavi", hypers="own-true"),
-        MethodSpec("CAVI + class scales (true-ELBO M-step)", "cavi", learn_class_scales=True, hypers="own-true"),
-        MethodSpec("CAVI bijective", "cavi", bijective=True),
-        MethodSpec("CAVI bijective + class scales", "cavi", bijective=True, learn_class_scales=True),
-        MethodSpec("SVGP+Adam lr=0.05", "adam", lr=0.05),
-        MethodSpec("SVGP+Adam lr=0.01", "adam", lr=0.01),
-        MethodSpec("CAVI (baseline's h.p.)", "cavi", hypers="baseline"),
-        MethodSpec("CAVI (true-ELBO h.p.)", "cavi", hypers="elbo"),
-        MethodSpec("CAVI + class scales (true-ELBO h.p.)", "cavi", learn_class_scales=True, hypers="elbo"),
-        MethodSpec("SVGP+Adam logistic-softmax (diagnostic)", "adam-ls", lr=0.05, hypers="elbo"),
+        MethodConfig("CAVI", "cavi"),
+        MethodConfig("CAVI + class scales", "cavi", learn_class_scales=True),
+        MethodConfig("CAVI (true-ELBO M-step)", "cavi", hypers="own-true"),
+        MethodConfig("CAVI + class scales (true-ELBO M-step)", "cavi", learn_class_scales=True, hypers="own-true"),
+        MethodConfig("CAVI bijective", "cavi", bijective=True),
+        MethodConfig("CAVI bijective + class scales", "cavi", bijective=True, learn_class_scales=True),
+        MethodConfig("SVGP+Adam lr=0.05", "adam", lr=0.05),
+        MethodConfig("SVGP+Adam lr=0.01", "adam", lr=0.01),
+        MethodConfig("CAVI (baseline's h.p.)", "cavi", hypers="baseline"),
+        MethodConfig("CAVI (true-ELBO h.p.)", "cavi", hypers="elbo"),
+        MethodConfig("CAVI + class scales (true-ELBO h.p.)", "cavi", learn_class_scales=True, hypers="elbo"),
+        MethodConfig("SVGP+Adam logistic-softmax (diagnostic)", "adam-ls", lr=0.05, hypers="elbo"),
     ]
     if quick:
         methods = [m for m in methods if m.name not in ("CAVI bijective", "SVGP+Adam lr=0.01")]
@@ -211,7 +211,7 @@ def _subset_elbo(model: MultiLatentSVGP, likelihood: Any, x: Tensor, y: Tensor) 
 
 
 def choose_hyperparameters(
-    spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, subset: int, iterations: int,
+    spec: MethodConfig, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, subset: int, iterations: int,
     lr: float = HYPER_LR, seed: int = 0, checkpoint: int = HYPER_CHECKPOINT,
 ) -> dict[str, Any]:
     """The fixed procedure that picks a model's frozen hyper-parameters, applied to **that model**: on a seeded
@@ -255,13 +255,11 @@ def choose_hyperparameters(
     if joint:
         mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=ys.numel())
         optimizer = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=lr)
+        step = common.gradient_step(lambda: -mll(model(xs), ys), optimizer)
 
         def train(n: int) -> None:
             for _ in range(n):
-                optimizer.zero_grad(set_to_none=True)
-                loss = -mll(model(xs), ys)
-                loss.backward()
-                optimizer.step()
+                step()
 
         procedure = (
             "GPyTorch SVGP with "
@@ -287,7 +285,8 @@ def choose_hyperparameters(
 
         procedure = (
             f"LogisticSoftmaxLikelihood(bijective={spec.bijective}, learn_class_scales={spec.learn_class_scales}) with "
-            f"{'Unwhitened' if spec.unwhitened else ''}CAVIVariationalStrategy; CAVI.fit with hyper_optimizer=Adam(model.hyperparameters(), lr={lr}): one "
+            f"{'Unwhitened' if spec.unwhitened else ''}CAVIVariationalStrategy; CAVI.fit with "
+            f"hyper_optimizer=Adam(model.hyperparameters(), lr={lr}): one "
             "closed-form CAVI step on q(u) (and θ) then one Adam step on "
             + (
                 "the true ELBO (CAVI(..., hyper_objective=gpytorch.mlls.VariationalELBO(likelihood, ...)), the "
@@ -332,7 +331,7 @@ class Built:
     best_state: dict[str, Any] | None = field(default=None, repr=False)  # model & likelihood at that accuracy
 
 
-def build(spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, hypers: dict[str, Any]) -> Built:
+def build(spec: MethodConfig, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, hypers: dict[str, Any]) -> Built:
     """The model, its likelihood, a ``step()`` closure (one full-batch training iteration) and the link."""
     if spec.engine == "cavi":
         likelihood = LogisticSoftmaxLikelihood(
@@ -351,15 +350,7 @@ def build(spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, h
     model.set_hyperparameters(hypers)
     mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())
     optimizer = torch.optim.Adam(model.variational_parameters(), lr=spec.lr)
-
-    def step() -> Any:
-        optimizer.zero_grad(set_to_none=True)
-        loss = -mll(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return Built(model, likelihood, step, link)
+    return Built(model, likelihood, common.gradient_step(lambda: -mll(model(x), y), optimizer), link)
 
 
 @torch.no_grad()
@@ -442,17 +433,13 @@ def final_metrics(built: Built, x_test: Tensor, y_test: Tensor, state: dict[str,
 
 
 # ---------------------------------------------------------------------------------------------------- analysis
-def _trace(run: dict[str, Any]) -> common.Trace:
-    return common.Trace(**{k: v for k, v in run["trace"].items() if k != "median_step_time"})
-
-
 def _accuracies(run: dict[str, Any]) -> list[float]:
     return [1 - e for e in run["trace"]["metrics"]["test_error"]]
 
 
 def _hit(run: dict[str, Any], accuracy: float) -> dict[str, Any] | None:
-    hit = common.time_to_target(_trace(run), "test_error", 1 - accuracy + 1e-12)
-    return asdict(hit) if hit else None
+    """When the run's tracked accuracy first reached ``accuracy``."""
+    return common.hit_record(run, "test_error", 1 - accuracy + 1e-12)
 
 
 def _config(run: dict[str, Any]) -> str:
@@ -595,7 +582,10 @@ SECTIONS = {
         "shifts every f at fixed q(v)) and fights the CAVI step; tutorial 05 shows the same loop stable with "
         "`UnwhitenedCAVIVariationalStrategy` (not run here).",
     ),
-    "baseline": ("CAVI with the baseline's hyper-parameters", "The softmax model's hyper-parameters, used as they are."),
+    "baseline": (
+        "CAVI with the baseline's hyper-parameters",
+        "The softmax model's hyper-parameters, used as they are.",
+    ),
 }
 
 
@@ -781,9 +771,7 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         f"over the last {cfg['stopping']['patience']} evaluations spanning ≥ "
         f"{cfg['stopping']['min_window_iterations']} iterations ('plateau'), at {cfg['stopping']['max_iter']} "
         f"iterations, or after {cfg['stopping']['max_time']:.0f} s of its own clock.",
-        f"* Machine: {m['cpu_count']} cores shared with other jobs; load average at start "
-        f"{[round(v, 1) for v in m['load_average_start']]}, at end {[round(v, 1) for v in m['load_average_end']]}; "
-        f"torch {m['torch']}, gpytorch {m['gpytorch']}. Absolute times vary with the load; compare the ratios.",
+        common.machine_sentence(m),
         "",
         "![test accuracy and NLL vs time](multiclass.png)",
         "",
@@ -835,7 +823,10 @@ def reading(result: dict[str, Any]) -> list[str]:
         "them."
     )
     for config, suffix in (
-        ("elbo", " (true-ELBO h.p.)"), ("own", ""), ("own-true", " (true-ELBO M-step)"), ("baseline", " (baseline's h.p.)")
+        ("elbo", " (true-ELBO h.p.)"),
+        ("own", ""),
+        ("own-true", " (true-ELBO M-step)"),
+        ("baseline", " (baseline's h.p.)"),
     ):
         for base, scaled in [("CAVI", "CAVI + class scales"), ("CAVI bijective", "CAVI bijective + class scales")]:
             base, scaled = base + suffix, scaled + suffix
@@ -986,19 +977,13 @@ def reading(result: dict[str, Any]) -> list[str]:
 
 
 def plot(path: Path, result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    fig, axes = common.new_figure(2, (13, 5))
     for i, r in enumerate(result["runs"]):
-        tr = r["trace"]
-        metrics = zip(tr["time"], tr["metrics"]["test_error"], tr["metrics"]["test_nll"])
-        pts = [(t, 1 - e, v) for t, e, v in metrics if t > 0]
+        pts = common.timed_points(r["trace"], "test_error", "test_nll")
         if not pts:
             continue
-        ts, acc, nll = zip(*pts)
+        ts, errors, nll = zip(*pts)
+        acc = [1 - e for e in errors]
         style = "--" if r["engine"] != "cavi" else ("-" if _config(r) == HEADLINE else ":")
         width = 2.0 if r["engine"] == "adam" or (r["engine"] == "cavi" and _config(r) == HEADLINE) else 1.2
         axes[0].plot(ts, acc, style, color=f"C{i % 10}", label=r["name"], lw=width)
@@ -1021,10 +1006,7 @@ def plot(path: Path, result: dict[str, Any]) -> None:
 f"(solid: CAVI, {CONFIGS[HEADLINE]} (headline); dashed: Adam; dotted: CAVI, other h.p.)"
         + (" — QUICK smoke run" if cfg["quick"] else "")
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -1045,10 +1027,7 @@ def render(json_path: Path) -> None:
     result = json.loads(Path(json_path).read_text())
     result["summary"] = summarise(result["runs"], result["config"]["n_test"])
     result["reading"] = reading(result)
-    out = Path(json_path).parent
-    common.write_json(out / "multiclass.json", result)
-    write_markdown(out / "multiclass.md", result)
-    plot(out / "multiclass.png", result)
+    common.write_results(Path(json_path).parent, "multiclass", result, write_markdown, plot, echo=False)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -1072,7 +1051,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     hypers: dict[str, dict[str, Any]] = {}
     for spec in specs:  # one fit per distinct model, by the same procedure (untimed for the runs)
         if spec.hyper_key not in hypers:
-            fit_spec = spec if spec.hyper_key != "softmax" else MethodSpec("softmax", "adam")
+            fit_spec = spec if spec.hyper_key != "softmax" else MethodConfig("softmax", "adam")
             hypers[spec.hyper_key] = choose_hyperparameters(
                 fit_spec, x, y, Z, K, subset=min(2000, x.shape[0]), iterations=40 if quick else HYPER_ITERATIONS,
                 checkpoint=20 if quick else HYPER_CHECKPOINT,
@@ -1089,17 +1068,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     schedule = common.EvalSchedule(dense_until=60, every=5, sparse_from=1000, sparse_every=10)
     eps = torch.randn(TRACKING_DRAWS, 1, K, generator=torch.Generator().manual_seed(1))
-    for spec in specs:  # untimed warm-up on throw-away models (first-call allocations)
-        warm = build(spec, x, y, Z, K, hypers[spec.hyper_key])
-        for _ in range(2):
-            warm.step()
+    common.warm_up(build(spec, x, y, Z, K, hypers[spec.hyper_key]).step for spec in specs)
     built = {spec.name: build(spec, x, y, Z, K, hypers[spec.hyper_key]) for spec in specs}
-    methods = {name: (b.step, make_evaluator(b, x_test, y_test, eps)) for name, b in built.items()}
+    methods = [common.MethodSpec(name, b.step, make_evaluator(b, x_test, y_test, eps)) for name, b in built.items()]
 
     def on_done(name: str, trace: common.Trace) -> None:
-        print(f"{name}: {trace.num_iterations} its, {trace.total_time:.1f} s, {trace.stop_reason}", flush=True)
+        common.print_run(name, trace, width=40)
 
-    load_start = machine["load_average_1_5_15_min"]
     traces = common.run_interleaved(methods, "test_nll", rule, schedule, on_done=on_done)
     runs = []
     for spec in specs:
@@ -1115,8 +1090,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             run["final_at_best_tracked"] = final_metrics(b, x_test, y_test, state=b.best_state)
         runs.append(run)
     summary = summarise(runs, int(x_test.shape[0]))
-    machine["load_average_start"] = load_start
-    machine["load_average_end"] = common.machine_info()["load_average_1_5_15_min"]
+    common.close_machine_info(machine)
     config = {
         "quick": quick, "n_train": int(x.shape[0]), "n_test": int(x_test.shape[0]), "num_features": int(x.shape[1]),
         "num_classes": K, "num_inducing": M, "threads": args.threads, "dtype": str(torch.get_default_dtype()),
@@ -1127,11 +1101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "wall_time_total": time.perf_counter() - start_all,
     }
     result["reading"] = reading(result)
-    out = args.out or (QUICK_DIR if quick else common.RESULTS_DIR)
-    common.write_json(out / "multiclass.json", result)
-    write_markdown(out / "multiclass.md", result)
-    plot(out / "multiclass.png", result)
-    print(f"wrote {out / 'multiclass.md'}", flush=True)
+    common.write_results(common.output_dir(args.out, quick), "multiclass", result, write_markdown, plot, echo=False)
     return result
 
 

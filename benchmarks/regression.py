@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -56,8 +55,6 @@ from gpytorch_augment.likelihoods.student_t import StudentTPredictive  # noqa: E
 TOLERANCE = 0.005
 #: degrees of freedom of the Student-t likelihood, fixed for every method (GPyTorch's constraint needs nu > 2)
 DF = 4.0
-#: where ``--quick`` writes by default (the committed results are full runs only)
-QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -138,41 +135,7 @@ class GPPrior(gpytorch.Module):
         self.covar_module = gpytorch.kernels.ScaleKernel(
             gpytorch.kernels.RBFKernel(ard_num_dims=len(hypers["lengthscale"]))
         )
-        set_hyperparameters(self, hypers)
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-
-def set_hyperparameters(module: Any, hypers: dict[str, Any], frozen: bool = True) -> None:
-    """Write lengthscales, outputscale and mean constant into ``module.covar_module``/``module.mean_module``."""
-    module.covar_module.base_kernel.lengthscale = torch.as_tensor(hypers["lengthscale"])
-    module.covar_module.outputscale = float(hypers["outputscale"])
-    module.mean_module.constant.data.fill_(float(hypers["mean_constant"]))
-    if frozen:
-        module.mean_module.requires_grad_(False)
-        module.covar_module.requires_grad_(False)
-
-
-class SparseGPRegressor(gpytorch.models.ApproximateGP):
-    r"""Sparse variational GP, constant mean, scaled ARD RBF kernel, frozen hyper-parameters, fixed :math:`Z`.
-
-    :param inducing_points: :math:`Z`, ``(M, D)``, not learned.
-    :param distribution_cls: the GPyTorch variational distribution class of :math:`q(u)`.
-    :param strategy_cls: ``CAVIVariationalStrategy`` (CAVI) or ``gpytorch.variational.VariationalStrategy``.
-    :param hypers: see :class:`GPPrior`.
-    """
-
-    def __init__(
-        self, inducing_points: Tensor, distribution_cls: type, strategy_cls: type, hypers: dict[str, Any]
-    ) -> None:
-        q_u = distribution_cls(inducing_points.size(-2))
-        super().__init__(strategy_cls(self, inducing_points, q_u, learn_inducing_locations=False))
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(
-            gpytorch.kernels.RBFKernel(ard_num_dims=inducing_points.size(-1))
-        )
-        set_hyperparameters(self, hypers)
+        common.set_hyperparameters(self, hypers)
 
     def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -215,15 +178,12 @@ def choose_hyperparameters(
     model = _ExactGaussianGP(x, y, likelihood)
     model.covar_module.base_kernel.lengthscale = math.sqrt(x.shape[-1])
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    step = common.gradient_step(lambda: -mll(model(x), y), torch.optim.Adam(model.parameters(), lr=lr))
     start = time.perf_counter()
     model.train()
     with gpytorch.settings.max_cholesky_size(100_000):
         for _ in range(iterations):
-            optimizer.zero_grad(set_to_none=True)
-            loss = -mll(model(x), y)
-            loss.backward()
-            optimizer.step()
+            step()
         with torch.no_grad():
             final = float(-mll(model(x), y))
     noise = float(likelihood.noise.detach())
@@ -237,7 +197,7 @@ def choose_hyperparameters(
         "scale_moment_matched": math.sqrt(noise * (df - 2) / df),
     }
 
-    svgp = SparseGPRegressor(
+    svgp = common.SparseGP(
         Z, gpytorch.variational.CholeskyVariationalDistribution, gpytorch.variational.VariationalStrategy, hypers
     )
     student = gpytorch.likelihoods.StudentTLikelihood()
@@ -245,11 +205,9 @@ def choose_hyperparameters(
     student.noise = hypers["scale_moment_matched"] ** 2
     elbo = gpytorch.mlls.VariationalELBO(student, svgp, num_data=y.numel())
     optimizer = torch.optim.Adam([*svgp.variational_parameters(), student.raw_noise], lr=scale_lr)
+    step = common.gradient_step(lambda: -elbo(svgp(x), y), optimizer)
     for _ in range(scale_iterations):
-        optimizer.zero_grad(set_to_none=True)
-        loss = -elbo(svgp(x), y)
-        loss.backward()
-        optimizer.step()
+        step()
     hypers["scale"] = float(student.noise.detach().sqrt())
     hypers["procedure"] = (
         f"kernel and mean: exact GP with a Gaussian likelihood on all {x.shape[0]} training points, Adam lr={lr} "
@@ -300,8 +258,8 @@ def check_gpytorch_parametrisation(df: float, scale: float, seed: int = 0) -> di
 
 # ---------------------------------------------------------------------------------------------------- methods
 @dataclass
-class MethodSpec:
-    """One method of the comparison."""
+class MethodConfig:
+    """The settings of one method of the comparison."""
 
     name: str
     engine: str  # "cavi" | "adam"
@@ -314,23 +272,23 @@ class MethodSpec:
         return not self.learn_scale
 
 
-def default_methods() -> list[MethodSpec]:
+def default_methods() -> list[MethodConfig]:
     return [
-        MethodSpec("CAVI", "cavi"),
-        MethodSpec("SVGP+Adam lr=0.1", "adam", 0.1),
-        MethodSpec("SVGP+Adam lr=0.01", "adam", 0.01),
-        MethodSpec("CAVI, learns σ (informative)", "cavi", learn_scale=True),
+        MethodConfig("CAVI", "cavi"),
+        MethodConfig("SVGP+Adam lr=0.1", "adam", 0.1),
+        MethodConfig("SVGP+Adam lr=0.01", "adam", 0.01),
+        MethodConfig("CAVI, learns σ (informative)", "cavi", learn_scale=True),
     ]
 
 
 def build(
-    spec: MethodSpec, x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any]
-) -> tuple[SparseGPRegressor, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
+    spec: MethodConfig, x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any]
+) -> tuple[common.SparseGP, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
     """The model, its likelihood and a ``step()`` closure doing one full-batch training iteration."""
     num_data = y.numel()
     if spec.engine == "cavi":
         natural = gpytorch.variational.NaturalVariationalDistribution
-        model = SparseGPRegressor(Z, natural, CAVIVariationalStrategy, hypers)
+        model = common.SparseGP(Z, natural, CAVIVariationalStrategy, hypers)
         likelihood = StudentTLikelihood(df=hypers["df"], scale=hypers["scale"], learn_scale=spec.learn_scale)
         model.train()
         likelihood.train()
@@ -342,7 +300,7 @@ def build(
         return model, likelihood, step
     if spec.engine != "adam":
         raise ValueError(f"unknown engine {spec.engine!r}")
-    model = SparseGPRegressor(
+    model = common.SparseGP(
         Z, gpytorch.variational.CholeskyVariationalDistribution, gpytorch.variational.VariationalStrategy, hypers
     )
     likelihood = gpytorch.likelihoods.StudentTLikelihood()
@@ -353,15 +311,7 @@ def build(
     likelihood.train()
     mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=num_data)
     optimizer = torch.optim.Adam(list(model.variational_parameters()), lr=spec.lr)
-
-    def step() -> Any:
-        optimizer.zero_grad(set_to_none=True)
-        loss = -mll(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return model, likelihood, step
+    return model, likelihood, common.gradient_step(lambda: -mll(model(x), y), optimizer)
 
 
 def likelihood_scale(likelihood: gpytorch.likelihoods.Likelihood) -> Tensor:
@@ -372,7 +322,7 @@ def likelihood_scale(likelihood: gpytorch.likelihoods.Likelihood) -> Tensor:
 
 
 def make_evaluator(
-    model: SparseGPRegressor, likelihood: gpytorch.likelihoods.Likelihood, x_test: Tensor, y_test: Tensor, df: float
+    model: common.SparseGP, likelihood: gpytorch.likelihoods.Likelihood, x_test: Tensor, y_test: Tensor, df: float
 ) -> Callable[[], dict[str, float]]:
     r"""Test NLL (standardised units) and RMSE of the predictive mean, for every method by the same code.
 
@@ -400,7 +350,7 @@ def make_evaluator(
 
 @torch.no_grad()
 def true_elbo(
-    model: SparseGPRegressor, likelihood: gpytorch.likelihoods.Likelihood, x: Tensor, y: Tensor, df: float
+    model: common.SparseGP, likelihood: gpytorch.likelihoods.Likelihood, x: Tensor, y: Tensor, df: float
 ) -> float:
     r"""The true (non-augmented) ELBO per datum of the final q(u), the same code for every method:
     ``VariationalELBO`` with our ``StudentTLikelihood`` at the run's own :math:`\sigma`, whose ``expected_log_prob``
@@ -408,14 +358,6 @@ def true_elbo(
     reference = StudentTLikelihood(df=df, scale=likelihood_scale(likelihood).reshape(-1)[0], learn_scale=False)
     model.train()
     return float(gpytorch.mlls.VariationalELBO(reference, model, num_data=y.numel())(model(x), y))
-
-
-def warm_up(specs: list[MethodSpec], x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any], steps: int = 2) -> None:
-    """A few untimed full-data steps of every method on throw-away models (first-call allocations, caches)."""
-    for spec in specs:
-        step = build(spec, x, y, Z, hypers)[2]
-        for _ in range(steps):
-            step()
 
 
 # ---------------------------------------------------------------------------------------------------- analysis
@@ -427,36 +369,9 @@ READINGS = {
 }
 
 
-def settle_time(trace: common.Trace, metric: str, level: float) -> common.Hit | None:
-    """The first evaluation from which ``metric`` stays ``<= level`` until the end of the trace (``None`` if the
-    last evaluation is above ``level``)."""
-    values = trace.metrics[metric]
-    first = None
-    for j in range(len(values) - 1, -1, -1):
-        if values[j] > level:
-            break
-        first = j
-    if first is None:
-        return None
-    return common.Hit(trace.time[first], trace.cpu_time[first], trace.iteration[first])
-
-
 def _ratios(r: dict[str, Any], c: dict[str, Any], reading: str) -> dict[str, Any]:
-    """Baseline ``r`` over CAVI ``c``: wall time, CPU time, iterations x median time per iteration."""
-    h, hc = r["hits"][reading], c["hits"][reading]
-    done = h is not None
-    its = h["iteration"] if done else r["trace"]["iteration"][-1]
-    wall = h["time"] if done else r["total_time"]
-    cpu = h["cpu_time"] if done else r["total_cpu_time"]
-    return {
-        "baseline": r["name"],
-        "wall": wall / hc["time"],
-        "cpu": cpu / hc["cpu_time"],
-        "iterations_x_cost": (its * r["median_step_time"]) / (hc["iteration"] * c["median_step_time"]),
-        "iterations": its / hc["iteration"],
-        "cost_per_iteration": r["median_step_time"] / c["median_step_time"],
-        "is_lower_bound": not done,
-    }
+    """Baseline ``r`` over CAVI ``c`` under ``reading``: :func:`_common.speedup` with the baseline's name."""
+    return {"baseline": r["name"], **common.speedup(r, r["hits"][reading], c, c["hits"][reading])}
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -475,7 +390,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "settled": min(r["final_test_nll"] for r in compared) + TOLERANCE,
     }
     for r in runs:
-        trace = common.Trace(**{k: v for k, v in r["trace"].items() if k != "median_step_time"})
+        trace = common.Trace.from_dict(r["trace"])
         r["hits"] = {}
         for reading, target in targets.items():
             if not r["compared"]:
@@ -483,7 +398,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if reading == "literal":
                 hit = common.time_to_target(trace, "test_nll", target)
             else:
-                hit = settle_time(trace, "test_nll", target)
+                hit = common.time_to_settle(trace, "test_nll", target)
             r["hits"][reading] = {"target": target, **asdict(hit)} if hit else None
     summary: dict[str, Any] = {
         "tolerance_nats": TOLERANCE,
@@ -514,10 +429,6 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _x(value: float, lower_bound: bool) -> str:
-    return f"{'> ' if lower_bound else ''}{value:.1f}×"
-
-
 def _hit_cells(r: dict[str, Any], reading: str, speedup: dict[str, Any] | None) -> list[str]:
     h = r["hits"][reading]
     time_cell = f"{h['time']:.3f}" if h else f"not reached ({r['total_time']:.1f})"
@@ -526,7 +437,7 @@ def _hit_cells(r: dict[str, Any], reading: str, speedup: dict[str, Any] | None) 
     sp = "—"
     if speedup is not None and r["engine"] == "adam":
         lb = speedup["is_lower_bound"]
-        sp = _x(speedup["wall"], lb)
+        sp = common.format_ratio(speedup["wall"], lb)
     return [time_cell, str(h["iteration"]) if h else "—", sp]
 
 
@@ -566,17 +477,6 @@ def _table(runs: list[dict[str, Any]], y_std: float) -> str:
     return common.markdown_table(headers, rows)
 
 
-def _speedup_sentence(sp: dict[str, Any] | None) -> str:
-    if not sp:
-        return "CAVI did not reach the target"
-    lb = sp["is_lower_bound"]
-    return (
-        f"{_x(sp['wall'], lb)} in wall time vs {sp['baseline']} ({_x(sp['cpu'], lb)} in CPU time, "
-        f"{_x(sp['iterations_x_cost'], lb)} as iterations × median time per iteration = {sp['iterations']:.1f}× as "
-        f"many iterations × {sp['cost_per_iteration']:.2f}× the cost per iteration)"
-    )
-
-
 def _comparison_lines(block: dict[str, Any], y_std: float) -> list[str]:
     s = block["summary"]
     lines = [
@@ -588,8 +488,9 @@ def _comparison_lines(block: dict[str, Any], y_std: float) -> list[str]:
     ]
     for reading in READINGS:
         met = s["issue_target_speedup_ge_20"][reading]
+        speedup = common.speedup_sentence(s["speedups"][reading], missing="CAVI did not reach the target")
         lines.append(
-            f"* **{reading}** — CAVI vs the fastest SVGP+Adam: {_speedup_sentence(s['speedups'][reading])}. "
+            f"* **{reading}** — CAVI vs the fastest SVGP+Adam: {speedup}. "
             f"Issue target ≥ 20×: **{'met' if met else 'NOT met'}**."
         )
     if "cavi_final_nll_minus_best_adam_final_nll" in s:
@@ -672,9 +573,7 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         f"{sched['sparse_from']}, then every {sched['sparse_every']}. Two untimed warm-up steps of every method on "
         "throw-away models first.",
         f"* Hyper-parameters: {hyp['procedure']}. Split: {cfg['split']}. Inducing points: {cfg['inducing_points']}.",
-        f"* Machine: {m['cpu_count']} cores shared with other jobs; load average (1, 5, 15 min) at start "
-        f"{[round(v, 1) for v in m['load_average_start']]}, at end {[round(v, 1) for v in m['load_average_end']]}; "
-        f"torch {m['torch']}, gpytorch {m['gpytorch']}. Absolute times vary with the load; compare the ratios.",
+        common.machine_sentence(m),
         "",
         "![test NLL vs time](regression.png)",
         "",
@@ -683,22 +582,16 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
 
 
 def plot(path: Path, result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     blocks = [("main", result["main"], result["hyperparameters"]["scale"])]
     if result.get("sensitivity"):
         blocks.append(("sensitivity", result["sensitivity"], result["sensitivity"]["scale"]))
-    fig, axes = plt.subplots(1, len(blocks), figsize=(6.5 * len(blocks), 4.5), squeeze=False)
+    fig, axes = common.new_figure(len(blocks), (6.5 * len(blocks), 4.5), squeeze=False)
     styles = {"CAVI": ("C3", "-"), "SVGP+Adam lr=0.1": ("C2", "-"), "SVGP+Adam lr=0.01": ("C2", "--")}
     for ax, (label, block, scale) in zip(axes[0], blocks):
         s = block["summary"]
         for r in block["runs"]:
             color, ls = styles.get(r["name"], ("C1", ":"))
-            tr = r["trace"]
-            pts = [(t, v) for t, v in zip(tr["time"], tr["metrics"]["test_nll"]) if t > 0]
+            pts = common.timed_points(r["trace"], "test_nll")
             if not pts:
                 continue
             ts, vs = zip(*pts)
@@ -721,32 +614,19 @@ def plot(path: Path, result: dict[str, Any]) -> None:
         f"Boston, Student-t (ν={result['hyperparameters']['df']:g}), N={cfg['n_train']}, M={cfg['num_inducing']}, "
         f"{cfg['threads']} thread(s)" + (" — QUICK smoke run" if cfg["quick"] else "")
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run (< 1 min)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for every method (default 1)")
-    p.add_argument("--max-time", type=float, default=None, help="cap on each run's own clock [s]")
-    p.add_argument("--max-iter", type=int, default=None, help="cap on each run's iterations")
+    common.run_arguments(p, quick_help="smoke run (< 1 min)")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the second comparison at the moment-matched σ")
-    p.add_argument(
-        "--output-dir",
-        type=Path,
-        default=None,
-        help=f"default {common.RESULTS_DIR} (full run) or {QUICK_DIR} (--quick: never overwrites the results)",
-    )
-    p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
 
 def compare(
-    specs: list[MethodSpec],
+    specs: list[MethodConfig],
     data: RegressionData,
     Z: Tensor,
     hypers: dict[str, Any],
@@ -756,41 +636,32 @@ def compare(
 ) -> dict[str, Any]:
     """Run ``specs`` round-robin on the same data, Z and hyper-parameters; the runs and their summary."""
     x, y = data.x_train, data.y_train
-    warm_up(specs, x, y, Z, hypers)
-    methods, built = {}, {}
+    common.warm_up(build(spec, x, y, Z, hypers)[2] for spec in specs)
+    methods, built = [], {}
     for spec in specs:
         torch.manual_seed(seed)
         model, likelihood, step = build(spec, x, y, Z, hypers)
         built[spec.name] = (model, likelihood)
-        methods[spec.name] = (step, make_evaluator(model, likelihood, data.x_test, data.y_test, hypers["df"]))
+        evaluate = make_evaluator(model, likelihood, data.x_test, data.y_test, hypers["df"])
+        methods.append(common.MethodSpec(spec.name, step, evaluate, {**asdict(spec), "compared": spec.compared}))
 
     def report(name: str, trace: common.Trace) -> None:
-        print(
-            f"  {name:30s} {trace.num_iterations:6d} it  {trace.total_time:7.2f} s  "
-            f"{1e3 * trace.median_step_time():6.1f} ms/it  final NLL {trace.metrics['test_nll'][-1]:.5f}  best "
-            f"{min(trace.metrics['test_nll']):.5f}  RMSE {trace.metrics['test_rmse'][-1]:.4f}  "
-            f"sigma {trace.metrics['scale'][-1]:.4f}  ({trace.stop_reason})",
-            flush=True,
+        nll, last = trace.metrics["test_nll"], {key: values[-1] for key, values in trace.metrics.items()}
+        details = (
+            f"final NLL {nll[-1]:.5f}  best {min(nll):.5f}  RMSE {last['test_rmse']:.4f}  sigma {last['scale']:.4f}  "
         )
+        common.print_run(name, trace, details, width=30, indent="  ")
 
     started = time.perf_counter()
     traces = common.run_interleaved(methods, "test_nll", rule, schedule, on_done=report)
     runs = []
-    for spec in specs:
-        trace = traces[spec.name]
+    for method in methods:
+        trace = traces[method.name]
         runs.append(
             {
-                **asdict(spec),
-                "compared": spec.compared,
-                "stop_reason": trace.stop_reason,
-                "total_time": trace.total_time,
-                "total_cpu_time": trace.cpu_time[-1],
-                "median_step_time": trace.median_step_time(),
-                "final_test_nll": trace.metrics["test_nll"][-1],
-                "final_test_rmse": trace.metrics["test_rmse"][-1],
-                "final_scale": trace.metrics["scale"][-1],
-                "best_test_nll": min(trace.metrics["test_nll"]),
-                "final_true_elbo_per_datum": true_elbo(*built[spec.name], x, y, hypers["df"]),
+                **method.settings,
+                **common.run_summary(trace, final=("test_nll", "test_rmse", "scale")),
+                "final_true_elbo_per_datum": true_elbo(*built[method.name], x, y, hypers["df"]),
                 "trace": trace.to_dict(),
             }
         )
@@ -805,9 +676,7 @@ def compare(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     wall_start = time.perf_counter()
-    common.configure_torch(threads=args.threads, dtype=torch.float64)
-    machine = common.machine_info()
-    torch.manual_seed(args.seed)
+    machine = common.start_run(args.threads, args.seed)
 
     data = load_boston(test_fraction=0.2, seed=args.seed)
     if args.quick:
@@ -822,10 +691,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             patience=20, min_improvement=1e-4, min_window_iterations=500, max_iter=20_000, max_time=90.0
         )
         schedule = common.EvalSchedule(dense_until=100, every=5, sparse_from=1000, sparse_every=10)
-    if args.max_time is not None:
-        rule.max_time = args.max_time
-    if args.max_iter is not None:
-        rule.max_iter = args.max_iter
+    rule.capped(args.max_time, args.max_iter)
     x = data.x_train
     print(f"Boston: train {tuple(x.shape)}, test {tuple(data.x_test.shape)}, threads {torch.get_num_threads()}",
           flush=True)
@@ -851,8 +717,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         specs = [s for s in default_methods() if s.compared]
         sensitivity = compare(specs, data, Z, sens_hypers, rule, schedule, args.seed)
 
-    machine["load_average_start"] = machine.pop("load_average_1_5_15_min")
-    machine["load_average_end"] = common.machine_info()["load_average_1_5_15_min"]
+    common.close_machine_info(machine)
     result = {
         "benchmark": "regression",
         "issue": "issue 4, item 10 (first half)",
@@ -867,15 +732,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "y_mean": data.y_mean,
             "y_std": data.y_std,
             "num_inducing": num_inducing,
-            "inducing_points": f"k-means (scikit-learn, seed {args.seed}, n_init 3) of the training inputs, fixed",
-            "dtype": "float64",
-            "threads": torch.get_num_threads(),
-            "tolerance_nats": TOLERANCE,
-            "stopping": asdict(rule),
-            "schedule": asdict(schedule),
-            "execution": "all methods round-robin (one step of each unfinished method in turn), after 2 untimed "
-            "warm-up steps of each on throw-away models",
-            "seed": args.seed,
+            **common.run_config(rule, schedule, args.seed, TOLERANCE),
         },
         "hyperparameters": hypers,
         "parametrisation_check": check,
@@ -884,12 +741,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sensitivity": sensitivity,
         "wall_time_total": time.perf_counter() - wall_start,
     }
-    out = args.output_dir or (QUICK_DIR if args.quick else common.RESULTS_DIR)
-    common.write_json(out / "regression.json", result)
-    write_markdown(out / "regression.md", result)
-    plot(out / "regression.png", result)
-    print((out / "regression.md").read_text())
-    print(f"wrote {out}/regression.{{json,md,png}}")
+    common.write_results(common.output_dir(args.output_dir, args.quick), "regression", result, write_markdown, plot)
     return result
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -48,12 +47,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
-import gpytorch  # noqa: E402
 import numpy as np  # noqa: E402
+import regression  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-import regression  # noqa: E402
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GibbsSamples, StudentTLikelihood  # noqa: E402
 from gpytorch_augment.datasets import load_keel  # noqa: E402
 from gpytorch_augment.inference.gibbs import bulk_ess, rank_normalized_rhat  # noqa: E402
@@ -63,8 +61,6 @@ from gpytorch_augment.likelihoods.augmented_likelihood import AugmentedLikelihoo
 TARGET_RATIO = 10.0
 #: jitter added to the prior covariance by both samplers
 JITTER = 1e-6
-#: where ``--quick`` writes by default (the committed results are full runs only)
-QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
 
 LogLik = Callable[[Tensor], tuple[Tensor, Tensor]]
 
@@ -126,41 +122,16 @@ def check_log_lik(problem: Problem, seed: int = 0) -> dict[str, float]:
     return out
 
 
-class _HeartSVGP(gpytorch.models.ApproximateGP):
-    """GPyTorch SVGP used only to choose the ``heart`` hyper-parameters (Z = all training inputs)."""
-
-    def __init__(self, Z: Tensor) -> None:
-        q_u = gpytorch.variational.CholeskyVariationalDistribution(Z.size(-2))
-        super().__init__(gpytorch.variational.VariationalStrategy(self, Z, q_u, learn_inducing_locations=False))
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=Z.size(-1)))
-        self.covar_module.base_kernel.lengthscale = math.sqrt(Z.size(-1))
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-
 def choose_heart_hyperparameters(x: Tensor, y: Tensor, iterations: int = 300, lr: float = 0.05) -> dict[str, Any]:
     """Short fixed fit: GPyTorch SVGP with Z = all training inputs (a full-rank variational GP), Cholesky q(u), the
     logistic ``BernoulliLogitLikelihood`` as a plain GPyTorch likelihood, ``VariationalELBO``, Adam on q(u) and all
     hyper-parameters for ``iterations`` steps from lengthscales sqrt(D), outputscale 1, mean 0 (not the median
     heuristic: it is 0 for binary features)."""
-    model = _HeartSVGP(x)
-    likelihood = BernoulliLogitLikelihood()
-    mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        optimizer.zero_grad(set_to_none=True)
-        loss = -mll(model(x), y)
-        loss.backward()
-        optimizer.step()
-    with torch.no_grad():
-        final = float(mll(model(x), y))
+    model = common.SparseGP(x)
+    model.covar_module.base_kernel.lengthscale = math.sqrt(x.size(-1))
+    final, seconds = common.train_svgp(model, BernoulliLogitLikelihood(), x, y, iterations, lr)
     return {
-        "lengthscale": model.covar_module.base_kernel.lengthscale.detach().reshape(-1).tolist(),
-        "outputscale": float(model.covar_module.outputscale.detach()),
-        "mean_constant": float(model.mean_module.constant.detach()),
+        **common.hyperparameter_values(model),
         "elbo_per_datum": final,
         "procedure": (
             f"GPyTorch SVGP with Z = all {x.shape[0]} training inputs (VariationalStrategy + "
@@ -168,7 +139,7 @@ def choose_heart_hyperparameters(x: Tensor, y: Tensor, iterations: int = 300, lr
             f"all hyper-parameters for {iterations} steps (not to convergence) from lengthscales sqrt(D), "
             "outputscale 1, mean 0; then frozen"
         ),
-        "fit_seconds": time.perf_counter() - start,
+        "fit_seconds": seconds,
     }
 
 
@@ -844,14 +815,10 @@ def _ratio_rows(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def plot(path: Path, result: dict[str, Any], per_coordinate: dict[str, dict[str, np.ndarray]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
     problems = result["problems"]
-    fig, axes = plt.subplots(1, len(problems), figsize=(5.5 * len(problems), 4), squeeze=False)
+    fig, axes = common.new_figure(len(problems), (5.5 * len(problems), 4), squeeze=False)
+    import matplotlib.ticker  # after new_figure, which selects the backend
+
     for ax, p in zip(axes[0], problems):
         a = p["overrelaxation"]
         for name, color, label in (
@@ -877,10 +844,7 @@ def plot(path: Path, result: dict[str, Any], per_coordinate: dict[str, dict[str,
         + (" — QUICK smoke run" if result["config"]["quick"] else ""),
         fontsize=10,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -895,17 +859,9 @@ class Settings:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="small smoke run (< 2 min)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for both samplers (default 1)")
+    common.run_arguments(p, "small smoke run (< 2 min)", threads_help="torch threads for both samplers", caps=False)
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--only", choices=("heart", "boston"), default=None, help="run one problem only")
-    p.add_argument(
-        "--output-dir",
-        type=Path,
-        default=None,
-        help=f"default {common.RESULTS_DIR} (full run) or {QUICK_DIR} (--quick: never overwrites the results)",
-    )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--overrelaxation-grid",
         type=lambda text: [float(v) for v in text.split(",")],
@@ -932,9 +888,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     args = parse_args(argv)
     wall_start = time.perf_counter()
-    common.configure_torch(threads=args.threads, dtype=torch.float64)
-    machine = common.machine_info()
-    torch.manual_seed(args.seed)
+    machine = common.start_run(args.threads, args.seed)
     if args.quick:
         settings = {
             "heart": Settings(warmup=60, gibbs_draws=200, nuts_draws=60, hyper_iterations=30, max_train=80),
@@ -1005,8 +959,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             }
         )
 
-    machine["load_average_start"] = machine.pop("load_average_1_5_15_min")
-    machine["load_average_end"] = common.machine_info()["load_average_1_5_15_min"]
+    common.close_machine_info(machine)
     result = {
         "benchmark": "sampling",
         "issue": "issue 3 item 6; issue 4 item 10 (second half)",
@@ -1036,12 +989,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "notes": notes(problems),
         "wall_time_total": time.perf_counter() - wall_start,
     }
-    out = args.output_dir or (QUICK_DIR if args.quick else common.RESULTS_DIR)
-    common.write_json(out / "sampling.json", result)
-    write_markdown(out / "sampling.md", result)
-    plot(out / "sampling.png", result, per_coordinate)
-    print((out / "sampling.md").read_text())
-    print(f"wrote {out}/sampling.{{json,md,png}}")
+    out = common.output_dir(args.output_dir, args.quick)
+    common.write_results(out, "sampling", result, write_markdown, lambda path, res: plot(path, res, per_coordinate))
     return result
 
 

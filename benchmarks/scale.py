@@ -19,10 +19,10 @@ hyper-parameters with Adam:
 
 Each method runs with Adam learning rates 0.01, 0.05 and 0.2 (its hyper-parameter optimiser; for SVGP+Adam the one
 optimiser of everything); all runs go round-robin (one step of each in turn, so they share the machine's load) until
-their best test NLL stops improving or a time cap. Reported: the time until the test NLL first comes within 0.005 nats of the best any run reaches (each method's
-own clock: training steps only, evaluation excluded), and the speed-ups of the fastest CAVI run over the fastest
-run of each baseline. Note: GPyTorch's ``BernoulliLikelihood`` is the *probit* link, CAVI's the logistic: the
-models differ slightly (see the README).
+their best test NLL stops improving or a time cap. Reported: the time until the test NLL first comes within 0.005 nats
+of the best any run reaches (each method's own clock: training steps only, evaluation excluded), and the speed-ups of
+the fastest CAVI run over the fastest run of each baseline. Note: GPyTorch's ``BernoulliLikelihood`` is the *probit*
+link, CAVI's the logistic: the models differ slightly (see the README).
 
 **(b) 10^6 synthetic points** (D = 10, M = 200, batches of 1,000, hyper-parameters learned): time per epoch and
 peak resident memory of CAVI and of GPyTorch SVGP+Adam, each in its own subprocess (``resource.getrusage``).
@@ -43,7 +43,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,34 +62,16 @@ from gpytorch_augment.inference.schedules import AdaptiveStep  # noqa: E402
 
 #: test NLL tolerance (nats) defining "reached the target"
 TOLERANCE = 0.005
-#: where ``--quick`` writes by default (the committed results are full runs only)
-QUICK_DIR = Path(tempfile.gettempdir()) / "gpytorch_augment_benchmarks"
 #: evaluate the test metrics every this many iterations in (a)
 EVAL_EVERY = 25
 
 
 # ---------------------------------------------------------------------------------------------------- model
-class SparseGP(gpytorch.models.ApproximateGP):
-    """Constant mean, scaled ARD RBF kernel, fixed inducing inputs ``Z``; the variational strategy and distribution
-    are the method's choice. Hyper-parameters start at median-heuristic lengthscales, outputscale 1, mean 0."""
-
-    def __init__(self, Z: Tensor, distribution_cls: type, strategy_cls: type, lengthscale: Tensor) -> None:
-        q_u = distribution_cls(Z.size(-2))
-        super().__init__(strategy_cls(self, Z, q_u, learn_inducing_locations=False))
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=Z.size(-1)))
-        self.covar_module.base_kernel.lengthscale = lengthscale
-        self.covar_module.outputscale = 1.0
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    def hyperparameter_values(self) -> dict[str, Any]:
-        return {
-            "lengthscale": self.covar_module.base_kernel.lengthscale.detach().reshape(-1).tolist(),
-            "outputscale": float(self.covar_module.outputscale.detach()),
-            "mean_constant": float(self.mean_module.constant.detach()),
-        }
+def sparse_gp(Z: Tensor, distribution_cls: type, strategy_cls: type, lengthscale: Tensor) -> common.SparseGP:
+    """:class:`_common.SparseGP` with fixed inducing inputs ``Z``, the method's variational strategy and distribution,
+    and learnable hyper-parameters starting at ``lengthscale``, outputscale 1, mean 0."""
+    hypers = {"lengthscale": lengthscale, "outputscale": 1.0, "mean_constant": 0.0}
+    return common.SparseGP(Z, distribution_cls, strategy_cls, hypers, frozen=False)
 
 
 def batch_stream(x: Tensor, y: Tensor, batch_size: int, seed: int) -> Callable[[], tuple[Tensor, Tensor]]:
@@ -110,10 +91,10 @@ def batch_stream(x: Tensor, y: Tensor, batch_size: int, seed: int) -> Callable[[
 
 def build_method(
     engine: str, lr: float, Z: Tensor, lengthscale: Tensor, num_data: int, next_batch: Callable
-) -> tuple[SparseGP, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
+) -> tuple[common.SparseGP, gpytorch.likelihoods.Likelihood, Callable[[], Any]]:
     """A fresh model, likelihood and one-iteration ``step()`` for ``engine`` in {"cavi", "adam", "ngd"}."""
     if engine == "cavi":
-        model = SparseGP(Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, lengthscale)
+        model = sparse_gp(Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, lengthscale)
         likelihood: gpytorch.likelihoods.Likelihood = BernoulliLogitLikelihood()
         cavi = CAVI(model, likelihood, num_data=num_data, step_size=AdaptiveStep())
         hyper = torch.optim.Adam(model.hyperparameters(), lr=lr)
@@ -126,13 +107,19 @@ def build_method(
 
     likelihood = gpytorch.likelihoods.BernoulliLikelihood()
     if engine == "adam":
-        model = SparseGP(
-            Z, gpytorch.variational.CholeskyVariationalDistribution, gpytorch.variational.VariationalStrategy, lengthscale
+        model = sparse_gp(
+            Z,
+            gpytorch.variational.CholeskyVariationalDistribution,
+            gpytorch.variational.VariationalStrategy,
+            lengthscale,
         )
         optimizers: list[torch.optim.Optimizer] = [torch.optim.Adam(model.parameters(), lr=lr)]
     elif engine == "ngd":
-        model = SparseGP(
-            Z, gpytorch.variational.NaturalVariationalDistribution, gpytorch.variational.VariationalStrategy, lengthscale
+        model = sparse_gp(
+            Z,
+            gpytorch.variational.NaturalVariationalDistribution,
+            gpytorch.variational.VariationalStrategy,
+            lengthscale,
         )
         optimizers = [
             gpytorch.optim.NGD(model.variational_parameters(), num_data=num_data, lr=0.1),
@@ -142,32 +129,11 @@ def build_method(
         raise ValueError(f"unknown engine {engine!r}")
     mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=num_data)
 
-    def step() -> Any:
+    def loss() -> Tensor:
         xb, yb = next_batch()
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss = -mll(model(xb), yb)
-        loss.backward()
-        for opt in optimizers:
-            opt.step()
-        return loss
+        return -mll(model(xb), yb)
 
-    return model, likelihood, step
-
-
-def make_evaluator(model: SparseGP, likelihood: Any, x_test: Tensor, y_test: Tensor) -> Callable[[], dict[str, float]]:
-    """Test NLL and error of the method's own predictive ``likelihood(model(x_test))`` in eval mode."""
-
-    def evaluate() -> dict[str, float]:
-        model.eval()
-        likelihood.eval()
-        with torch.no_grad():
-            probs = likelihood(model(x_test)).probs
-        model.train()
-        likelihood.train()
-        return {"test_nll": common.bernoulli_nll(probs, y_test), "test_error": common.error_rate(probs, y_test)}
-
-    return evaluate
+    return model, likelihood, common.gradient_step(loss, *optimizers)
 
 
 # ---------------------------------------------------------------------------------------------------- (a)
@@ -183,18 +149,21 @@ def run_magic(args: argparse.Namespace) -> dict[str, Any]:
     names.update({("adam", lr): f"SVGP+Adam lr={lr:g}" for lr in lrs})
     names.update({("ngd", lr): f"NGD lr=0.1 + Adam lr={lr:g}" for lr in lrs})
 
-    # warm-up: a few untimed steps of every method on throw-away models (first-call allocations, caches)
-    for engine, lr in specs:
-        step = build_method(engine, lr, Z, lengthscale, num_data, batch_stream(x, y, args.batch_size, 99))[2]
-        for _ in range(3):
-            step()
-
-    methods, models = {}, {}
+    common.warm_up(
+        (
+            build_method(engine, lr, Z, lengthscale, num_data, batch_stream(x, y, args.batch_size, 99))[2]
+            for engine, lr in specs
+        ),
+        repeats=3,
+    )
+    methods, models = [], {}
     for engine, lr in specs:
         model, likelihood, step = build_method(
             engine, lr, Z, lengthscale, num_data, batch_stream(x, y, args.batch_size, seed=1)
         )
-        methods[names[engine, lr]] = (step, make_evaluator(model, likelihood, x_test, y_test))
+        evaluate = common.binary_evaluator(model, likelihood, x_test, y_test)
+        settings = {"engine": engine, "hyper_lr": lr, "link": "logit" if engine == "cavi" else "probit"}
+        methods.append(common.MethodSpec(names[engine, lr], step, evaluate, settings))
         models[names[engine, lr]] = model
     rule = common.StoppingRule(
         patience=args.patience,
@@ -205,51 +174,36 @@ def run_magic(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     def on_done(name: str, trace: common.Trace) -> None:
-        best = min(trace.metrics["test_nll"])
-        print(
-            f"  (a) {name:32s} {trace.num_iterations:6d} its {trace.total_time:7.1f} s  best test NLL {best:.4f}  "
-            f"({trace.stop_reason})",
-            flush=True,
+        common.print_run(
+            name, trace, f"best test NLL {min(trace.metrics['test_nll']):.4f}  ", width=32, indent="  (a) "
         )
 
     start = time.perf_counter()
-    traces = common.run_interleaved(
-        methods, "test_nll", rule, schedule=lambda t: t % EVAL_EVERY == 0, on_done=on_done
-    )
+    traces = common.run_interleaved(methods, "test_nll", rule, schedule=lambda t: t % EVAL_EVERY == 0, on_done=on_done)
     wall = time.perf_counter() - start
 
     runs = []
-    for (engine, lr), name in names.items():
-        trace = traces[name]
-        nll = trace.metrics["test_nll"]
+    for method in methods:
+        trace = traces[method.name]
         runs.append(
             {
-                "name": name,
-                "engine": engine,
-                "hyper_lr": lr,
-                "link": "logit" if engine == "cavi" else "probit",
+                "name": method.name,
+                **method.settings,
                 "trace": trace.to_dict(),
-                "best_test_nll": min(nll),
-                "final_test_nll": nll[-1],
-                "final_test_error": trace.metrics["test_error"][-1],
-                "total_time": trace.total_time,
-                "total_cpu_time": trace.cpu_time[-1],
-                "median_step_time": trace.median_step_time(),
+                **common.run_summary(trace, final=("test_nll", "test_error")),
                 "num_iterations": trace.num_iterations,
-                "stop_reason": trace.stop_reason,
-                "final_hyperparameters": models[name].hyperparameter_values(),
+                "final_hyperparameters": common.hyperparameter_values(models[method.name]),
             }
         )
     best_any = min(r["best_test_nll"] for r in runs)
     target = best_any + TOLERANCE
+    hits = {}
     for r in runs:
-        hit = common.time_to_target(
-            common.Trace(**{k: v for k, v in r["trace"].items() if k != "median_step_time"}), "test_nll", target
-        )
+        hit = hits[r["name"]] = common.hit_record(r, "test_nll", target)
         r["reached_target"] = hit is not None
-        r["time_to_target"] = hit.time if hit else None
-        r["cpu_time_to_target"] = hit.cpu_time if hit else None
-        r["iterations_to_target"] = hit.iteration if hit else None
+        r["time_to_target"] = hit["time"] if hit else None
+        r["cpu_time_to_target"] = hit["cpu_time"] if hit else None
+        r["iterations_to_target"] = hit["iteration"] if hit else None
 
     def fastest(engine: str) -> dict[str, Any] | None:
         rs = [r for r in runs if r["engine"] == engine]
@@ -265,17 +219,9 @@ def run_magic(args: argparse.Namespace) -> dict[str, Any]:
         if cavi is None or b is None or not cavi["reached_target"]:
             speedups[engine] = None
             continue
-        done = b["reached_target"]
-        wall_b = b["time_to_target"] if done else b["total_time"]
-        cpu_b = b["cpu_time_to_target"] if done else b["total_cpu_time"]
-        its_b = b["iterations_to_target"] if done else b["num_iterations"]
         speedups[engine] = {
             "baseline": b["name"],
-            "wall": wall_b / cavi["time_to_target"],
-            "cpu": cpu_b / cavi["cpu_time_to_target"],
-            "iterations": its_b / cavi["iterations_to_target"],
-            "cost_per_iteration": b["median_step_time"] / cavi["median_step_time"],
-            "is_lower_bound": not done,
+            **common.speedup(b, hits[b["name"]], cavi, hits[cavi["name"]]),
             "baseline_best_nll_minus_cavi_best_nll": b["best_test_nll"] - cavi["best_test_nll"],
         }
     return {
@@ -369,7 +315,7 @@ def worker_fit(engine: str, n: int, steps: int, batch_size: int, z_path: str) ->
     model, likelihood, _ = build_method(
         "cavi" if engine == "cavi_fixed" else engine, 0.01, Z, lengthscale, n, lambda: (x[:batch_size], y[:batch_size])
     )
-    evaluate = make_evaluator(model, likelihood, x_test, y_test)
+    evaluate = common.binary_evaluator(model, likelihood, x_test, y_test)
     times: list[float] = []
     cpu_times: list[float] = []
     if engine in ("cavi", "cavi_fixed"):
@@ -385,8 +331,14 @@ def worker_fit(engine: str, n: int, steps: int, batch_size: int, z_path: str) ->
 
         # the public mini-batch path: fit on the full tensors, one permutation per epoch, steps touch their batch only
         trace = cavi.fit(
-            x, y, batch_size=batch_size, max_iter=steps, num_epochs=1, hyper_optimizer=hyper,
-            callback=callback, generator=torch.Generator().manual_seed(0),
+            x,
+            y,
+            batch_size=batch_size,
+            max_iter=steps,
+            num_epochs=1,
+            hyper_optimizer=hyper,
+            callback=callback,
+            generator=torch.Generator().manual_seed(0),
         )
         finite = all(math.isfinite(v) for v in trace.elbo)
     else:
@@ -443,7 +395,10 @@ def run_synthetic(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     z_path = out_dir / "_scale_Z.pt"
     common_args = ["--big-n", str(args.big_n), "--big-m", str(args.big_m), "--z-path", str(z_path)]
     kmeans = _subprocess(["--worker", "kmeans", "--kmeans-iters", str(args.kmeans_iters), *common_args])
-    print(f"  (b) k-means++ on {args.big_n:,} points: {kmeans['time']:.1f} s, peak RSS {kmeans['peak_rss_mb']:.0f} MiB", flush=True)
+    print(
+        f"  (b) k-means++ on {args.big_n:,} points: {kmeans['time']:.1f} s, peak RSS {kmeans['peak_rss_mb']:.0f} MiB",
+        flush=True,
+    )
     results = {}
     for engine in ("cavi", "cavi_fixed", "adam"):
         r = _subprocess(
@@ -451,7 +406,8 @@ def run_synthetic(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
         )
         results[engine] = r
         print(
-            f"  (b) {engine:10s} {r['median_step_time'] * 1e3:7.1f} ms/step, epoch ~{r['epoch_time_extrapolated']:6.1f} s, "
+            f"  (b) {engine:10s} {r['median_step_time'] * 1e3:7.1f} ms/step, epoch "
+            f"~{r['epoch_time_extrapolated']:6.1f} s, "
             f"peak RSS {r['peak_rss_mb']:.0f} MiB (after data {r['rss_after_data_mb']:.0f} MiB), "
             f"test NLL after {r['steps_timed']} steps {r['test_nll_after_steps']:.4f}",
             flush=True,
@@ -460,8 +416,12 @@ def run_synthetic(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     c, a = results["cavi"], results["adam"]
     return {
         "settings": {
-            "n": args.big_n, "dim": 10, "num_inducing": args.big_m, "batch_size": args.big_batch,
-            "steps_timed": args.big_steps, "kmeans_iters": args.kmeans_iters,
+            "n": args.big_n,
+            "dim": 10,
+            "num_inducing": args.big_m,
+            "batch_size": args.big_batch,
+            "steps_timed": args.big_steps,
+            "kmeans_iters": args.kmeans_iters,
         },
         "kmeans_plus_plus": kmeans,
         "cavi": c,
@@ -486,13 +446,20 @@ def run_per_step_vs_n(args: argparse.Namespace) -> dict[str, Any]:
             x, y = data[n]
             lengthscale = torch.full((x.shape[-1],), math.sqrt(x.shape[-1]))
             for label, with_hyper in (("step", False), ("step_and_hyper", True)):
-                model = SparseGP(Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, lengthscale)
+                model = sparse_gp(
+                    Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, lengthscale
+                )
                 cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=n, step_size=AdaptiveStep())
                 hyper = torch.optim.Adam(model.hyperparameters(), lr=0.01) if with_hyper else None
                 stamps: list[tuple[float, float]] = []
                 trace = cavi.fit(
-                    x, y, batch_size=args.curve_batch, max_iter=args.curve_steps, num_epochs=args.curve_steps,
-                    hyper_optimizer=hyper, generator=torch.Generator().manual_seed(0),
+                    x,
+                    y,
+                    batch_size=args.curve_batch,
+                    max_iter=args.curve_steps,
+                    num_epochs=args.curve_steps,
+                    hyper_optimizer=hyper,
+                    generator=torch.Generator().manual_seed(0),
                     callback=lambda t, v: stamps.append((time.perf_counter(), time.process_time())),
                 )
                 finite = finite and all(math.isfinite(v) for v in trace.elbo)
@@ -517,7 +484,12 @@ def run_per_step_vs_n(args: argparse.Namespace) -> dict[str, Any]:
         return max(values) / min(values)
 
     return {
-        "settings": {"dim": 10, "num_inducing": args.curve_m, "batch_size": args.curve_batch, "steps": args.curve_steps},
+        "settings": {
+            "dim": 10,
+            "num_inducing": args.curve_m,
+            "batch_size": args.curve_batch,
+            "steps": args.curve_steps,
+        },
         "rows": rows,
         "finite": finite,
         "max_over_min_step": spread("step"),
@@ -528,10 +500,6 @@ def run_per_step_vs_n(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _x(value: float, lower_bound: bool) -> str:
-    return f"{'> ' if lower_bound else ''}{value:.1f}×"
-
-
 def markdown(result: dict[str, Any]) -> str:
     a, b, c = result["magic"], result["synthetic"], result["per_step_vs_n"]
     info = result["machine"]
@@ -553,8 +521,15 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     headers = [
-        "run", "likelihood", "time to target [s]", "iterations to target", "best test NLL", "final test NLL",
-        "final error", "ms / iteration", "run: its, s, stop",
+        "run",
+        "likelihood",
+        "time to target [s]",
+        "iterations to target",
+        "best test NLL",
+        "final test NLL",
+        "final error",
+        "ms / iteration",
+        "run: its, s, stop",
     ]
     rows = []
     for r in a["runs"]:
@@ -579,15 +554,20 @@ def markdown(result: dict[str, Any]) -> str:
             continue
         lb = sp["is_lower_bound"]
         lines.append(
-            f"* CAVI ({a['cavi_reported']}) vs {label} (fastest: {sp['baseline']}): **{_x(sp['wall'], lb)}** wall time, "
-            f"{_x(sp['cpu'], lb)} CPU time, {_x(sp['iterations'], lb)} iterations; cost per iteration ratio "
-            f"{sp['cost_per_iteration']:.2f}. Issue target ≥ {goal}×: **{'met' if sp['wall'] >= goal else 'NOT met'}**. "
+            f"* CAVI ({a['cavi_reported']}) vs {label} (fastest: {sp['baseline']}): "
+            f"**{common.format_ratio(sp['wall'], lb)}** wall time, "
+            f"{common.format_ratio(sp['cpu'], lb)} CPU time, {common.format_ratio(sp['iterations'], lb)} iterations; "
+            "cost per iteration ratio "
+            f"{sp['cost_per_iteration']:.2f}. Issue target ≥ {goal}×: "
+            f"**{'met' if sp['wall'] >= goal else 'NOT met'}**. "
             f"Best test NLL of the baseline minus CAVI's: {sp['baseline_best_nll_minus_cavi_best_nll']:+.4f} nats."
         )
     best_lr = {}
     for engine in ("cavi", "adam", "ngd"):
         rs = [r for r in a["runs"] if r["engine"] == engine]
-        best_lr[engine] = min(rs, key=lambda r: (not r["reached_target"], r["time_to_target"] or 0.0, r["best_test_nll"]))
+        best_lr[engine] = min(
+            rs, key=lambda r: (not r["reached_target"], r["time_to_target"] or 0.0, r["best_test_nll"])
+        )
     lines.append(
         "* Learning rates: the fastest CAVI run used Adam lr "
         f"{best_lr['cavi']['hyper_lr']:g}, SVGP+Adam {best_lr['adam']['hyper_lr']:g}, NGD+Adam "
@@ -606,22 +586,34 @@ def markdown(result: dict[str, Any]) -> str:
         f"## (b) {b['settings']['n']:,} synthetic points, D = 10, M = {b['settings']['num_inducing']}, "
         f"batch {b['settings']['batch_size']:,}, hyper-parameters learned",
         "",
-        f"Each method in its own fresh subprocess; {b['settings']['steps_timed']} steps timed (the first 3 dropped) and the "
-        f"epoch ({b['cavi']['steps_per_epoch']:,} steps) extrapolated from the median step; test NLL on 10,000 held-out "
-        "points after those steps; Adam lr 0.01 on the hyper-parameters (SVGP: on everything; the second CAVI row keeps "
+        f"Each method in its own fresh subprocess; {b['settings']['steps_timed']} steps timed (the first 3 dropped) "
+        "and the "
+        f"epoch ({b['cavi']['steps_per_epoch']:,} steps) extrapolated from the median step; test NLL on 10,000 "
+        "held-out "
+        "points after those steps; Adam lr 0.01 on the hyper-parameters (SVGP: on everything; the second CAVI row "
+        "keeps "
         "the initial hyper-parameters). Peak RSS is "
-        "`resource.getrusage(RUSAGE_SELF).ru_maxrss` of the worker (`VmHWM` of `/proc/self/status` as a cross-check). Inducing inputs: chunked k-means++ "
+        "`resource.getrusage(RUSAGE_SELF).ru_maxrss` of the worker (`VmHWM` of `/proc/self/status` as a "
+        "cross-check). Inducing inputs: chunked k-means++ "
         f"(`kmeans_plus_plus`, {b['settings']['kmeans_iters']} Lloyd iterations) on all the points in "
-        f"{b['kmeans_plus_plus']['time']:.1f} s, peak RSS {b['kmeans_plus_plus']['peak_rss_mb']:.0f} MiB. For scale: an "
+        f"{b['kmeans_plus_plus']['time']:.1f} s, peak RSS {b['kmeans_plus_plus']['peak_rss_mb']:.0f} MiB. For scale: "
+        "an "
         f"N × M float64 matrix would take {b['cavi']['n_by_m_float64_mb']:.0f} MiB; the data take "
         f"{b['cavi']['data_mb']:.0f} MiB; the RSS of a worker right after `import torch, gpytorch` is "
         f"{b['cavi']['rss_start_mb']:.0f} MiB.",
         "",
     ]
     headers = [
-        "method", "ms / step (median)", "CPU ms / step", "epoch [s] (extrapolated)",
+        "method",
+        "ms / step (median)",
+        "CPU ms / step",
+        "epoch [s] (extrapolated)",
         f"test NLL after {b['settings']['steps_timed']} steps",
-        "peak RSS [MiB]", "(VmHWM)", "RSS after data [MiB]", "peak − after data [MiB]", "finite",
+        "peak RSS [MiB]",
+        "(VmHWM)",
+        "RSS after data [MiB]",
+        "peak − after data [MiB]",
+        "finite",
     ]
     rows = []
     for key, label in (
@@ -632,11 +624,16 @@ def markdown(result: dict[str, Any]) -> str:
         r = b[key]
         rows.append(
             [
-                label, f"{1e3 * r['median_step_time']:.1f}", f"{1e3 * r['median_step_cpu_time']:.1f}",
+                label,
+                f"{1e3 * r['median_step_time']:.1f}",
+                f"{1e3 * r['median_step_cpu_time']:.1f}",
                 f"{r['epoch_time_extrapolated']:.1f}",
-                f"{r['test_nll_after_steps']:.4f}", f"{r['peak_rss_mb']:.0f}",
-                f"{r['vm_hwm_mb']:.0f}" if r["vm_hwm_mb"] is not None else "—", f"{r['rss_after_data_mb']:.0f}",
-                f"{r['peak_rss_mb'] - r['rss_after_data_mb']:.0f}", "yes" if r["finite"] else "NO",
+                f"{r['test_nll_after_steps']:.4f}",
+                f"{r['peak_rss_mb']:.0f}",
+                f"{r['vm_hwm_mb']:.0f}" if r["vm_hwm_mb"] is not None else "—",
+                f"{r['rss_after_data_mb']:.0f}",
+                f"{r['peak_rss_mb'] - r['rss_after_data_mb']:.0f}",
+                "yes" if r["finite"] else "NO",
             ]
         )
     lines.append(common.markdown_table(headers, rows))
@@ -649,13 +646,19 @@ def markdown(result: dict[str, Any]) -> str:
     )
     lines += [
         "",
-        f"## (c) Per-step time against N (D = 10, M = {c['settings']['num_inducing']}, batch {c['settings']['batch_size']})",
+        f"## (c) Per-step time against N (D = 10, M = {c['settings']['num_inducing']}, batch "
+        f"{c['settings']['batch_size']})",
         "",
     ]
     headers = ["N", "CAVI step [ms]", "(CPU [ms])", "CAVI step + hyper-parameter step [ms]", "(CPU [ms])"]
     rows = [
-        [f"{r['n']:,}", f"{1e3 * r['step']:.1f}", f"{1e3 * r['step_cpu']:.1f}", f"{1e3 * r['step_and_hyper']:.1f}",
-         f"{1e3 * r['step_and_hyper_cpu']:.1f}"]
+        [
+            f"{r['n']:,}",
+            f"{1e3 * r['step']:.1f}",
+            f"{1e3 * r['step_cpu']:.1f}",
+            f"{1e3 * r['step_and_hyper']:.1f}",
+            f"{1e3 * r['step_and_hyper_cpu']:.1f}",
+        ]
         for r in c["rows"]
     ]
     lines.append(common.markdown_table(headers, rows))
@@ -698,19 +701,21 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def figure(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     a, c = result["magic"], result["per_step_vs_n"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = common.new_figure(2, (12, 4.5))
     colors = {"cavi": "C0", "adam": "C1", "ngd": "C2"}
     styles = {lr: ls for lr, ls in zip(a["settings"]["hyper_lrs"], ["-", "--", ":"])}
     for r in a["runs"]:
         tr = r["trace"]
         t = np.maximum(np.asarray(tr["time"]), 1e-2)
-        axes[0].plot(t, tr["metrics"]["test_nll"], color=colors[r["engine"]], ls=styles.get(r["hyper_lr"], "-"), lw=1.2, label=r["name"])
+        axes[0].plot(
+            t,
+            tr["metrics"]["test_nll"],
+            color=colors[r["engine"]],
+            ls=styles.get(r["hyper_lr"], "-"),
+            lw=1.2,
+            label=r["name"],
+        )
         if r["reached_target"]:
             axes[0].plot([r["time_to_target"]], [a["target"]], "o", color=colors[r["engine"]], ms=5)
     axes[0].axhline(a["target"], color="k", lw=0.8, ls="--", label=f"target (best + {TOLERANCE})")
@@ -723,21 +728,25 @@ def figure(result: dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize=7)
     ns = [r["n"] for r in c["rows"]]
     axes[1].plot(ns, [1e3 * r["step"] for r in c["rows"]], "o-", label="CAVI step")
-    axes[1].plot(ns, [1e3 * r["step_and_hyper"] for r in c["rows"]], "s-", label="CAVI step + Adam step on AugmentedELBO")
+    axes[1].plot(
+        ns, [1e3 * r["step_and_hyper"] for r in c["rows"]], "s-", label="CAVI step + Adam step on AugmentedELBO"
+    )
     axes[1].set_xscale("log")
     axes[1].set_ylim(0, 1.3 * max(1e3 * r["step_and_hyper"] for r in c["rows"]))
     axes[1].set_xlabel("N (number of training points)")
     axes[1].set_ylabel("median time per step [ms]")
-    axes[1].set_title(f"(c) per-step time vs N (M = {c['settings']['num_inducing']}, batch {c['settings']['batch_size']})")
+    axes[1].set_title(
+        f"(c) per-step time vs N (M = {c['settings']['num_inducing']}, batch {c['settings']['batch_size']})"
+    )
     axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="smoke check, < 2 min, writes to $TMPDIR unless --output-dir")
     p.add_argument("--output-dir", type=Path, default=None)
     p.add_argument("--threads", type=int, default=1)
@@ -786,11 +795,13 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(worker_fit(args.worker, args.big_n, args.big_steps, args.big_batch, args.z_path)))
         return
     common.configure_torch(args.threads, torch.float64)
-    out_dir = args.output_dir or (QUICK_DIR if args.quick else common.RESULTS_DIR)
+    out_dir = common.output_dir(args.output_dir, args.quick)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     load_start = list(os.getloadavg())
-    print(f"scale benchmark ({'quick' if args.quick else 'full'}), {args.threads} thread(s), output {out_dir}", flush=True)
+    print(
+        f"scale benchmark ({'quick' if args.quick else 'full'}), {args.threads} thread(s), output {out_dir}", flush=True
+    )
     result: dict[str, Any] = {"quick": args.quick, "machine": common.machine_info(), "load_start": load_start}
     # (b) first: its workers are started while this process is still small (see run_synthetic)
     result["synthetic"] = run_synthetic(args, out_dir) if "synthetic" not in args.skip else None
