@@ -54,7 +54,7 @@ from torch import Tensor  # noqa: E402
 
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GibbsSamples, StudentTLikelihood  # noqa: E402
 from gpytorch_augment.datasets import load_keel  # noqa: E402
-from gpytorch_augment.inference.gibbs import bulk_ess, rank_normalized_rhat  # noqa: E402
+from gpytorch_augment.inference.diagnostics import bulk_ess, rank_normalized_rhat  # noqa: E402
 from gpytorch_augment.likelihoods.augmented_likelihood import AugmentedLikelihood  # noqa: E402
 
 #: the issue's target: Gibbs minimum ESS/s at least this many times NUTS's
