@@ -20,6 +20,7 @@ Potentials and precisions come back as ``(*batch, N)`` or, for ``T`` latents, ``
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -31,6 +32,8 @@ from torch.distributions import Distribution
 from .._numerics import gauss_hermite
 from .._validation import check_finite
 from ..distributions.auxiliary import AuxiliaryDistribution
+
+__all__ = ["NUM_QUADRATURE_LOCS", "AugmentedLikelihood", "AuxDict", "validated_latent_blocks"]
 
 AuxDict = dict[str, Tensor]
 
@@ -61,6 +64,12 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     #: number of latent GPs :math:`T`
     num_latents: int = 1
+    #: optional update order of the latents, read by both engines: a partition of ``0..T-1`` into blocks, e.g.
+    #: ``((0,), (1,))``. Gibbs draws a fresh :math:`\Omega` before each block and then that block's latents given it
+    #: (a partially collapsed sampler); CAVI refreshes :math:`q(\Omega)` before updating each block's
+    #: :math:`q(u)`. ``None`` (or a single block) updates all latents together. Validated by
+    #: :func:`validated_latent_blocks`.
+    latent_blocks: Sequence[Sequence[int]] | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,3 +224,19 @@ class AugmentedLikelihood(Likelihood, ABC):
         Returns ``None``, or a fresh :math:`\\Omega` draw when the valid scan order redraws :math:`\\Omega` after
         the hyper-parameters (its conditional depends on them); the engine then uses that draw for the
         :math:`f`-step."""
+
+
+def validated_latent_blocks(likelihood: AugmentedLikelihood) -> list[list[int]] | None:
+    """The likelihood's :attr:`~AugmentedLikelihood.latent_blocks` as lists of ints, or ``None`` where they do not
+    split the update: the attribute is ``None``, there is one latent (the attribute is then not inspected), or the
+    blocks are a single block.
+
+    :raises ValueError: if the blocks are not a partition of the latents ``0..T-1``.
+    """
+    blocks, T = likelihood.latent_blocks, int(likelihood.num_latents)
+    if blocks is None or T == 1:
+        return None
+    blocks = [[int(i) for i in block] for block in blocks]
+    if sorted(i for block in blocks for i in block) != list(range(T)):
+        raise ValueError(f"likelihood.latent_blocks must partition the latents 0..{T - 1}; got {blocks}")
+    return None if T == 1 or len(blocks) == 1 else blocks

@@ -9,7 +9,7 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Bernoulli
 
-from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean
+from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c
 from .._validation import check_values_in
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
@@ -88,7 +88,7 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        return {"c": (f_mean**2 + f_var).sqrt()}
+        return {"c": pg_tilt_c(f_mean, f_var)}
 
     def expected_potential_and_precision(
         self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
@@ -103,4 +103,4 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
         return pg_kl(1.0, q_aux["c"])
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
-        return log_sigma_tilde_plus(self._sign(y).to(f_mean.dtype) * f_mean, (f_mean**2 + f_var).sqrt())
+        return log_sigma_tilde_plus(self._sign(y).to(f_mean.dtype) * f_mean, pg_tilt_c(f_mean, f_var))

@@ -9,7 +9,7 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Binomial, MixtureSameFamily
 
-from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, quadrature_mixture
+from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c, quadrature_mixture
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
@@ -134,7 +134,7 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        return {"c": (f_mean**2 + f_var).sqrt()}
+        return {"c": pg_tilt_c(f_mean, f_var)}
 
     def expected_potential_and_precision(
         self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
@@ -153,7 +153,7 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
         successes, trials = self.split_targets(y)
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         return (
             _log_binom(trials, successes)
             + successes * log_sigma_tilde_plus(f_mean, c)

@@ -10,7 +10,15 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Gamma, MixtureSameFamily, Poisson
 
-from .._numerics import LOG2, log_sigma_tilde, log_sigma_tilde_plus, pg_kl, pg_mean, quadrature_mixture
+from .._numerics import (
+    LOG2,
+    log_sigma_tilde,
+    log_sigma_tilde_plus,
+    pg_kl,
+    pg_mean,
+    pg_tilt_c,
+    quadrature_mixture,
+)
 from .._random import seeded_by
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
@@ -146,7 +154,7 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         return {"c": c, "sigma_tilde": log_sigma_tilde(f_mean, c).exp()}
 
     def _n_mean(self, q_aux: AuxDict) -> Tensor:
@@ -169,7 +177,7 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         return pg_kl(y + self._n_mean(q_aux), q_aux["c"]) + poisson_kl
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         xi = self.rate_scale
         one_minus_sigma_tilde = -torch.expm1(log_sigma_tilde(f_mean, c))
         return y * (xi.log() + log_sigma_tilde_plus(f_mean, c)) - torch.lgamma(y + 1) - xi * one_minus_sigma_tilde
@@ -183,5 +191,5 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         if not bool((total > 0).all()):
             return
         with torch.no_grad():
-            c = (f_mean**2 + f_var).sqrt()
+            c = pg_tilt_c(f_mean, f_var)
             self.rate_scale = total / (-torch.expm1(log_sigma_tilde(f_mean, c))).sum(-1, keepdim=True)
