@@ -1,5 +1,5 @@
-r"""The shared base of the heteroscedastic regression likelihoods: a mean latent :math:`f` and a noise latent :math:`g`, with the noise precision
-:math:`\xi\sigma(g)` bounded by :math:`\xi` (``augmentations.md`` §10, §11).
+r"""The shared base of the heteroscedastic regression likelihoods: a mean latent :math:`f` and a noise latent
+:math:`g`, with the noise precision :math:`\xi\sigma(g)` bounded by :math:`\xi` (``augmentations.md`` §10, §11).
 
 Both likelihoods share the augmentation of the noise link. Writing :math:`\rho = \frac12(y - f)^2`,
 
