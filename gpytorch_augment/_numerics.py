@@ -79,7 +79,8 @@ def pg_variance(b: Tensor | float, c: Tensor) -> Tensor:
 
 
 def pg_kl(b: Tensor | float, c: Tensor) -> Tensor:
-    r""":math:`\mathrm{KL}(\mathrm{PG}(b,c)\Vert\mathrm{PG}(b,0)) = b[\log\cosh\frac c2 - \frac{c^2}{2}\mathrm{PGm}(1,c)]`."""
+    r""":math:`\mathrm{KL}(\mathrm{PG}(b,c)\Vert\mathrm{PG}(b,0))
+    = b[\log\cosh\frac c2 - \frac{c^2}{2}\mathrm{PGm}(1,c)]`."""
     c = c.abs()
     small = c < _small_threshold(c, 1e-1, 7e-1)
     safe = torch.where(small, torch.ones_like(c), c)

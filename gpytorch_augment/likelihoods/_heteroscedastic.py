@@ -9,7 +9,8 @@ Both likelihoods share the augmentation of the noise link. Writing :math:`\rho =
     \sigma(g)^{1/2}\sigma(-g)^n = 2^{-(\frac12+n)}\int e^{\frac12((\frac12-n)g - \omega g^2)}\,
     \mathrm{PG}(\omega\mid\tfrac12+n, 0)\,d\omega ,
 
-so :math:`g` is conditionally conjugate given :math:`(n, \omega)` (:math:`h_g = (\frac12-n)/2`, :math:`\lambda_g=\omega`),
+so :math:`g` is conditionally conjugate given :math:`(n, \omega)` (:math:`h_g = (\frac12-n)/2`,
+:math:`\lambda_g=\omega`),
 while :math:`f` enters through the Poisson rate and is updated by **collapsed** steps (:math:`p(y\mid f, g)` is
 Gaussian in :math:`f`).
 
@@ -61,7 +62,9 @@ LOG_2PI = math.log(2.0 * math.pi)
 def split_latents(t: Tensor) -> tuple[Tensor, Tensor]:
     """(..., N, 2) -> the f part and the g part, each (..., N)."""
     if t.shape[-1] != 2:
-        raise ValueError(f"heteroscedastic latents must have a trailing dimension of size 2 (f, g); got {tuple(t.shape)}")
+        raise ValueError(
+            f"heteroscedastic latents must have a trailing dimension of size 2 (f, g); got {tuple(t.shape)}"
+        )
     return t[..., 0], t[..., 1]
 
 
@@ -94,7 +97,9 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         if max_precision_prior is not None:
             a, b = (float(v) for v in max_precision_prior)
             if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
-                raise ValueError(f"max_precision_prior (a, b) must have finite a > 0 and b > 0; got {max_precision_prior}")
+                raise ValueError(
+                    f"max_precision_prior (a, b) must have finite a > 0 and b > 0; got {max_precision_prior}"
+                )
             max_precision_prior = (a, b)
         self.max_precision_prior = max_precision_prior
         self.register_parameter(
@@ -173,7 +178,8 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
 
     def aux_conditional(self, y: Tensor, f: Tensor) -> AuxiliaryDistribution:
         r""":math:`[\gamma\mid f,g\sim\mathrm{Ga}(\alpha,\frac\nu2+\xi\sigma(g)\rho)]`,
-        :math:`n\mid\gamma,f,g\sim\mathrm{Po}(\xi\gamma\sigma(-g)\rho)`, :math:`\omega\mid n,g\sim\mathrm{PG}(\frac12+n,|g|)`."""
+        :math:`n\mid\gamma,f,g\sim\mathrm{Po}(\xi\gamma\sigma(-g)\rho)`,
+        :math:`\omega\mid n,g\sim\mathrm{PG}(\frac12+n,|g|)`."""
         f_, g = split_latents(f)
         rho = 0.5 * (y - f_) ** 2
         rate = self._xi * torch.sigmoid(-g) * rho
@@ -185,7 +191,8 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
 
     def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Latent-major ``(..., 2, N)``: the collapsed conditional of :math:`f` given :math:`(g, \gamma)`,
-        :math:`(\xi\gamma\sigma(g)y,\ \xi\gamma\sigma(g))`, and the tilt of :math:`g`, :math:`((\frac12-n)/2,\ \omega)`."""
+        :math:`(\xi\gamma\sigma(g)y,\ \xi\gamma\sigma(g))`, and the tilt of :math:`g`,
+        :math:`((\frac12-n)/2,\ \omega)`."""
         if f is None:
             raise ValueError("heteroscedastic likelihoods need the current latents f (the f-step is collapsed over Ω)")
         _, g = split_latents(f)
@@ -277,12 +284,15 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         phi = self._phi(y, m_f, s_f)
         e_gamma, _, e_gamma_log_gamma = self._q_gamma(q_aux)
         xi, n_mean, c = self._xi, self._n_mean(q_aux), q_aux["c"]
-        poisson = xi * q_aux["log_n_rate"].exp() * e_gamma_log_gamma + torch.xlogy(n_mean, phi) + xi * (1 - e_gamma * phi)
+        poisson = (
+            xi * q_aux["log_n_rate"].exp() * e_gamma_log_gamma + torch.xlogy(n_mean, phi) + xi * (1 - e_gamma * phi)
+        )
         g_part = 0.5 * (0.5 - n_mean) * m_g - 0.5 * pg_mean(0.5 + n_mean, c) * (m_g**2 + s_g)
         return self.expected_log_tilt_constant(y, q_aux) + poisson + g_part
 
     def aux_kl(self, y: Tensor, q_aux: AuxDict) -> Tensor:
-        r""":math:`\mathrm{KL}(q(\Omega)\Vert p_{\rm ref})`: :math:`[\mathrm{KL}(q(\gamma)\Vert\mathrm{Ga}(\frac\nu2,\frac\nu2))]
+        r""":math:`\mathrm{KL}(q(\Omega)\Vert p_{\rm ref})`:
+        :math:`[\mathrm{KL}(q(\gamma)\Vert\mathrm{Ga}(\frac\nu2,\frac\nu2))]
         + E_\gamma\mathrm{KL}(\mathrm{Po}(\xi\gamma r)\Vert\mathrm{Po}(\xi)) + \mathrm{KL}_{PG}(\frac12+\bar n, c)`."""
         _, _, e_gamma_log_gamma = self._q_gamma(q_aux)
         xi, log_r, n_mean = self._xi, q_aux["log_n_rate"], self._n_mean(q_aux)

@@ -120,13 +120,17 @@ class AugmentedLikelihood(Likelihood, ABC):
         r""":math:`\log p(y \mid f)` of the original likelihood for canonical targets, broadcasting over ``f``."""
         return self.forward(f, **kwargs).log_prob(y)
 
-    def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def expected_log_prob(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` of the **true** likelihood, one value per datum (quadrature)."""
         y = self.check_observations(observations, function_dist, **kwargs)
         nodes, weights = self._quadrature(function_dist)
         return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
 
-    def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def log_marginal(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i`, one value per datum (quadrature)."""
         y = self.check_observations(observations, function_dist, **kwargs)
         nodes, weights = self._quadrature(function_dist)

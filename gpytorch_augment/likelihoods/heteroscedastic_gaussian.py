@@ -23,19 +23,23 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
     .. math::
         p(y\mid f, g) = \mathcal N\big(y\mid f, (\xi\sigma(g))^{-1}\big),\qquad
         p(y, n, \omega\mid f, g) = \sqrt{\tfrac{\xi}{2\pi}}\,2^{-(\frac12+n)}
-        e^{\frac12((\frac12-n)g-\omega g^2)}\,\mathrm{PG}(\omega\mid\tfrac12+n, 0)\,\mathrm{Po}\big(n\mid\tfrac\xi2(y-f)^2\big).
+        e^{\frac12((\frac12-n)g-\omega g^2)}\,\mathrm{PG}(\omega\mid\tfrac12+n,
+        0)\,\mathrm{Po}\big(n\mid\tfrac\xi2(y-f)^2\big).
 
     :math:`\xi` is the largest noise precision; :math:`g` sets the noise through the inverse scaled-logistic link.
 
     * **Gibbs** (valid partially collapsed order, §10.2): :math:`f\mid g,\xi` collapsed
       (:math:`h_f=\xi\sigma(g)y`, :math:`\lambda_f=\xi\sigma(g)`); optionally :math:`\xi\mid f,g` (Gamma prior);
-      :math:`n\mid f,g\sim\mathrm{Po}(\frac\xi2\sigma(-g)(y-f)^2)`, :math:`\omega\mid n,g\sim\mathrm{PG}(\frac12+n,|g|)`;
+      :math:`n\mid f,g\sim\mathrm{Po}(\frac\xi2\sigma(-g)(y-f)^2)`,
+      :math:`\omega\mid n,g\sim\mathrm{PG}(\frac12+n,|g|)`;
       :math:`g\mid n,\omega`. (Drawing :math:`f` and :math:`g` "in parallel" from one :math:`\Omega` is **not** valid.)
     * **CAVI** (double bound, §10.3): :math:`q(n,\omega)=\mathrm{Po}(\bar n)\,\mathrm{PG}(\frac12+n, c_g)`,
-      :math:`\bar n=\xi\phi\tilde\sigma`; :math:`\bar h_g=(\frac12-\bar n)/2`, :math:`\bar\lambda_g=\mathrm{PGm}(\frac12+\bar n,c_g)`;
+      :math:`\bar n=\xi\phi\tilde\sigma`; :math:`\bar h_g=(\frac12-\bar n)/2`,
+      :math:`\bar\lambda_g=\mathrm{PGm}(\frac12+\bar n,c_g)`;
       :math:`\bar h_f=\xi(1-\tilde\sigma)y`, :math:`\bar\lambda_f=\xi(1-\tilde\sigma)` (no :math:`/2`); :math:`q(g)` and
       :math:`q(f)` are updated one after the other (``latent_blocks``) and the bound
-      :math:`\ell_i^*=\frac12\log\frac\xi{2\pi}+\frac12\log\tilde\sigma^+_i-\xi\phi_i(1-\tilde\sigma_i)` never decreases.
+      :math:`\ell_i^*=\frac12\log\frac\xi{2\pi}+\frac12\log\tilde\sigma^+_i-\xi\phi_i(1-\tilde\sigma_i)` never
+      decreases.
       It is a lower bound on the true :math:`E_q\log p(y\mid f,g)`.
     * :meth:`update_hyperparameters`: :math:`\xi\leftarrow N/(2\sum_i\phi_i(1-\tilde\sigma_i))`, the exact maximiser
       of :math:`\sum_i\ell_i^*` (MAP :math:`(\frac N2+a-1)/(b+\sum_i\phi_i(1-\tilde\sigma_i))` under
@@ -70,8 +74,11 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
         log_prec = self._noise_log_precision(g)
         return 0.5 * (log_prec - LOG_2PI) - 0.5 * log_prec.exp() * (y - f_) ** 2
 
-    def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
-        r""":math:`\frac12\log\frac{\xi}{2\pi} + \frac12E\log\sigma(g) - \xi E\sigma(g)\,\phi`, closed form in :math:`f`,
+    def expected_log_prob(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
+        r""":math:`\frac12\log\frac{\xi}{2\pi} + \frac12E\log\sigma(g) - \xi E\sigma(g)\,\phi`, closed form in
+        :math:`f`,
         Gauss--Hermite in :math:`g` (a 1-D rule over both latents would integrate along a diagonal)."""
         y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = self._moments(function_dist)
@@ -92,7 +99,9 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
             nodes, weights, lambda g: Normal(m_f, (s_f + 1 / (xi * torch.sigmoid(g))).sqrt())
         )
 
-    def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def log_marginal(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         y = self.check_observations(observations, function_dist, **kwargs)
         return self.marginal(function_dist).log_prob(y)
 

@@ -37,17 +37,20 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
         =\frac{\Gamma(\alpha)\sqrt{\xi\sigma(g)}}{\Gamma(\frac\nu2)\sqrt{\pi\nu}}
         \Big(1+\frac{\xi\sigma(g)(y-f)^2}{\nu}\Big)^{-\alpha},\qquad\alpha=\frac{\nu+1}2,
 
-    (:math:`\xi\sigma(g)` multiplies the **precision**). Route A of §11.2: :math:`\gamma\sim\mathrm{Ga}(\frac\nu2,\frac\nu2)`,
+    (:math:`\xi\sigma(g)` multiplies the **precision**). Route A of §11.2:
+    :math:`\gamma\sim\mathrm{Ga}(\frac\nu2,\frac\nu2)`,
     :math:`y\mid f,g,\gamma\sim\mathcal N(f,(\xi\gamma\sigma(g))^{-1})`, then the augmentation of §10 with
     :math:`\xi\to\xi\gamma`; ``aux = {"gamma", "n", "omega"}``.
 
     * **Gibbs** (§11.3): :math:`f\mid g,\gamma,\xi` collapsed (:math:`h_f=\xi\gamma\sigma(g)y`,
       :math:`\lambda_f=\xi\gamma\sigma(g)`); optionally :math:`\xi\mid f,g,\gamma`; then
       :math:`\gamma\mid f,g\sim\mathrm{Ga}(\alpha,\frac\nu2+\frac\xi2\sigma(g)(y-f)^2)`,
-      :math:`n\mid\gamma\sim\mathrm{Po}(\frac{\xi\gamma}2\sigma(-g)(y-f)^2)`, :math:`\omega\sim\mathrm{PG}(\frac12+n,|g|)`; :math:`g\mid n,\omega`.
+      :math:`n\mid\gamma\sim\mathrm{Po}(\frac{\xi\gamma}2\sigma(-g)(y-f)^2)`,
+      :math:`\omega\sim\mathrm{PG}(\frac12+n,|g|)`; :math:`g\mid n,\omega`.
     * **CAVI** (§11.4): :math:`q(\gamma)=\mathrm{Ga}(\alpha,\delta)`, :math:`\delta=\frac\nu2+\xi\phi(1-\tilde\sigma)`,
       :math:`q(n\mid\gamma)=\mathrm{Po}(\xi\gamma\phi\tilde\sigma)`, :math:`q(\omega\mid n)=\mathrm{PG}(\frac12+n,c_g)`;
-      :math:`\bar h_f=\xi\bar\gamma(1-\tilde\sigma)y`, :math:`\bar\lambda_f=\xi\bar\gamma(1-\tilde\sigma)`, the :math:`g`-terms
+      :math:`\bar h_f=\xi\bar\gamma(1-\tilde\sigma)y`, :math:`\bar\lambda_f=\xi\bar\gamma(1-\tilde\sigma)`, the
+      :math:`g`-terms
       as in §10 with :math:`\bar n=\xi\bar\gamma\phi\tilde\sigma`, and
       :math:`\ell^*=\log\frac{\Gamma(\alpha)}{\Gamma(\frac\nu2)\sqrt{\pi\nu}}+\frac12\log\xi+\frac12\log\tilde\sigma^+
       -\alpha\log\big(1+\frac{2\xi\phi(1-\tilde\sigma)}{\nu}\big)`.
@@ -145,13 +148,16 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
 
     def _log_t(self, df: Tensor, log_precision: Tensor, r2: Tensor) -> Tensor:
         r""":math:`\log t_\nu` with precision :math:`e^{\text{log\_precision}}` at squared residual ``r2``."""
-        return student_t_log_normaliser(df) + 0.5 * log_precision - (df + 1) / 2 * torch.log1p(log_precision.exp() * r2 / df)
+        kernel = torch.log1p(log_precision.exp() * r2 / df)
+        return student_t_log_normaliser(df) + 0.5 * log_precision - (df + 1) / 2 * kernel
 
     def log_prob_at(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
         f_, g = split_latents(f)
         return self._log_t(self.df, self._noise_log_precision(g), (y - f_) ** 2)
 
-    def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def expected_log_prob(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         r""":math:`E_{q(f)q(g)}\log t_\nu`: Gauss--Hermite in :math:`g` and, per node, the exact :math:`f`-expectation
         :math:`E\log(1+\xi\sigma(g)(y-f)^2/\nu)` (Frullani's integral)."""
         y = self.check_observations(observations, function_dist, **kwargs)
@@ -176,7 +182,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
             lambda g: StudentTPredictive(df, m_f, s_f, torch.exp(-0.5 * (xi.log() + logsigmoid(g)))),
         )
 
-    def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def log_marginal(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         y = self.check_observations(observations, function_dist, **kwargs)
         return self.marginal(function_dist).log_prob(y)
 
@@ -191,7 +199,8 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
         return student_t_log_normaliser(df) + 0.5 * (xi.log() + log_stp) - (df + 1) / 2 * torch.log1p(2 * xi * u / df)
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
-        r""":math:`\ell^*`: the t log-density with :math:`(y-f)^2\to2\phi`, :math:`\log\sigma(g)\to\log\tilde\sigma^+` in
+        r""":math:`\ell^*`: the t log-density with :math:`(y-f)^2\to2\phi`, :math:`\log\sigma(g)\to\log\tilde\sigma^+`
+        in
         the normaliser and :math:`\sigma(g)\to1-\tilde\sigma` in the kernel."""
         c, phi, _, one_minus = self._optimal_q(y, f_mean, f_var)
         return self._collapsed(self.df, self._xi, phi * one_minus, log_sigma_tilde_plus(f_mean[..., 1], c))
@@ -210,7 +219,8 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
 
     @torch.no_grad()
     def maximise_df(self, u: Tensor) -> Tensor:
-        r"""The :math:`\nu` in ``df_bounds`` maximising :math:`\sum_i\ell_i^*(\nu)` for :math:`u_i=\phi_i(1-\tilde\sigma_i)`
+        r"""The :math:`\nu` in ``df_bounds`` maximising :math:`\sum_i\ell_i^*(\nu)` for
+        :math:`u_i=\phi_i(1-\tilde\sigma_i)`
         at the current :math:`\xi` (the current :math:`\nu` if no better value is found), by
         :func:`~gpytorch_augment._numerics.bounded_maximise` in :math:`\log\nu` (to ~1e-9)."""
         v = 2 * self._xi * u

@@ -70,7 +70,8 @@ def maximise_class_scales(
     c\theta`: the sum of :math:`\phi` is then held at its start by a quadratic penalty and the result normalised to
     mean 1. A class with :math:`c_k \le 0` (absent from the data, e.g. from a mini-batch) has its supremum at
     :math:`\theta_k \to 0`, which would make it unpredictable: it keeps its current value and the others are
-    maximised given it (still a monotone step; so is keeping the start, where the solver fails). The one-step thesis formula
+    maximised given it (still a monotone step; so is keeping the start, where the solver fails). The one-step thesis
+    formula
     :math:`\theta_k \leftarrow N_k / \sum_i a_{ik}/Q_i` is the minorise-maximise step of the same objective.
 
     :param a: :math:`a_{ik} > 0`, shape ``(M, K)``.

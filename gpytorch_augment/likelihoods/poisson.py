@@ -41,7 +41,8 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
 
     * Gibbs: :math:`n \mid f \sim \mathrm{Po}(\xi\sigma(-f))`, then :math:`\omega \mid n, f \sim \mathrm{PG}(y+n, |f|)`.
     * CAVI: :math:`q(n, \omega) = \mathrm{Po}(n \mid \xi\tilde\sigma_i)\,\mathrm{PG}(\omega \mid y+n, c_i)` with
-      :math:`c_i = \sqrt{m_i^2 + s_i}` and :math:`\tilde\sigma_i = \tilde\sigma(m_i, c_i) = e^{-m_i/2}/(2\cosh\frac{c_i}2)`,
+      :math:`c_i = \sqrt{m_i^2 + s_i}` and
+      :math:`\tilde\sigma_i = \tilde\sigma(m_i, c_i) = e^{-m_i/2}/(2\cosh\frac{c_i}2)`,
       so :math:`\bar n_i = \xi\tilde\sigma_i`, :math:`\bar h_i = (y_i - \bar n_i)/2`,
       :math:`\bar\lambda_i = \mathrm{PGm}(y_i + \bar n_i, c_i)` and
       :math:`\ell^*_i = y_i\log\xi - \log y_i! + y_i\log\tilde\sigma^+(m_i, c_i) - \xi(1 - \tilde\sigma_i)`.

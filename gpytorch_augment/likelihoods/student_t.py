@@ -135,7 +135,8 @@ class StudentTLikelihood(AugmentedLikelihood):
         give
         :math:`E\log(1 + \tfrac{(y-f)^2}{c}) = \int_0^\infty\big[1 - (1 + \tfrac{2ts}{c})^{-1/2}
         e^{-t d^2/(c + 2ts)}\big]\,\frac{e^{-t}}{t}\,dt` (:math:`d = y - m`), integrated by the trapezoid rule in
-        :math:`\log t` (:func:`~gpytorch_augment._numerics.expected_log1p_square`). (32-node Gauss--Hermite over :math:`f` is off by 0.1--0.4 nats at
+        :math:`\log t` (:func:`~gpytorch_augment._numerics.expected_log1p_square`). (32-node Gauss--Hermite over
+        :math:`f` is off by 0.1--0.4 nats at
         :math:`\sigma \le 0.1\sqrt s`.)
         """
         y = self.check_targets(observations, **kwargs)
@@ -236,4 +237,5 @@ class StudentTLikelihood(AugmentedLikelihood):
         lo = torch.full(shape, float(r2.min().log()), dtype=torch.float64, device=r2.device)
         hi = torch.full_like(lo, float(r2.max().log()))
         start = 2 * self.scale.to(torch.float64).log()
-        self.scale = (safeguarded_newton(excess_and_slope, lo, hi, start, increasing=False) / 2).exp().to(self.raw_scale)
+        log_scale2 = safeguarded_newton(excess_and_slope, lo, hi, start, increasing=False)
+        self.scale = (log_scale2 / 2).exp().to(self.raw_scale)
