@@ -14,6 +14,7 @@ from gpytorch_augment.likelihoods import (
     BernoulliLogitLikelihood,
     HeteroscedasticGaussianLikelihood,
     LogisticSoftmaxLikelihood,
+    PoissonLogitLikelihood,
 )
 from gpytorch_augment.likelihoods.augmented_likelihood import validated_latent_blocks
 
@@ -93,3 +94,58 @@ def test_validated_latent_blocks() -> None:
     multiclass.latent_blocks = [[0, 2], [1, 1]]
     with pytest.raises(ValueError, match="latent_blocks"):
         validated_latent_blocks(multiclass)
+
+
+# ---------------------------------------------------------------------------------------------- per-chain constants
+def test_constants_evaluate_at_the_values_and_restore_the_parameters() -> None:
+    likelihood = PoissonLogitLikelihood(rate_scale=3.0).double()
+    raw = likelihood.raw_rate_scale
+    before, pointer = raw.detach().clone(), raw.data_ptr()
+    per_chain = torch.tensor([[1.5], [4.0]], dtype=torch.float64)
+    f = torch.zeros(2, 5, dtype=torch.float64)
+    with likelihood.constants({"rate_scale": per_chain}):
+        assert raw is likelihood.raw_rate_scale and raw.shape == (2, 1)
+        torch.testing.assert_close(likelihood.forward(f).mean, per_chain.expand(2, 5) / 2, rtol=1e-14, atol=0)
+    assert raw.data_ptr() == pointer and raw.shape == before.shape and torch.equal(raw.detach(), before)
+    with pytest.raises(RuntimeError, match="inside"), likelihood.constants({"rate_scale": per_chain}):
+        raise RuntimeError("inside")
+    assert raw.data_ptr() == pointer and torch.equal(raw.detach(), before)
+    with pytest.raises(ValueError, match=r"no constants \['noise'\]"), likelihood.constants({"noise": per_chain}):
+        pass
+
+
+def _with_prior(name: str, g: torch.Generator):
+    """A likelihood with a prior on its constant, targets and three chains of latents."""
+    if name == "poisson":
+        y = torch.randint(0, 4, (6,), generator=g).double()
+        return PoissonLogitLikelihood(2.0, rate_scale_prior=(2.0, 1.0)), y, torch.randn(3, 6, generator=g)
+    if name == "heteroscedastic":
+        likelihood = HeteroscedasticGaussianLikelihood(2.0, max_precision_prior=(3.0, 1.0))
+        return likelihood, torch.randn(6, generator=g), torch.randn(3, 6, 2, generator=g)
+    likelihood = LogisticSoftmaxLikelihood(3, learn_class_scales=True, class_scale_prior=(2.0, 1.0))
+    return likelihood, torch.randint(0, 3, (6,), generator=g).double(), torch.randn(3, 6, 3, generator=g)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "width"),
+    [("poisson", "rate_scale", 1), ("heteroscedastic", "max_precision", 1), ("logistic_softmax", "class_scales", 3)],
+)
+def test_sample_hyperparameters_is_pure_and_per_chain(name: str, key: str, width: int) -> None:
+    g = torch.Generator().manual_seed(5)
+    likelihood, y, f = _with_prior(name, g)
+    likelihood = likelihood.double()
+    state = {k: v.clone() for k, v in likelihood.state_dict().items()}
+    aux = likelihood.sample_aux(y, f, generator=g)
+    constants, fresh = likelihood.sample_hyperparameters(y, aux, f, generator=g)
+    assert list(constants) == [key] and constants[key].shape == (3, width) and (constants[key] > 0).all()
+    for k, v in likelihood.state_dict().items():
+        assert v.shape == state[k].shape and torch.equal(v, state[k]), k
+    if name == "poisson":
+        assert fresh is None
+    else:
+        assert fresh.keys() == aux.keys() and all(fresh[k].shape == aux[k].shape for k in aux)
+    with likelihood.constants(constants):  # the draws are usable as constants
+        likelihood.potential_and_precision(y, fresh or aux, f)
+    assert AugmentedLikelihood.sample_hyperparameters(likelihood, y, aux, f) == ({}, None)
+    without = type(likelihood)(3) if name == "logistic_softmax" else type(likelihood)()
+    assert without.sample_hyperparameters(y, aux, f) == ({}, None)

@@ -111,8 +111,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
     # ------------------------------------------------------------------ xi
     @property
     def max_precision(self) -> Tensor:
-        r"""The largest noise precision :math:`\xi`, shape ``(*batch_shape, 1)`` (``(chains, 1)`` after Gibbs
-        sampling with a prior)."""
+        r"""The largest noise precision :math:`\xi`, shape ``(*batch_shape, 1)``."""
         return self.raw_max_precision_constraint.transform(self.raw_max_precision)
 
     @max_precision.setter
@@ -123,7 +122,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         raw = self.raw_max_precision_constraint.inverse_transform(value)
         if raw.shape == self.raw_max_precision.shape:
             self.initialize(raw_max_precision=raw)
-        else:  # e.g. one xi per Gibbs chain
+        else:  # a shape other than the parameter's, e.g. one xi per chain
             self.raw_max_precision.data = raw
 
     @property
@@ -220,22 +219,27 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> AuxDict | None:
+    ) -> tuple[dict[str, Tensor], AuxDict | None]:
         r"""Under ``max_precision_prior=(a, b)``, the collapsed Gibbs step (§10.2 step 2, §11.3 step 2)
         :math:`\xi\mid f, g, [\gamma] \sim \mathrm{Ga}\big(a + \frac N2,\ b + \sum_i\gamma_i\sigma(g_i)\rho_i\big)`,
-        marginal over :math:`(n, \omega)`; it returns a fresh :math:`\Omega \sim p(\Omega\mid y, f, g, \xi)`, so nothing
-        conditions on the stale :math:`(n, \omega)` (a no-op returning ``None`` without a prior). One :math:`\xi` per
-        chain: leading dimensions of ``f`` are chains."""
+        marginal over :math:`(n, \omega)`, then a fresh :math:`\Omega \sim p(\Omega\mid y, f, g, \xi)` under the new
+        :math:`\xi`, so nothing conditions on the stale :math:`(n, \omega)`.
+
+        Pure: returns ``({"max_precision": xi}, fresh_aux)`` with one :math:`\xi` per chain (leading dimensions of
+        ``f``, shape ``(*chains, 1)``), or ``({}, None)`` without a prior; the likelihood's parameter is not changed
+        (evaluate under the draw with :meth:`constants`)."""
         if self.max_precision_prior is None:
-            return None
+            return {}, None
         a, b = self.max_precision_prior
         f_, g = split_latents(f)
         with torch.no_grad():
             weighted = self._gamma(aux) * torch.sigmoid(g) * 0.5 * (y - f_) ** 2
             rate = b + weighted.sum(-1, keepdim=True)
             with seeded_by(generator):
-                self.max_precision = Gamma(torch.full_like(rate, a + weighted.shape[-1] / 2), rate).sample()
-        return self.sample_aux(y, f, generator=generator)
+                draw = Gamma(torch.full_like(rate, a + weighted.shape[-1] / 2), rate).sample()
+        with self.constants({"max_precision": draw}):
+            fresh = self.sample_aux(y, f, generator=generator)
+        return {"max_precision": draw}, fresh
 
     # ------------------------------------------------------------------ variational side
     def _sigma_tildes(self, f_mean: Tensor, q_aux: AuxDict) -> tuple[Tensor, Tensor]:

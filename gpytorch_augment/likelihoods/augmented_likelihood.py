@@ -20,7 +20,8 @@ Potentials and precisions come back as ``(*batch, N)`` or, for ``T`` latents, ``
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -220,14 +221,51 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> AuxDict | None:
-        """Gibbs step for the likelihood's own constants given :math:`(\\Omega, f)`, for likelihoods with a
-        conjugate prior on them (a no-op unless overridden). The Gibbs engine calls it after the
-        :math:`\\Omega` step of every sweep.
+    ) -> tuple[dict[str, Tensor], AuxDict | None]:
+        r"""Gibbs step for the likelihood's own constants given :math:`(\Omega, f)`, for likelihoods with a conjugate
+        prior on them; the Gibbs engine calls it after the :math:`\Omega` step of every sweep.
 
-        Returns ``None``, or a fresh :math:`\\Omega` draw when the valid scan order redraws :math:`\\Omega` after
-        the hyper-parameters (its conditional depends on them); the engine then uses that draw for the
-        :math:`f`-step."""
+        Pure: returns ``(constants, fresh_aux)``. ``constants`` maps the public name of each sampled constant (the
+        parameter name without ``raw_``) to its draw, constrained, one entry per chain (the leading dimensions of
+        ``f``); the engine keeps them in its own state and evaluates the likelihood under them with
+        :meth:`constants`. ``fresh_aux`` is a fresh :math:`\Omega` drawn under the new constants where the valid scan
+        order redraws :math:`\Omega` after them (its conditional depends on them), else ``None``; the engine then
+        uses that draw for the :math:`f`-step. The default samples nothing: ``({}, None)``."""
+        return {}, None
+
+    @contextmanager
+    def constants(self, values: Mapping[str, Tensor]) -> Iterator[AugmentedLikelihood]:
+        r"""Evaluate every member at the given values of the likelihood's constants, e.g. one per Gibbs chain.
+
+        ``values`` maps public names (``"rate_scale"`` for the parameter ``raw_rate_scale`` and its constraint, or
+        the name of an unconstrained parameter) to constrained values of any shape broadcastable against the
+        per-chain data, e.g. ``(chains, 1)``. Inside the block each parameter holds
+        ``constraint.inverse_transform(value)``; on exit its former data (tensor and shape) is restored, also on
+        error. Parameters are not validated, so any value the constraint maps is accepted.
+
+        Example::
+
+            >>> with likelihood.constants({"rate_scale": xi_per_chain}):   # xi_per_chain: (chains, 1)
+            ...     aux = likelihood.sample_aux(y, f)                        # f: (chains, N)
+
+        :raises ValueError: naming the keys that are not constants of the likelihood.
+        """
+        table = {name: (param, constraint) for name, param, constraint in self.named_parameters_and_constraints()}
+        unknown = sorted(name for name in values if f"raw_{name}" not in table and name not in table)
+        if unknown:
+            known = sorted(name[4:] if name.startswith("raw_") else name for name in table)
+            raise ValueError(f"{type(self).__name__} has no constants {unknown}; its constants are {known}")
+        saved: list[tuple[torch.nn.Parameter, Tensor]] = []
+        try:
+            for name, value in values.items():
+                param, constraint = table.get(f"raw_{name}", table.get(name))
+                value = torch.as_tensor(value).to(param)
+                saved.append((param, param.data))
+                param.data = value if constraint is None else constraint.inverse_transform(value)
+            yield self
+        finally:
+            for param, data in reversed(saved):
+                param.data = data
 
 
 def validated_latent_blocks(likelihood: AugmentedLikelihood) -> list[list[int]] | None:

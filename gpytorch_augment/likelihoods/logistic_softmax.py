@@ -177,8 +177,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     ``(*batch, J, N)``. The auxiliary variables are ``{"n": n, "omega": ω}``, both ``(*batch, N, J)``; their
     variational parameters ``{"c": c, "sigma_tilde": σ̃}``. :math:`q(n)` is stored through :math:`\tilde\sigma`,
     i.e. relative to :math:`\theta`, so it stays optimal when :math:`\theta` changes. :math:`\theta` is a GPyTorch
-    parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)`` (one row per chain while a Gibbs
-    sampler draws it).
+    parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)``; a Gibbs sampler keeps its draws per
+    chain in its own state (:meth:`sample_hyperparameters`).
 
     Example::
 
@@ -251,7 +251,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     # ------------------------------------------------------------------ class scales
     @property
     def class_scales(self) -> Tensor:
-        r"""The class scales :math:`\theta`, shape ``(K,)`` (``(chains, K)`` while a Gibbs sampler draws them)."""
+        r"""The class scales :math:`\theta`, shape ``(K,)``."""
         return self.raw_class_scales_constraint.transform(self.raw_class_scales)
 
     @class_scales.setter
@@ -267,7 +267,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         raw = self.raw_class_scales_constraint.inverse_transform(value)
         if raw.shape == self.raw_class_scales.shape:
             self.initialize(raw_class_scales=raw)
-        else:  # one row per Gibbs chain
+        else:  # a shape other than the parameter's, e.g. one row per chain
             self.raw_class_scales.data = raw
 
     @property
@@ -451,21 +451,25 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> AuxDict | None:
-        r"""Gibbs step for :math:`\theta` under ``class_scale_prior`` (a no-op returning ``None`` without one).
+    ) -> tuple[dict[str, Tensor], AuxDict | None]:
+        r"""Gibbs step for :math:`\theta` under ``class_scale_prior``.
 
         With the Gamma variable :math:`\zeta` of
         :math:`1/\sum_l\theta_l s_l = \int_0^\infty e^{-\zeta\sum_l\theta_l s_l} d\zeta` reinstated:
         :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1, \sum_l \theta_l s_l(f_i))`, then
         :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i \zeta_i s_k(f_i))`, both collapsed
-        over :math:`(n, \omega)`; returns a fresh :math:`(n, \omega) \sim p(n, \omega \mid y, f, \theta)` for the
-        :math:`f`-step (the incoming ``aux`` was drawn under the old :math:`\theta`). Each is an exact block draw of
-        the joint :math:`p(f, \theta, \zeta, n, \omega \mid y)`, so the sweep leaves the posterior invariant. One
-        :math:`\theta` per chain: leading dimensions of ``f`` are chains.
+        over :math:`(n, \omega)`; then a fresh :math:`(n, \omega) \sim p(n, \omega \mid y, f, \theta)` under the new
+        :math:`\theta` for the :math:`f`-step (the incoming ``aux`` was drawn under the old one). Each is an exact
+        block draw of the joint :math:`p(f, \theta, \zeta, n, \omega \mid y)`, so the sweep leaves the posterior
+        invariant.
+
+        Pure: returns ``({"class_scales": theta}, fresh_aux)`` with one :math:`\theta` per chain (leading dimensions
+        of ``f``, shape ``(*chains, K)``), or ``({}, None)`` without a prior; the likelihood's parameter is not
+        changed (evaluate under the draw with :meth:`constants`).
         """
         prior = self._prior_parameters
         if prior is None:
-            return None
+            return {}, None
         alpha, beta = prior
         with torch.no_grad(), seeded_by(generator):
             theta = self.class_scales.unsqueeze(-2)  # (..., 1, K)
@@ -477,8 +481,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             rate_theta = beta + (zeta.unsqueeze(-1) * s).sum(-2)
             shape, rate_theta = torch.broadcast_tensors(shape, rate_theta)
             draw = Gamma(shape, rate_theta).sample().clamp_min(torch.finfo(f.dtype).tiny)
-            self.class_scales = draw
-        return self.sample_aux(y, f, generator=generator)
+        with self.constants({"class_scales": draw}):
+            fresh = self.sample_aux(y, f, generator=generator)
+        return {"class_scales": draw}, fresh
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:

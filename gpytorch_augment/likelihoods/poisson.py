@@ -50,7 +50,8 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
       maximiser of :math:`\sum_i \ell^*_i` given :math:`q(f)` (skipped when :math:`\sum_i y_i = 0` or when
       ``raw_rate_scale.requires_grad`` is ``False``, i.e. :math:`\xi` is fixed).
     * With ``rate_scale_prior=(a, b)``, :meth:`sample_hyperparameters` is the Gibbs step
-      :math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\, b + N)` (the prior is used by the sampler only).
+      :math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\, b + N)` (the prior is used by the sampler only;
+      the draws are returned per chain, never written into the parameter).
 
     The auxiliary variables are ``{"n": n, "omega": ω}``; their variational parameters ``{"c": c, "sigma_tilde": σ̃}``.
     :math:`q(n)` is stored relative to :math:`\xi` (:math:`\bar n = \xi\tilde\sigma`), so it stays optimal when
@@ -99,7 +100,7 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         raw = self.raw_rate_scale_constraint.inverse_transform(value)
         if raw.shape == self.raw_rate_scale.shape:
             self.initialize(raw_rate_scale=raw)
-        else:  # e.g. one ξ per Gibbs chain
+        else:  # a shape other than the parameter's, e.g. one ξ per chain
             self.raw_rate_scale.data = raw
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
@@ -142,16 +143,21 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> None:
-        r""":math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\ b + N)` under ``rate_scale_prior=(a, b)``
-        (a no-op without a prior). Leading dimensions of ``aux["n"]`` (chains) get one :math:`\xi` each."""
+    ) -> tuple[dict[str, Tensor], AuxDict | None]:
+        r""":math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\ b + N)` under ``rate_scale_prior=(a, b)``.
+
+        Pure: returns ``({"rate_scale": xi}, None)`` with one :math:`\xi` per chain (leading dimensions of
+        ``aux["n"]``, shape ``(*chains, 1)``), or ``({}, None)`` without a prior; the likelihood's parameter is not
+        changed (evaluate under the draw with :meth:`constants`). :math:`\Omega` needs no redraw: its update comes
+        before :math:`\xi` in the scan and :math:`f` does not depend on :math:`\xi` given :math:`\Omega`."""
         if self.rate_scale_prior is None:
-            return
+            return {}, None
         a, b = self.rate_scale_prior
         n = aux["n"]
         shape = a + (y + n).sum(-1, keepdim=True)
         with torch.no_grad(), seeded_by(generator):
-            self.rate_scale = Gamma(shape, torch.full_like(shape, b + n.shape[-1])).sample()
+            draw = Gamma(shape, torch.full_like(shape, b + n.shape[-1])).sample()
+        return {"rate_scale": draw}, None
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
