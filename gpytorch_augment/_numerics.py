@@ -2,17 +2,20 @@ r"""Numerical building blocks shared by every likelihood and engine.
 
 Everything that needs care in floating point lives here, once:
 
-* :func:`log_cosh` -- :math:`\log\cosh x` without overflow;
-* :func:`pg_mean`, :func:`pg_variance`, :func:`pg_kl` -- moments of the Pólya-Gamma
-  distribution :math:`\mathrm{PG}(b, c)` and :math:`\mathrm{KL}(\mathrm{PG}(b,c)\,\Vert\,\mathrm{PG}(b,0))`,
-  stable (value *and* gradient) as :math:`c \to 0`;
-* :func:`log_sigma_tilde_plus` -- :math:`\log\tilde\sigma^+(m, c) = m/2 - \log 2 - \log\cosh(c/2)`;
-* :func:`log_sigma_tilde` -- :math:`\log\tilde\sigma(m, c) = \log\tilde\sigma^+(-m, c)`;
-* :func:`gauss_hermite` -- Gauss--Hermite nodes for :math:`E_{\mathcal N(m, s)} g(f)`, and
-  :func:`quadrature_mixture`, the predictive :math:`\sum_k w_k p(y\mid f_k)` as a distribution;
-* :func:`reverse_cholesky` -- the lower factor :math:`C` with :math:`B = C^\top C`;
-* :func:`safeguarded_newton` -- elementwise roots of a scalar equation in a bracket (Newton, falling back to
-  bisection), for the 1-D closed-form hyper-parameter updates.
+* special functions: :func:`log_cosh`; :func:`pg_mean`, :func:`pg_variance`, :func:`pg_kl` (moments of
+  :math:`\mathrm{PG}(b, c)` and :math:`\mathrm{KL}(\mathrm{PG}(b,c)\,\Vert\,\mathrm{PG}(b,0))`, stable in value and
+  gradient as :math:`c \to 0`); :func:`pg_tilt_c`, the tilt :math:`c = \sqrt{m^2 + s}` of an optimal Pólya-Gamma
+  :math:`q`; :func:`log_sigma_tilde_plus`, :func:`log_sigma_tilde` (the logistic bounds);
+  :func:`student_t_log_normaliser`;
+* one-dimensional integrals: :func:`gauss_hermite` and :func:`quadrature_mixture` (expectations and predictives over
+  :math:`\mathcal N(m, s)`), :func:`log_trapezoid` (the trapezoid rule on a log scale) and
+  :func:`expected_log1p_square` (:math:`E\log(1 + (y-f)^2/c)` by Frullani's integral);
+* integrals over independent Gaussian latents: :func:`standard_normal_rule`, :func:`latent_expectation` (product
+  Gauss--Hermite for :math:`J \le 3`, scrambled-Sobol quasi-Monte Carlo beyond) and :func:`additive_product_rule`
+  (the product rule for functions of a sum of per-latent terms, at the cost of its one-dimensional rules);
+* optimisation: :func:`safeguarded_newton`, the bracketed Newton root finder (elementwise, vectorised), and
+  :func:`bounded_maximise`, the one-dimensional bounded search (grid, then golden section; vectorised);
+* linear algebra: :func:`reverse_cholesky`.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def pg_variance(b: Tensor | float, c: Tensor) -> Tensor:
 
 
 def pg_kl(b: Tensor | float, c: Tensor) -> Tensor:
-    r""":math:`\mathrm{KL}(\mathrm{PG}(b,c)\Vert\mathrm{PG}(b,0)) = b[\log\cosh\frac c2 - \frac{c^2}{2}\mathrm{PGm}(1,c)]`."""
+    r""":math:`\mathrm{KL}(\mathrm{PG}(b,c)\Vert\mathrm{PG}(b,0))
+    = b[\log\cosh\frac c2 - \frac{c^2}{2}\mathrm{PGm}(1,c)]`."""
     c = c.abs()
     small = c < _small_threshold(c, 1e-1, 7e-1)
     safe = torch.where(small, torch.ones_like(c), c)
@@ -97,6 +101,19 @@ def log_sigma_tilde(m: Tensor, c: Tensor) -> Tensor:
     (``augmentations.md`` §2.9): the factor :math:`e^{-m/2}/(2\cosh\frac c2) \in (0, 1)` an optimal Poisson or
     negative-binomial :math:`q` produces; a lower bound on :math:`E\log\sigma(-f)` for :math:`c = \sqrt{m^2+s}`."""
     return log_sigma_tilde_plus(-m, c)
+
+
+def pg_tilt_c(mean: Tensor, var: Tensor) -> Tensor:
+    r""":math:`c = \sqrt{m^2 + s}`: the tilt of the optimal :math:`q(\omega) = \mathrm{PG}(b, c)` under
+    :math:`q(f) = \mathcal N(m, s)`, since :math:`E_q f^2 = m^2 + s`. With ``mean`` a residual :math:`y - m` it is the
+    root mean square residual :math:`r = \sqrt{E_q (y - f)^2}` of the scale-mixture likelihoods."""
+    return (mean**2 + var).sqrt()
+
+
+def student_t_log_normaliser(df: Tensor) -> Tensor:
+    r""":math:`\log\frac{\Gamma(\frac{\nu+1}2)}{\Gamma(\frac\nu2)\sqrt{\pi\nu}}`, the log-normaliser of the unit-scale
+    Student-t density :math:`t_\nu(0\mid 0, 1)`."""
+    return torch.lgamma((df + 1) / 2) - torch.lgamma(df / 2) - 0.5 * torch.log(math.pi * df)
 
 
 @lru_cache(maxsize=16)
@@ -128,6 +145,151 @@ def quadrature_mixture(
     f = nodes.movedim(0, -1)
     w = weights.expand_as(nodes).movedim(0, -1)
     return MixtureSameFamily(Categorical(probs=w), component(f))
+
+
+#: nodes of :func:`log_trapezoid` (step <= 0.25 on the widest range it is used on; error ~ exp(-pi^2 / step))
+LOG_GRID_NODES = 400
+#: nats of exponential decay of an integrand left out at each end of a log-scale range
+LOG_GRID_TAIL = 45.0
+
+
+def log_trapezoid(
+    log_integrand: Callable[[Tensor], Tensor], lo: Tensor, hi: Tensor, num: int = LOG_GRID_NODES
+) -> Tensor:
+    r""":math:`\log\int_{lo}^{hi} e^{g(u)}\,du` by the trapezoid rule on ``num`` nodes, elementwise.
+
+    ``log_integrand`` maps nodes of shape ``(num, *lo.shape)`` to :math:`g` there. For integrands analytic in a strip
+    around the real axis that decay exponentially at both ends (where the end weights do not matter) the rule
+    converges geometrically in the step; the sum is taken in log space.
+    """
+    steps = torch.linspace(0.0, 1.0, num, dtype=lo.dtype, device=lo.device).view(num, *([1] * lo.dim()))
+    u = lo + (hi - lo) * steps
+    return torch.logsumexp(log_integrand(u), dim=0) + torch.log((hi - lo) / (num - 1))
+
+
+def expected_log1p_square(d2: Tensor, var: Tensor, c: Tensor) -> Tensor:
+    r""":math:`E_{\mathcal N(f\mid m, s)}\log(1 + (y-f)^2/c)` for ``d2`` :math:`=(y-m)^2` and ``var`` :math:`=s`.
+
+    Frullani's integral and the Gaussian expectation of :math:`e^{-\tau(y-f)^2}` give
+
+    .. math::
+        E\log\Big(1 + \frac{(y-f)^2}{c}\Big) = \int_0^\infty\Big[1 - \Big(1 + \frac{2ts}c\Big)^{-1/2}
+        e^{-t d^2/(c + 2ts)}\Big]\,\frac{e^{-t}}t\,dt ,
+
+    integrated by :func:`log_trapezoid` in :math:`\log t`: accurate for any :math:`c/s`, where Gauss--Hermite over
+    :math:`f` is off by tenths of a nat once :math:`\sqrt c \ll \sqrt s`.
+    """
+    hi = torch.full_like(d2 + c + var, math.log(LOG_GRID_TAIL))
+    lo = torch.log(c / (c + var + d2)) - LOG_GRID_TAIL
+
+    def log_integrand(u: Tensor) -> Tensor:  # log[(1 - E e^{-t (y-f)^2 / c}) e^{-t}], t = e^u
+        t = u.exp()
+        log_laplace = -0.5 * torch.log1p(2 * t * var / c) - t * d2 / (c + 2 * t * var)
+        return torch.log(-torch.expm1(log_laplace)) - t
+
+    return log_trapezoid(log_integrand, lo, hi).exp()
+
+
+# ---------------------------------------------------------------------------------------------- latent integrals
+#: nodes per latent of the product Gauss--Hermite rule for J <= 3 latents (quasi-Monte Carlo beyond)
+PRODUCT_RULE_NODES = {1: 64, 2: 40, 3: 20}
+#: default number of quasi-Monte Carlo points (scrambled Sobol, fixed seed) for J > 3 latents
+NUM_QMC_POINTS = 2**14
+_QMC_SEED = 20240917
+#: elements of one chunk of (points x data x latents) in the latent integrals
+_CHUNK_ELEMENTS = 2**22
+
+
+@lru_cache(maxsize=32)
+def standard_normal_rule(
+    num_latents: int, dtype: torch.dtype, device: torch.device, num_points: int = NUM_QMC_POINTS
+) -> tuple[Tensor, Tensor]:
+    r"""Points :math:`z_p \in \mathbb R^J` and weights :math:`w_p` with :math:`E\,g(z) \approx \sum_p w_p g(z_p)`
+    for :math:`z \sim \mathcal N(0, I_J)`: a product Gauss--Hermite rule for :math:`J \le 3`
+    (:data:`PRODUCT_RULE_NODES`), else ``num_points`` scrambled Sobol points (fixed seed) through the inverse
+    normal CDF. Cached; the tensors must not be modified."""
+    if num_latents in PRODUCT_RULE_NODES:
+        zero = torch.zeros((), dtype=torch.float64)
+        x, w = gauss_hermite(zero, torch.ones_like(zero), PRODUCT_RULE_NODES[num_latents])
+        grid = torch.cartesian_prod(*([x] * num_latents)).reshape(-1, num_latents)
+        weights = torch.cartesian_prod(*([w] * num_latents)).reshape(-1, num_latents).prod(-1)
+    else:
+        engine = torch.quasirandom.SobolEngine(num_latents, scramble=True, seed=_QMC_SEED)
+        u = engine.draw(num_points, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+        grid = math.sqrt(2.0) * torch.erfinv(2 * u - 1)
+        weights = torch.full((num_points,), 1.0 / num_points, dtype=torch.float64)
+    return grid.to(device=device, dtype=dtype), weights.to(device=device, dtype=dtype)
+
+
+def latent_expectation(
+    fn: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor, num_points: int = NUM_QMC_POINTS
+) -> Tensor:
+    r""":math:`E_{f_{ij} \sim \mathcal N(m_{ij}, s_{ij})\ \text{indep.}}\, \mathrm{fn}(f)` for ``mean, var`` of shape
+    ``(..., N, J)`` by :func:`standard_normal_rule`; ``fn`` maps latents with a leading point dimension to values
+    with the same leading dimension. Chunked over the points; differentiable in ``mean`` and ``var``."""
+    z, w = standard_normal_rule(mean.shape[-1], mean.dtype, mean.device, num_points)
+    sd = var.clamp_min(0).sqrt()
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, mean.numel()))
+    total: Tensor | None = None
+    for start in range(0, z.shape[0], chunk):
+        zc = z[start : start + chunk].reshape(-1, *([1] * (mean.dim() - 1)), mean.shape[-1])
+        values = fn(mean + sd * zc)
+        wc = w[start : start + chunk].reshape(-1, *([1] * (values.dim() - 1)))
+        part = (wc * values).sum(0)
+        total = part if total is None else total + part
+    assert total is not None
+    return total
+
+
+def additive_product_rule(
+    link: Callable[[Tensor], Tensor],
+    mean: Tensor,
+    var: Tensor,
+    log_scales: Tensor,
+    offset: Tensor | None = None,
+    ratios: bool = False,
+) -> Tensor:
+    r"""Product Gauss--Hermite integrals of :math:`T(f) = b + \sum_{j\le J} a_j e^{\ell(f_j)}` over independent
+    :math:`f_j \sim \mathcal N(m_j, s_j)`, :math:`J \le 3` (:data:`PRODUCT_RULE_NODES` nodes per latent).
+
+    :math:`T` on the product grid is a sum of per-latent terms, so only the :math:`nJ` node values need the
+    ``link`` :math:`\ell` and the grid costs one division (or logarithm) per point.
+
+    :param link: :math:`\ell`, elementwise (e.g. ``logsigmoid``).
+    :param mean: :math:`m`, shape ``(B, J)``.
+    :param var: :math:`s`, shape ``(B, J)``.
+    :param log_scales: :math:`\log a_j`, shape ``(B, J)``.
+    :param offset: :math:`b \ge 0`, shape ``(B,)`` (default 0).
+    :param ratios: return :math:`E[a_j e^{\ell(f_j)} / T]`, shape ``(B, J)`` (with :math:`E[b/T]` appended as
+        column :math:`J + 1` when ``offset`` is given), instead of :math:`E\log T`, shape ``(B,)``.
+    """
+    J = mean.shape[-1]
+    n = PRODUCT_RULE_NODES[J]
+    zero = torch.zeros((), dtype=mean.dtype, device=mean.device)
+    z, w = gauss_hermite(zero, torch.ones_like(zero), n)  # (n,), (n,)
+    sd = var.clamp_min(0).sqrt()
+    grid_axes = tuple(range(J))
+    weights = w.reshape(-1, *([1] * J))
+    for j in range(1, J):
+        weights = weights * w.reshape(*([1] * j), n, *([1] * (J - j)))
+    chunk = max(1, _CHUNK_ELEMENTS // n**J)
+    parts = []
+    for start in range(0, mean.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        t = (log_scales[rows] + link(mean[rows] + sd[rows] * z.view(n, 1, 1))).exp()  # (n, B, J)
+        total = offset[rows] if offset is not None else torch.zeros_like(log_scales[rows][:, 0])
+        views = [t[..., j].reshape(*([1] * j), n, *([1] * (J - 1 - j)), -1) for j in range(J)]
+        for view in views:
+            total = total + view  # (n,)*J + (B,)
+        if ratios:
+            inv = weights / total
+            cols = [(inv * view).sum(grid_axes) for view in views]
+            if offset is not None:
+                cols.append(inv.sum(grid_axes) * offset[rows])
+            parts.append(torch.stack(cols, -1))
+        else:
+            parts.append((weights * total.log()).sum(grid_axes))
+    return torch.cat(parts, 0)
 
 
 def reverse_cholesky(B: Tensor) -> Tensor:
@@ -212,3 +374,52 @@ def safeguarded_newton(
         done = done | ((new_x - x).abs() <= tol) | (hi - lo <= tol)
         x = new_x
     return x
+
+
+def bounded_maximise(
+    objective: Callable[[Tensor], Tensor],
+    lo: float,
+    hi: float,
+    incumbent: Tensor,
+    *,
+    grid_points: int = 48,
+    golden_steps: int = 45,
+) -> Tensor:
+    r"""Elementwise maximiser of a one-dimensional objective on :math:`[lo, hi]`: the best point of a uniform grid,
+    refined by golden-section search between its neighbours; the ``incumbent`` where that is no better.
+
+    ``objective`` maps points of shape ``(G, *incumbent.shape)`` to values of the same shape (a batch of independent
+    scalar problems, one per element of ``incumbent``). The golden section keeps a bracket around the maximum with
+    one evaluation per step, so the result is the maximiser to :math:`2\Delta\cdot 0.618^{\text{golden\_steps}}`
+    (:math:`\Delta` the grid step) for an objective unimodal between the grid neighbours of its best point; the grid
+    guards against other local maxima. Returning the incumbent where the search finds no higher value makes a
+    coordinate step that uses it monotone.
+
+    :param objective: :math:`x \mapsto F(x)`, vectorised.
+    :param lo: lower end of the search interval.
+    :param hi: upper end (``hi > lo``).
+    :param incumbent: the current point of every problem.
+    :returns: the maximisers, shape ``incumbent.shape``.
+    """
+    grid = torch.linspace(lo, hi, grid_points, dtype=incumbent.dtype, device=incumbent.device)
+    grid = grid.view(-1, *([1] * incumbent.dim())).expand(-1, *incumbent.shape)
+    centre = grid.gather(0, objective(grid).argmax(0, keepdim=True))
+    step = (hi - lo) / (grid_points - 1)
+    a, b = (centre - step).clamp_min(lo), (centre + step).clamp_max(hi)
+    ratio = (math.sqrt(5.0) - 1) / 2
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = objective(c), objective(d)
+    for _ in range(golden_steps):  # keep the bracket [a, b] around the maximum; one evaluation per step
+        left = fc >= fd
+        a, b = torch.where(left, a, c), torch.where(left, d, b)
+        new = torch.where(left, b - ratio * (b - a), a + ratio * (b - a))
+        f_new = objective(new)
+        c, d, fc, fd = (
+            torch.where(left, new, d),
+            torch.where(left, c, new),
+            torch.where(left, f_new, fd),
+            torch.where(left, fc, f_new),
+        )
+    best = torch.where(fc >= fd, c, d)
+    current = incumbent.unsqueeze(0)
+    return torch.where(objective(best) >= objective(current), best, current)[0]

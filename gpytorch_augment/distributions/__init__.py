@@ -1,7 +1,21 @@
-"""Auxiliary-variable distributions used by the augmented likelihoods (``torch.distributions`` style)."""
+"""Distributions of the augmented likelihoods (``torch.distributions`` style): the laws of the auxiliary variables
+and the predictive distributions of :math:`y`."""
 
 from .auxiliary import AuxiliaryDistribution
 from .inverse_gaussian import InverseGamma, InverseGaussian
+from .negative_multinomial import NegativeMultinomial
+from .noise_variance import NoiseVariance
+from .normal_laplace import NormalLaplace
 from .polya_gamma import PolyaGamma
+from .student_t_predictive import StudentTPredictive
 
-__all__ = ["AuxiliaryDistribution", "InverseGamma", "InverseGaussian", "PolyaGamma"]
+__all__ = [
+    "AuxiliaryDistribution",
+    "InverseGamma",
+    "InverseGaussian",
+    "NegativeMultinomial",
+    "NoiseVariance",
+    "NormalLaplace",
+    "PolyaGamma",
+    "StudentTPredictive",
+]

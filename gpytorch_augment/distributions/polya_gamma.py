@@ -114,7 +114,8 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
 
     For integer ``b <= 12`` (e.g. ``b = 1``, Bernoulli) only the two exact samplers ``"devroye"`` and
     ``"alternate"`` are used; ``"devroye"`` is also the fastest for ``b = 1`` (measured, 864 draws, one core:
-    0.14--0.24 µs per draw against 0.25--0.35 µs for ``"alternate"`` and 1.5--1.8 µs for ``"saddle"``). When one branch covers every element (the usual
+    0.14--0.24 µs per draw against 0.25--0.35 µs for ``"alternate"`` and 1.5--1.8 µs for ``"saddle"``). When one branch
+    covers every element (the usual
     case in a Gibbs sweep) it is a single vectorised call writing into ``out``, without masked copies.
     """
     from polyagamma import random_polyagamma

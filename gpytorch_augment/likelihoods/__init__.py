@@ -1,14 +1,18 @@
 """Augmented likelihoods: one file per likelihood, all implementing :class:`AugmentedLikelihood`."""
 
+from ..distributions.noise_variance import NoiseVariance
+from ..distributions.normal_laplace import NormalLaplace
+from ..distributions.student_t_predictive import StudentTPredictive
 from .augmented_likelihood import AugmentedLikelihood
 from .bernoulli import BernoulliLogitLikelihood
 from .binomial import BinomialLogitLikelihood
-from .heteroscedastic import HeteroscedasticGaussianLikelihood, HeteroscedasticStudentTLikelihood, NoiseVariance
-from .laplace import LaplaceLikelihood, NormalLaplace
+from .heteroscedastic_gaussian import HeteroscedasticGaussianLikelihood
+from .heteroscedastic_student_t import HeteroscedasticStudentTLikelihood
+from .laplace import LaplaceLikelihood
 from .logistic_softmax import LogisticSoftmaxLikelihood
 from .negative_binomial import NegativeBinomialLogitLikelihood
 from .poisson import PoissonLogitLikelihood
-from .student_t import StudentTLikelihood, StudentTPredictive
+from .student_t import StudentTLikelihood
 
 __all__ = [
     "AugmentedLikelihood",

@@ -20,6 +20,8 @@ Potentials and precisions come back as ``(*batch, N)`` or, for ``T`` latents, ``
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -31,6 +33,8 @@ from torch.distributions import Distribution
 from .._numerics import gauss_hermite
 from .._validation import check_finite
 from ..distributions.auxiliary import AuxiliaryDistribution
+
+__all__ = ["NUM_QUADRATURE_LOCS", "AugmentedLikelihood", "AuxDict", "validated_latent_blocks"]
 
 AuxDict = dict[str, Tensor]
 
@@ -61,6 +65,12 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     #: number of latent GPs :math:`T`
     num_latents: int = 1
+    #: optional update order of the latents, read by both engines: a partition of ``0..T-1`` into blocks, e.g.
+    #: ``((0,), (1,))``. Gibbs draws a fresh :math:`\Omega` before each block and then that block's latents given it
+    #: (a partially collapsed sampler); CAVI refreshes :math:`q(\Omega)` before updating each block's
+    #: :math:`q(u)`. ``None`` (or a single block) updates all latents together. Validated by
+    #: :func:`validated_latent_blocks`.
+    latent_blocks: Sequence[Sequence[int]] | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -111,13 +121,17 @@ class AugmentedLikelihood(Likelihood, ABC):
         r""":math:`\log p(y \mid f)` of the original likelihood for canonical targets, broadcasting over ``f``."""
         return self.forward(f, **kwargs).log_prob(y)
 
-    def expected_log_prob(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def expected_log_prob(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` of the **true** likelihood, one value per datum (quadrature)."""
         y = self.check_observations(observations, function_dist, **kwargs)
         nodes, weights = self._quadrature(function_dist)
         return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
 
-    def log_marginal(self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Tensor:
+    def log_marginal(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
         r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i`, one value per datum (quadrature)."""
         y = self.check_observations(observations, function_dist, **kwargs)
         nodes, weights = self._quadrature(function_dist)
@@ -207,11 +221,64 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> AuxDict | None:
-        """Gibbs step for the likelihood's own constants given :math:`(\\Omega, f)`, for likelihoods with a
-        conjugate prior on them (a no-op unless overridden). The Gibbs engine calls it after the
-        :math:`\\Omega` step of every sweep.
+    ) -> tuple[dict[str, Tensor], AuxDict | None]:
+        r"""Gibbs step for the likelihood's own constants given :math:`(\Omega, f)`, for likelihoods with a conjugate
+        prior on them; the Gibbs engine calls it after the :math:`\Omega` step of every sweep.
 
-        Returns ``None``, or a fresh :math:`\\Omega` draw when the valid scan order redraws :math:`\\Omega` after
-        the hyper-parameters (its conditional depends on them); the engine then uses that draw for the
-        :math:`f`-step."""
+        Pure: returns ``(constants, fresh_aux)``. ``constants`` maps the public name of each sampled constant (the
+        parameter name without ``raw_``) to its draw, constrained, one entry per chain (the leading dimensions of
+        ``f``); the engine keeps them in its own state and evaluates the likelihood under them with
+        :meth:`constants`. ``fresh_aux`` is a fresh :math:`\Omega` drawn under the new constants where the valid scan
+        order redraws :math:`\Omega` after them (its conditional depends on them), else ``None``; the engine then
+        uses that draw for the :math:`f`-step. The default samples nothing: ``({}, None)``."""
+        return {}, None
+
+    @contextmanager
+    def constants(self, values: Mapping[str, Tensor]) -> Iterator[AugmentedLikelihood]:
+        r"""Evaluate every member at the given values of the likelihood's constants, e.g. one per Gibbs chain.
+
+        ``values`` maps public names (``"rate_scale"`` for the parameter ``raw_rate_scale`` and its constraint, or
+        the name of an unconstrained parameter) to constrained values of any shape broadcastable against the
+        per-chain data, e.g. ``(chains, 1)``. Inside the block each parameter holds
+        ``constraint.inverse_transform(value)``; on exit its former data (tensor and shape) is restored, also on
+        error. Parameters are not validated, so any value the constraint maps is accepted.
+
+        Example::
+
+            >>> with likelihood.constants({"rate_scale": xi_per_chain}):   # xi_per_chain: (chains, 1)
+            ...     aux = likelihood.sample_aux(y, f)                        # f: (chains, N)
+
+        :raises ValueError: naming the keys that are not constants of the likelihood.
+        """
+        table = {name: (param, constraint) for name, param, constraint in self.named_parameters_and_constraints()}
+        unknown = sorted(name for name in values if f"raw_{name}" not in table and name not in table)
+        if unknown:
+            known = sorted(name[4:] if name.startswith("raw_") else name for name in table)
+            raise ValueError(f"{type(self).__name__} has no constants {unknown}; its constants are {known}")
+        saved: list[tuple[torch.nn.Parameter, Tensor]] = []
+        try:
+            for name, value in values.items():
+                param, constraint = table.get(f"raw_{name}", table.get(name))
+                value = torch.as_tensor(value).to(param)
+                saved.append((param, param.data))
+                param.data = value if constraint is None else constraint.inverse_transform(value)
+            yield self
+        finally:
+            for param, data in reversed(saved):
+                param.data = data
+
+
+def validated_latent_blocks(likelihood: AugmentedLikelihood) -> list[list[int]] | None:
+    """The likelihood's :attr:`~AugmentedLikelihood.latent_blocks` as lists of ints, or ``None`` where they do not
+    split the update: the attribute is ``None``, there is one latent (the attribute is then not inspected), or the
+    blocks are a single block.
+
+    :raises ValueError: if the blocks are not a partition of the latents ``0..T-1``.
+    """
+    blocks, T = likelihood.latent_blocks, int(likelihood.num_latents)
+    if blocks is None or T == 1:
+        return None
+    blocks = [[int(i) for i in block] for block in blocks]
+    if sorted(i for block in blocks for i in block) != list(range(T)):
+        raise ValueError(f"likelihood.latent_blocks must partition the latents 0..{T - 1}; got {blocks}")
+    return None if T == 1 or len(blocks) == 1 else blocks

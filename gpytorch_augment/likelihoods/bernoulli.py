@@ -9,7 +9,7 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Bernoulli
 
-from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean
+from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c
 from .._validation import check_values_in
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
@@ -21,16 +21,20 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
 
     Labels :math:`y \in \{0, 1\}` (:math:`s_y = 2y - 1`); labels in :math:`\{-1, 1\}` are accepted too
     (:math:`s_y = y`). The Pólya-Gamma identity
-    :math:`\sigma(s f) = \tfrac12 \int \exp(\tfrac s2 f - \tfrac12 \omega f^2)\, \mathrm{PG}(\omega \mid 1, 0)\, d\omega`
+    :math:`\sigma(s f) = \tfrac12 \int \exp(\tfrac s2 f - \tfrac12 \omega f^2)\,
+    \mathrm{PG}(\omega \mid 1, 0)\, d\omega`
     gives the augmentation
 
     .. math::
-        p(y, \omega \mid f) = \tfrac12 \exp\!\big(\tfrac{s_y}{2} f - \tfrac12 \omega f^2\big)\, \mathrm{PG}(\omega\mid 1, 0),
+        p(y, \omega \mid f) = \tfrac12 \exp\!\big(\tfrac{s_y}{2} f - \tfrac12 \omega f^2\big)\, \mathrm{PG}(\omega\mid
+        1, 0),
         \qquad h = s_y/2,\quad \lambda = \omega,\quad \log C = -\log 2,
 
-    with full conditional :math:`\omega \mid f \sim \mathrm{PG}(1, |f|)` and, under :math:`q(f_i) = \mathcal N(m_i, s_i)`,
+    with full conditional :math:`\omega \mid f \sim \mathrm{PG}(1, |f|)` and, under
+    :math:`q(f_i) = \mathcal N(m_i, s_i)`,
     optimal :math:`q(\omega_i) = \mathrm{PG}(1, c_i)`, :math:`c_i = \sqrt{m_i^2 + s_i}`, so
-    :math:`\bar\lambda_i = \tanh(c_i/2)/(2 c_i)` and :math:`\ell^*_i = \tfrac{s_y m_i}{2} - \log 2 - \log\cosh\tfrac{c_i}{2}`.
+    :math:`\bar\lambda_i = \tanh(c_i/2)/(2 c_i)` and
+    :math:`\ell^*_i = \tfrac{s_y m_i}{2} - \log 2 - \log\cosh\tfrac{c_i}{2}`.
 
     The auxiliary variables are ``{"omega": ω}``; their variational parameters ``{"c": c}``.
 
@@ -88,7 +92,7 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        return {"c": (f_mean**2 + f_var).sqrt()}
+        return {"c": pg_tilt_c(f_mean, f_var)}
 
     def expected_potential_and_precision(
         self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
@@ -103,4 +107,4 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
         return pg_kl(1.0, q_aux["c"])
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
-        return log_sigma_tilde_plus(self._sign(y).to(f_mean.dtype) * f_mean, (f_mean**2 + f_var).sqrt())
+        return log_sigma_tilde_plus(self._sign(y).to(f_mean.dtype) * f_mean, pg_tilt_c(f_mean, f_var))

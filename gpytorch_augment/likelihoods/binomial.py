@@ -9,7 +9,7 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Binomial, MixtureSameFamily
 
-from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, quadrature_mixture
+from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c, quadrature_mixture
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
@@ -39,10 +39,12 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
         p(y, \omega \mid f) = \binom ty 2^{-t} \exp\!\big((y - \tfrac t2) f - \tfrac12\omega f^2\big)\,
         \mathrm{PG}(\omega\mid t, 0), \qquad h = y - \tfrac t2,\quad \lambda = \omega,
 
-    with full conditional :math:`\omega \mid f \sim \mathrm{PG}(t, |f|)` and, under :math:`q(f_i) = \mathcal N(m_i, s_i)`,
+    with full conditional :math:`\omega \mid f \sim \mathrm{PG}(t, |f|)` and, under
+    :math:`q(f_i) = \mathcal N(m_i, s_i)`,
     optimal :math:`q(\omega_i) = \mathrm{PG}(t_i, c_i)`, :math:`c_i = \sqrt{m_i^2 + s_i}`, so
     :math:`\bar\lambda_i = \mathrm{PGm}(t_i, c_i)` and
-    :math:`\ell^*_i = \log\binom{t_i}{y_i} + y_i\log\tilde\sigma^+(m_i, c_i) + (t_i - y_i)\log\tilde\sigma^+(-m_i, c_i)`.
+    :math:`\ell^*_i = \log\binom{t_i}{y_i} + y_i\log\tilde\sigma^+(m_i, c_i)
+    + (t_i - y_i)\log\tilde\sigma^+(-m_i, c_i)`.
     A datum with :math:`t_i = 0` carries no information: :math:`h = \lambda = 0`, KL :math:`= 0`, :math:`\ell^*_i = 0`.
     :math:`t = 1` is :class:`~gpytorch_augment.likelihoods.BernoulliLogitLikelihood`.
 
@@ -109,7 +111,8 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
     def marginal(
         self, function_dist: MultivariateNormal, *args: Any, trials: Tensor | float | None = None, **kwargs: Any
     ) -> MixtureSameFamily:
-        r""":math:`\sum_k w_k\,\mathrm{Bin}(y_* \mid t_*, \sigma(f_k))` (Gauss--Hermite); mean :math:`t_* E\sigma(f_*)`."""
+        r""":math:`\sum_k w_k\,\mathrm{Bin}(y_* \mid t_*, \sigma(f_k))` (Gauss--Hermite); mean
+        :math:`t_* E\sigma(f_*)`."""
         trials = _required_trials(trials).to(function_dist.mean).unsqueeze(-1)
         nodes, weights = self._quadrature(function_dist)
         return quadrature_mixture(nodes, weights, lambda f: Binomial(total_count=trials, logits=f))
@@ -134,7 +137,7 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        return {"c": (f_mean**2 + f_var).sqrt()}
+        return {"c": pg_tilt_c(f_mean, f_var)}
 
     def expected_potential_and_precision(
         self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
@@ -153,7 +156,7 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
         successes, trials = self.split_targets(y)
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         return (
             _log_binom(trials, successes)
             + successes * log_sigma_tilde_plus(f_mean, c)

@@ -9,73 +9,16 @@ import torch
 from gpytorch.constraints import Positive
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
-from torch.distributions import Distribution, Laplace, constraints
-from torch.distributions.utils import broadcast_all
+from torch.distributions import Laplace
 
+from .._numerics import pg_tilt_c
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.inverse_gaussian import InverseGamma, InverseGaussian
+from ..distributions.normal_laplace import NormalLaplace
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: residuals are clamped to at least this before dividing (``augmentations.md`` §5)
 MIN_RESIDUAL = 1e-12
-_SQRT2 = math.sqrt(2.0)
-
-
-class NormalLaplace(Distribution):
-    r"""The predictive of the Laplace likelihood: :math:`y = f + \epsilon`, :math:`f \sim \mathcal N(m, s)`,
-    :math:`\epsilon \sim \mathrm{Laplace}(0, \beta)` (the normal--Laplace convolution). With :math:`d = y - m`,
-
-    .. math::
-        p(y) = \frac{e^{s/(2\beta^2)}}{4\beta}\Big[e^{-d/\beta}\operatorname{erfc}\frac{s/\beta - d}{\sqrt{2s}}
-        + e^{d/\beta}\operatorname{erfc}\frac{s/\beta + d}{\sqrt{2s}}\Big],
-
-    evaluated in log space: a term with a positive erfc argument :math:`a` is written
-    :math:`\log\operatorname{erfcx}(a) - d^2/(2s)`, so nothing overflows for large :math:`|d|`.
-    Mean :math:`m`, variance :math:`s + 2\beta^2`.
-    """
-
-    arg_constraints = {
-        "loc": constraints.real,
-        "normal_scale": constraints.nonnegative,
-        "laplace_scale": constraints.positive,
-    }
-    support = constraints.real
-    has_rsample = True
-
-    def __init__(
-        self, loc: Tensor, normal_scale: Tensor, laplace_scale: Tensor, validate_args: bool | None = None
-    ) -> None:
-        self.loc, self.normal_scale, self.laplace_scale = broadcast_all(loc, normal_scale, laplace_scale)
-        super().__init__(self.loc.shape, validate_args=validate_args)
-
-    @property
-    def mean(self) -> Tensor:
-        return self.loc
-
-    @property
-    def variance(self) -> Tensor:
-        return self.normal_scale**2 + 2 * self.laplace_scale**2
-
-    def rsample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
-        shape = self._extended_shape(torch.Size(sample_shape))
-        normal = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
-        return self.loc + self.normal_scale * normal + Laplace(0.0, self.laplace_scale).rsample(sample_shape)
-
-    def log_prob(self, value: Tensor) -> Tensor:
-        if self._validate_args:
-            self._validate_sample(value)
-        beta = self.laplace_scale
-        var = (self.normal_scale**2).clamp_min(torch.finfo(self.loc.dtype).tiny)
-        sd = var.sqrt()
-        d = value - self.loc
-
-        def log_term(sign: float) -> Tensor:  # log[e^{s/2b^2 + sign d/b} erfc((s/b + sign d)/sqrt(2s))]
-            a = (var / beta + sign * d) / (sd * _SQRT2)
-            positive = torch.special.erfcx(a.clamp_min(0)).log() - d**2 / (2 * var)
-            negative = var / (2 * beta**2) + sign * d / beta + torch.special.erfc(a.clamp_max(0)).log()
-            return torch.where(a > 0, positive, negative)
-
-        return torch.logaddexp(log_term(-1.0), log_term(1.0)) - torch.log(4 * beta)
 
 
 class LaplaceLikelihood(AugmentedLikelihood):
@@ -143,7 +86,7 @@ class LaplaceLikelihood(AugmentedLikelihood):
 
     @staticmethod
     def _residual(y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
-        return ((y - f_mean) ** 2 + f_var).sqrt().clamp_min(MIN_RESIDUAL)
+        return pg_tilt_c(y - f_mean, f_var).clamp_min(MIN_RESIDUAL)
 
     # ------------------------------------------------------------------ drop-in
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Laplace:

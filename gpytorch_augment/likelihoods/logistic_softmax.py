@@ -4,22 +4,36 @@ Pólya-Gamma variables (``augmentations.md`` §9)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from functools import lru_cache
+from collections.abc import Sequence
 from typing import Any
 
 import gpytorch
+import numpy as np
 import torch
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.priors import GammaPrior
+from scipy import optimize
 from torch import Tensor
-from torch.distributions import Categorical, Distribution, Gamma, Independent, constraints
+from torch.distributions import Categorical, Gamma, Independent
 from torch.nn.functional import logsigmoid, one_hot
 
-from .._numerics import LOG2, gauss_hermite, log_sigma_tilde, log_sigma_tilde_plus, pg_kl, pg_mean
+from .._numerics import (
+    LOG2,
+    NUM_QMC_POINTS,
+    PRODUCT_RULE_NODES,
+    additive_product_rule,
+    gauss_hermite,
+    latent_expectation,
+    log_sigma_tilde,
+    log_sigma_tilde_plus,
+    pg_kl,
+    pg_mean,
+    pg_tilt_c,
+)
 from .._random import seeded_by
 from .._validation import check_finite
 from ..distributions.auxiliary import AuxiliaryDistribution
+from ..distributions.negative_multinomial import NegativeMultinomial
 from ..distributions.polya_gamma import PolyaGamma
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
@@ -27,104 +41,12 @@ __all__ = ["LogisticSoftmaxLikelihood", "NegativeMultinomial", "maximise_class_s
 
 #: :math:`\log D = \log\sigma(0)`, the fixed factor of the bijective link's reference class
 LOG_D = -LOG2
-#: product Gauss--Hermite rule (nodes per latent) for J <= 3 latents; quasi-Monte Carlo beyond
-_PRODUCT_NODES = {1: 64, 2: 40, 3: 20}
 #: Gauss--Hermite nodes of the one-dimensional :math:`E\log\sigma(f_k)` in ``expected_log_prob``
 _LOG_SIGMOID_NODES = 64
-#: quasi-Monte Carlo points (scrambled Sobol, fixed seed) of the predictive for J > 3 latents
-NUM_QMC_POINTS = 2**14
 #: quasi-Monte Carlo points of ``expected_log_prob`` for J > 3 latents (a training objective: cheap, deterministic)
 NUM_ELBO_QMC_POINTS = 2**9
-_QMC_SEED = 20240917
-#: elements of one chunk of (points x data x latents) in the latent integrals
-_CHUNK_ELEMENTS = 2**22
-
-
-class NegativeMultinomial(Distribution):
-    r"""Negative multinomial :math:`\mathrm{NM}(n \mid 1, p)` over counts :math:`n \in \mathbb N^J`,
-
-    .. math::
-        \mathrm{NM}(n \mid 1, p) = \Gamma\Big(1 + \sum_j n_j\Big)\, p_0 \prod_{j=1}^J \frac{p_j^{n_j}}{n_j!},
-        \qquad p_0 = 1 - \sum_j p_j > 0,
-
-    parametrised by ``log_probs`` (:math:`\log p_j`, shape ``(*batch, J)``) and ``log_p0`` (shape ``batch``, passed
-    separately so that it never suffers the cancellation of :math:`1 - \sum_j p_j`). With ``log_p0=None`` it is the
-    **measure** :math:`\mathrm{NM}/p_0` (``log_prob`` without the :math:`\log p_0` term), the improper prior of the
-    over-parametrised logistic-softmax augmentation; such a measure cannot be sampled.
-
-    Sampling: :math:`G \sim \mathrm{Ga}(1, \text{rate } p_0)`, then :math:`n_j \sim \mathrm{Po}(G p_j)` independently.
-    """
-
-    arg_constraints: dict = {}
-    support = constraints.independent(constraints.nonnegative_integer, 1)
-    has_rsample = False
-
-    def __init__(self, log_probs: Tensor, log_p0: Tensor | None = None, validate_args: bool | None = None) -> None:
-        self.log_probs = log_probs
-        self.log_p0 = None if log_p0 is None else log_p0.expand(log_probs.shape[:-1])
-        super().__init__(log_probs.shape[:-1], log_probs.shape[-1:], validate_args=False)
-
-    @property
-    def mean(self) -> Tensor:
-        if self.log_p0 is None:
-            raise ValueError("the negative-multinomial measure (log_p0=None) has no mean")
-        return (self.log_probs - self.log_p0.unsqueeze(-1)).exp()
-
-    def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
-        if self.log_p0 is None:
-            raise ValueError("the negative-multinomial measure (log_p0=None) is improper and cannot be sampled")
-        shape = self._extended_shape(torch.Size(sample_shape))
-        with torch.no_grad():
-            gamma = torch.empty(shape[:-1], dtype=self.log_probs.dtype, device=self.log_probs.device).exponential_()
-            rate = gamma.unsqueeze(-1) * (self.log_probs - self.log_p0.unsqueeze(-1)).exp()
-            return torch.poisson(rate.expand(shape))
-
-    def log_prob(self, value: Tensor) -> Tensor:
-        total = value.sum(-1)
-        lp = torch.lgamma(1 + total) + (value * self.log_probs - torch.lgamma(value + 1)).sum(-1)
-        return lp if self.log_p0 is None else lp + self.log_p0
-
-
-# ---------------------------------------------------------------------------------------------- latent integrals
-@lru_cache(maxsize=32)
-def _standard_points(
-    num_latents: int, dtype: torch.dtype, device: torch.device, num_points: int = NUM_QMC_POINTS
-) -> tuple[Tensor, Tensor]:
-    r"""Points :math:`z_p \in \mathbb R^J` and weights :math:`w_p` with :math:`E\,g(z) \approx \sum_p w_p g(z_p)`
-    for :math:`z \sim \mathcal N(0, I_J)`: a product Gauss--Hermite rule for :math:`J \le 3`, else ``num_points``
-    scrambled Sobol points (seeded) through the inverse normal CDF."""
-    if num_latents in _PRODUCT_NODES:
-        zero = torch.zeros((), dtype=torch.float64)
-        x, w = gauss_hermite(zero, torch.ones_like(zero), _PRODUCT_NODES[num_latents])
-        grid = torch.cartesian_prod(*([x] * num_latents)).reshape(-1, num_latents)
-        weights = torch.cartesian_prod(*([w] * num_latents)).reshape(-1, num_latents).prod(-1)
-    else:
-        engine = torch.quasirandom.SobolEngine(num_latents, scramble=True, seed=_QMC_SEED)
-        u = engine.draw(num_points, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
-        grid = math.sqrt(2.0) * torch.erfinv(2 * u - 1)
-        weights = torch.full((num_points,), 1.0 / num_points, dtype=torch.float64)
-    return grid.to(device=device, dtype=dtype), weights.to(device=device, dtype=dtype)
-
-
-def _expectation(
-    fn: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor, num_points: int = NUM_QMC_POINTS
-) -> Tensor:
-    r""":math:`E_{f_{ij} \sim \mathcal N(m_{ij}, s_{ij})\ \text{indep.}}\, \mathrm{fn}(f)` for ``mean, var`` of shape
-    ``(..., N, J)``; ``fn`` maps latents with a leading point dimension to values with the same leading dimension.
-    ``num_points`` quasi-Monte Carlo points for :math:`J > 3`. Chunked over the points (differentiable in ``mean``
-    and ``var``)."""
-    z, w = _standard_points(mean.shape[-1], mean.dtype, mean.device, num_points)
-    sd = var.clamp_min(0).sqrt()
-    chunk = max(1, _CHUNK_ELEMENTS // max(1, mean.numel()))
-    total: Tensor | None = None
-    for start in range(0, z.shape[0], chunk):
-        zc = z[start : start + chunk].reshape(-1, *([1] * (mean.dim() - 1)), mean.shape[-1])
-        values = fn(mean + sd * zc)
-        wc = w[start : start + chunk].reshape(-1, *([1] * (values.dim() - 1)))
-        part = (wc * values).sum(0)
-        total = part if total is None else total + part
-    assert total is not None
-    return total
+#: the scrambled-Sobol rule under its former private name (used by ``benchmarks/multiclass.py`` and a tutorial)
+_expectation = latent_expectation
 
 
 # ---------------------------------------------------------------------------------------------- class scales
@@ -139,65 +61,65 @@ def maximise_class_scales(
     r"""The class scales maximising :math:`F(\theta) = \sum_k (N_k + \alpha - 1)\log\theta_k - \sum_i \log\sum_k
     \theta_k a_{ik} - \beta\sum_k\theta_k` (``augmentations.md`` §9.6; :math:`\alpha = 1, \beta = 0` without prior).
 
-    :math:`F` is concave in :math:`\phi = \log\theta`, so Newton's method on :math:`\phi` (with backtracking) finds
-    the exact maximiser. Without a prior :math:`F` is invariant under :math:`\theta \to c\theta`: the Newton steps are
-    then taken orthogonally to that direction and the result is normalised to mean 1. A class with
-    :math:`N_k + \alpha - 1 \le 0` (absent from the data, e.g. from a mini-batch) has its supremum at
+    :math:`F` is concave in :math:`\phi = \log\theta`, with gradient :math:`c_k - \sum_i w_{ik} - \beta\theta_k` and
+    Hessian :math:`W^\top W - \mathrm{diag}(\sum_i w_{i\cdot} + \beta\theta)` (:math:`c_k = N_k + \alpha - 1`,
+    :math:`w_{ik} = \theta_k a_{ik} / \sum_l \theta_l a_{il}`), negative definite once the gauge below is fixed; so
+    the gradient has one root, the exact maximiser, found by ``scipy.optimize.root`` (Powell's hybrid method with
+    the Hessian as Jacobian; a root of the gradient rather than a line search on :math:`F`, whose value cannot
+    resolve the last digits of the maximiser). Without a prior :math:`F` is invariant under :math:`\theta \to
+    c\theta`: the sum of :math:`\phi` is then held at its start by a quadratic penalty and the result normalised to
+    mean 1. A class with :math:`c_k \le 0` (absent from the data, e.g. from a mini-batch) has its supremum at
     :math:`\theta_k \to 0`, which would make it unpredictable: it keeps its current value and the others are
-    maximised given it (still a monotone step). The one-step thesis formula
+    maximised given it (still a monotone step; so is keeping the start, where the solver fails). The one-step thesis
+    formula
     :math:`\theta_k \leftarrow N_k / \sum_i a_{ik}/Q_i` is the minorise-maximise step of the same objective.
 
     :param a: :math:`a_{ik} > 0`, shape ``(M, K)``.
     :param counts: :math:`N_k`, shape ``(K,)``.
     :param init: starting point (e.g. the current :math:`\theta`), shape ``(K,)``.
     :param prior: optional :math:`(\alpha, \beta)` of a :math:`\mathrm{Ga}(\alpha, \beta)` prior (MAP).
+    :param max_iter: most gradient evaluations.
+    :param tol: relative tolerance on :math:`\phi`.
+    :returns: :math:`\theta`, shape ``(K,)``, float64 on the device of ``a``.
     """
-    a, counts, init = (t.detach().to(torch.float64) for t in (a, counts, init))
+    a64, counts, init = (t.detach().to(device="cpu", dtype=torch.float64) for t in (a, counts, init))
     alpha, beta = (1.0, 0.0) if prior is None else (float(prior[0]), float(prior[1]))
     c = counts + alpha - 1
     free = c > 0
-    log_a = a.log()
+    log_a = a64.log()
     phi_all = init.clamp_min(torch.finfo(init.dtype).tiny).log()
-    gauge = prior is None and bool(free.all())
+    c_free, num_free = c[free], int(free.sum())
+    gauge_sum = float(phi_all.sum()) if prior is None and num_free == len(c) else None
 
     def full(p: Tensor) -> Tensor:
         out = phi_all.clone()
         out[free] = p
         return out
 
-    def objective(p: Tensor) -> Tensor:
-        return (c[free] * p).sum() - torch.logsumexp(full(p) + log_a, -1).sum() - beta * p.exp().sum()
+    def gradient(x: np.ndarray) -> np.ndarray:
+        p = torch.from_numpy(x)
+        w = torch.softmax(full(p) + log_a, -1)[:, free]
+        grad = c_free - w.sum(0) - beta * p.exp()
+        if gauge_sum is not None:  # F is flat along the all-ones direction: hold sum(phi) at its start
+            grad = grad - (p.sum() - gauge_sum) / num_free
+        return grad.numpy()
 
-    phi = phi_all[free]
-    if bool(free.any()):
-        value = objective(phi)
-        for _ in range(max_iter):
-            w = torch.softmax(full(phi) + log_a, -1)[:, free]  # (M, K_free)
-            grad = c[free] - w.sum(0) - beta * phi.exp()
-            if float(grad.abs().max()) <= tol * (1 + float(c[free].sum())):
-                break
-            neg_hess = torch.diag(w.sum(0) + beta * phi.exp()) - w.mT @ w
-            if gauge:  # the objective is flat along the all-ones direction
-                neg_hess = neg_hess + neg_hess.diagonal().mean() * torch.ones_like(neg_hess) / neg_hess.shape[-1]
-            step = torch.linalg.solve(neg_hess, grad)
-            decrement = float(grad @ step)  # Newton decrement^2: twice the predicted gain of a full step
-            if decrement <= 1e-8 * (1 + abs(float(value))):
-                # quadratic-convergence region: the gain is below what the objective can resolve, so take the full
-                # step and let the gradient test decide
-                phi = phi + step
-                value = objective(phi)
-                continue
-            t = 1.0
-            for _ in range(30):  # backtracking (Armijo)
-                candidate = phi + t * step
-                new_value = objective(candidate)
-                if new_value >= value + 0.25 * t * decrement:
-                    break
-                t /= 2
-            if not new_value > value:
-                break
-            phi, value = candidate, new_value
-    theta = full(phi).exp()
+    def hessian(x: np.ndarray) -> np.ndarray:
+        p = torch.from_numpy(x)
+        w = torch.softmax(full(p) + log_a, -1)[:, free]
+        hessian = w.mT @ w - torch.diag(w.sum(0) + beta * p.exp())
+        return (hessian - 1.0 / num_free if gauge_sum is not None else hessian).numpy()
+
+    def objective(p: Tensor) -> float:
+        return float((c_free * p).sum() - torch.logsumexp(full(p) + log_a, -1).sum() - beta * p.exp().sum())
+
+    if num_free:
+        start = phi_all[free]
+        result = optimize.root(gradient, start.numpy(), jac=hessian, options={"xtol": tol, "maxfev": max_iter})
+        root = torch.from_numpy(result.x)
+        if np.isfinite(result.x).all() and objective(root) >= objective(start):  # else keep the start: monotone
+            phi_all = full(root)
+    theta = phi_all.exp().to(a.device)
     return theta / theta.mean() if prior is None else theta
 
 
@@ -255,8 +177,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     ``(*batch, J, N)``. The auxiliary variables are ``{"n": n, "omega": ω}``, both ``(*batch, N, J)``; their
     variational parameters ``{"c": c, "sigma_tilde": σ̃}``. :math:`q(n)` is stored through :math:`\tilde\sigma`,
     i.e. relative to :math:`\theta`, so it stays optimal when :math:`\theta` changes. :math:`\theta` is a GPyTorch
-    parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)`` (one row per chain while a Gibbs
-    sampler draws it).
+    parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)``; a Gibbs sampler keeps its draws per
+    chain in its own state (:meth:`sample_hyperparameters`).
 
     Example::
 
@@ -329,7 +251,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     # ------------------------------------------------------------------ class scales
     @property
     def class_scales(self) -> Tensor:
-        r"""The class scales :math:`\theta`, shape ``(K,)`` (``(chains, K)`` while a Gibbs sampler draws them)."""
+        r"""The class scales :math:`\theta`, shape ``(K,)``."""
         return self.raw_class_scales_constraint.transform(self.raw_class_scales)
 
     @class_scales.setter
@@ -345,7 +267,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         raw = self.raw_class_scales_constraint.inverse_transform(value)
         if raw.shape == self.raw_class_scales.shape:
             self.initialize(raw_class_scales=raw)
-        else:  # one row per Gibbs chain
+        else:  # a shape other than the parameter's, e.g. one row per chain
             self.raw_class_scales.data = raw
 
     @property
@@ -419,14 +341,15 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         :math:`E[\theta_k s_k / T]` (``probs=True``, shape ``(..., N, K)``) or :math:`E\log T` (shape ``(..., N)``),
         :math:`T = \sum_l \theta_l s_l(f)`.
 
-        For :math:`J \le 3` a product Gauss--Hermite rule, evaluated through its structure: :math:`T` on the grid
-        is a sum of per-latent terms, so only the :math:`nJ` node values need a logistic function and the grid
-        itself costs one division (or logarithm) per point. For :math:`J > 3`, ``num_points`` scrambled-Sobol
-        quasi-Monte Carlo points.
+        For :math:`J \le 3` the product Gauss--Hermite rule of
+        :func:`~gpytorch_augment._numerics.additive_product_rule` (:math:`T` is a sum of per-latent terms, the
+        bijective reference class a constant offset); for :math:`J > 3`, ``num_points`` scrambled-Sobol
+        quasi-Monte Carlo points (:func:`~gpytorch_augment._numerics.latent_expectation`).
         """
         J, K = self.num_latents, self.num_classes
-        if J not in _PRODUCT_NODES:  # theta_l s_l(f) directly (sigmoid, no logarithms): the cost is per point
-            weights_k = self._log_weights()[0].exp()  # theta_k * s_bar_k, (..., 1, K)
+        log_w, _ = self._log_weights()
+        if J not in PRODUCT_RULE_NODES:  # theta_l s_l(f) directly (sigmoid, no logarithms): the cost is per point
+            weights_k = log_w.exp()  # theta_k * s_bar_k, (..., 1, K)
             latent, reference = weights_k[..., :J], weights_k[..., J:]
 
             def class_terms(f: Tensor) -> Tensor:
@@ -434,40 +357,20 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
                 return torch.cat([t, reference.expand(*t.shape[:-1], 1)], -1) if self.bijective else t
 
             if probs:
-                return _expectation(
+                return latent_expectation(
                     lambda f: (lambda t: t / t.sum(-1, keepdim=True))(class_terms(f)), mean, var, num_points
                 )
-            return _expectation(lambda f: class_terms(f).sum(-1).log(), mean, var, num_points)
-        n = _PRODUCT_NODES[J]
-        zero = torch.zeros((), dtype=mean.dtype, device=mean.device)
-        z, w = gauss_hermite(zero, torch.ones_like(zero), n)  # (n,), (n,)
+            return latent_expectation(lambda f: class_terms(f).sum(-1).log(), mean, var, num_points)
         batch = mean.shape[:-1]
-        log_w, _ = self._log_weights()
         log_w = log_w.squeeze(-2).unsqueeze(-2).expand(*batch, K).reshape(-1, K)
-        m, sd = mean.reshape(-1, J), var.clamp_min(0).sqrt().reshape(-1, J)
-        grid_axes = tuple(range(J))
-        weights = w.reshape(-1, *([1] * J))
-        for j in range(1, J):
-            weights = weights * w.reshape(*([1] * j), n, *([1] * (J - j)))
-        chunk = max(1, _CHUNK_ELEMENTS // n**J)
-        parts = []
-        for start in range(0, m.shape[0], chunk):
-            rows = slice(start, start + chunk)
-            lw = log_w[rows]  # (B, K)
-            t = (lw[:, :J] + logsigmoid(m[rows] + sd[rows] * z.view(n, 1, 1))).exp()  # (n, B, J)
-            total = lw[:, -1].exp() if self.bijective else torch.zeros_like(lw[:, 0])
-            views = [t[..., j].reshape(*([1] * j), n, *([1] * (J - 1 - j)), -1) for j in range(J)]
-            for view in views:
-                total = total + view  # (n,)*J + (B,)
-            if probs:
-                inv = weights / total
-                cols = [(inv * view).sum(grid_axes) for view in views]
-                if self.bijective:
-                    cols.append(inv.sum(grid_axes) * lw[:, -1].exp())
-                parts.append(torch.stack(cols, -1))
-            else:
-                parts.append((weights * total.log()).sum(grid_axes))
-        out = torch.cat(parts, 0)
+        out = additive_product_rule(
+            logsigmoid,
+            mean.reshape(-1, J),
+            var.reshape(-1, J),
+            log_w[:, :J],
+            offset=log_w[:, -1].exp() if self.bijective else None,
+            ratios=probs,
+        )
         return out.reshape(*batch, K) if probs else out.reshape(batch)
 
     def predict_proba(self, function_dist: MultivariateNormal) -> Tensor:
@@ -548,21 +451,25 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> AuxDict | None:
-        r"""Gibbs step for :math:`\theta` under ``class_scale_prior`` (a no-op returning ``None`` without one).
+    ) -> tuple[dict[str, Tensor], AuxDict | None]:
+        r"""Gibbs step for :math:`\theta` under ``class_scale_prior``.
 
         With the Gamma variable :math:`\zeta` of
         :math:`1/\sum_l\theta_l s_l = \int_0^\infty e^{-\zeta\sum_l\theta_l s_l} d\zeta` reinstated:
         :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1, \sum_l \theta_l s_l(f_i))`, then
         :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i \zeta_i s_k(f_i))`, both collapsed
-        over :math:`(n, \omega)`; returns a fresh :math:`(n, \omega) \sim p(n, \omega \mid y, f, \theta)` for the
-        :math:`f`-step (the incoming ``aux`` was drawn under the old :math:`\theta`). Each is an exact block draw of
-        the joint :math:`p(f, \theta, \zeta, n, \omega \mid y)`, so the sweep leaves the posterior invariant. One
-        :math:`\theta` per chain: leading dimensions of ``f`` are chains.
+        over :math:`(n, \omega)`; then a fresh :math:`(n, \omega) \sim p(n, \omega \mid y, f, \theta)` under the new
+        :math:`\theta` for the :math:`f`-step (the incoming ``aux`` was drawn under the old one). Each is an exact
+        block draw of the joint :math:`p(f, \theta, \zeta, n, \omega \mid y)`, so the sweep leaves the posterior
+        invariant.
+
+        Pure: returns ``({"class_scales": theta}, fresh_aux)`` with one :math:`\theta` per chain (leading dimensions
+        of ``f``, shape ``(*chains, K)``), or ``({}, None)`` without a prior; the likelihood's parameter is not
+        changed (evaluate under the draw with :meth:`constants`).
         """
         prior = self._prior_parameters
         if prior is None:
-            return None
+            return {}, None
         alpha, beta = prior
         with torch.no_grad(), seeded_by(generator):
             theta = self.class_scales.unsqueeze(-2)  # (..., 1, K)
@@ -574,12 +481,13 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             rate_theta = beta + (zeta.unsqueeze(-1) * s).sum(-2)
             shape, rate_theta = torch.broadcast_tensors(shape, rate_theta)
             draw = Gamma(shape, rate_theta).sample().clamp_min(torch.finfo(f.dtype).tiny)
-            self.class_scales = draw
-        return self.sample_aux(y, f, generator=generator)
+        with self.constants({"class_scales": draw}):
+            fresh = self.sample_aux(y, f, generator=generator)
+        return {"class_scales": draw}, fresh
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         return {"c": c, "sigma_tilde": log_sigma_tilde(f_mean, c).exp()}
 
     def _log_q(self, one_minus_sigma_tilde: Tensor) -> Tensor:
@@ -636,7 +544,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         return pg_kl(Y + n_mean, c).sum(-1) + log_q - log_s + (n_mean * sigma_tilde.log()).sum(-1)
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         log_w, _ = self._log_weights()
         full, Y = self._labels(y, f_mean.dtype)
         log_q = self._log_q(-torch.expm1(log_sigma_tilde(f_mean, c)))
@@ -644,7 +552,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     def _class_scale_terms(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor]:
         r""":math:`a_{ik}` (``(M, K)``, every datum of every batch) and the class counts :math:`N_k`."""
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         a = -torch.expm1(log_sigma_tilde(f_mean, c))
         if self.bijective:
             a = torch.cat([a, torch.full_like(a[..., :1], math.exp(LOG_D))], -1)

@@ -17,6 +17,7 @@ from .._numerics import (
     log_sigma_tilde_plus,
     pg_kl,
     pg_mean,
+    pg_tilt_c,
     quadrature_mixture,
     safeguarded_newton,
 )
@@ -57,12 +58,14 @@ def solve_total_count(y: Tensor, sum_log_sigma_tilde: Tensor, iterations: int = 
 
 
 class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
-    r"""Over-dispersed counts, failure parametrisation with :math:`r > 0` (real) and success probability :math:`\sigma(f)`:
+    r"""Over-dispersed counts, failure parametrisation with :math:`r > 0` (real) and success probability
+    :math:`\sigma(f)`:
 
     .. math::
         p(y \mid f) = \frac{\Gamma(y + r)}{y!\,\Gamma(r)}\,\sigma(f)^y\sigma(-f)^r, \qquad E[y\mid f] = r e^f,
 
-    i.e. ``torch.distributions.NegativeBinomial(total_count=r, logits=f)``. With :math:`\omega \sim \mathrm{PG}(y + r, 0)`
+    i.e. ``torch.distributions.NegativeBinomial(total_count=r, logits=f)``. With
+    :math:`\omega \sim \mathrm{PG}(y + r, 0)`
     (a prior that depends on :math:`y`) the Pólya-Gamma identity gives
 
     .. math::
@@ -149,7 +152,7 @@ class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        return {"c": (f_mean**2 + f_var).sqrt()}
+        return {"c": pg_tilt_c(f_mean, f_var)}
 
     def expected_potential_and_precision(
         self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor
@@ -166,14 +169,15 @@ class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
         r = self.total_count
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         return _log_normaliser(y, r) + y * log_sigma_tilde_plus(f_mean, c) + r * log_sigma_tilde(f_mean, c)
 
     def update_hyperparameters(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> None:
-        r""":math:`r \leftarrow` the root of :math:`\sum_i[\psi(y_i + r) - \psi(r) + \log\tilde\sigma(m_i, c_i)] = 0`."""
+        r""":math:`r \leftarrow` the root of
+        :math:`\sum_i[\psi(y_i + r) - \psi(r) + \log\tilde\sigma(m_i, c_i)] = 0`."""
         if not self.raw_total_count.requires_grad or not bool((y.sum(-1) > 0).all()):
             return
         with torch.no_grad():
-            c = (f_mean**2 + f_var).sqrt()
+            c = pg_tilt_c(f_mean, f_var)
             sum_log_sigma_tilde = log_sigma_tilde(f_mean, c).sum(-1, keepdim=True)
             self.total_count = solve_total_count(y.expand_as(f_mean), sum_log_sigma_tilde)

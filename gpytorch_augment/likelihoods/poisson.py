@@ -10,7 +10,15 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Gamma, MixtureSameFamily, Poisson
 
-from .._numerics import LOG2, log_sigma_tilde, log_sigma_tilde_plus, pg_kl, pg_mean, quadrature_mixture
+from .._numerics import (
+    LOG2,
+    log_sigma_tilde,
+    log_sigma_tilde_plus,
+    pg_kl,
+    pg_mean,
+    pg_tilt_c,
+    quadrature_mixture,
+)
 from .._random import seeded_by
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
@@ -33,7 +41,8 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
 
     * Gibbs: :math:`n \mid f \sim \mathrm{Po}(\xi\sigma(-f))`, then :math:`\omega \mid n, f \sim \mathrm{PG}(y+n, |f|)`.
     * CAVI: :math:`q(n, \omega) = \mathrm{Po}(n \mid \xi\tilde\sigma_i)\,\mathrm{PG}(\omega \mid y+n, c_i)` with
-      :math:`c_i = \sqrt{m_i^2 + s_i}` and :math:`\tilde\sigma_i = \tilde\sigma(m_i, c_i) = e^{-m_i/2}/(2\cosh\frac{c_i}2)`,
+      :math:`c_i = \sqrt{m_i^2 + s_i}` and
+      :math:`\tilde\sigma_i = \tilde\sigma(m_i, c_i) = e^{-m_i/2}/(2\cosh\frac{c_i}2)`,
       so :math:`\bar n_i = \xi\tilde\sigma_i`, :math:`\bar h_i = (y_i - \bar n_i)/2`,
       :math:`\bar\lambda_i = \mathrm{PGm}(y_i + \bar n_i, c_i)` and
       :math:`\ell^*_i = y_i\log\xi - \log y_i! + y_i\log\tilde\sigma^+(m_i, c_i) - \xi(1 - \tilde\sigma_i)`.
@@ -41,7 +50,8 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
       maximiser of :math:`\sum_i \ell^*_i` given :math:`q(f)` (skipped when :math:`\sum_i y_i = 0` or when
       ``raw_rate_scale.requires_grad`` is ``False``, i.e. :math:`\xi` is fixed).
     * With ``rate_scale_prior=(a, b)``, :meth:`sample_hyperparameters` is the Gibbs step
-      :math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\, b + N)` (the prior is used by the sampler only).
+      :math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\, b + N)` (the prior is used by the sampler only;
+      the draws are returned per chain, never written into the parameter).
 
     The auxiliary variables are ``{"n": n, "omega": ω}``; their variational parameters ``{"c": c, "sigma_tilde": σ̃}``.
     :math:`q(n)` is stored relative to :math:`\xi` (:math:`\bar n = \xi\tilde\sigma`), so it stays optimal when
@@ -90,7 +100,7 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         raw = self.raw_rate_scale_constraint.inverse_transform(value)
         if raw.shape == self.raw_rate_scale.shape:
             self.initialize(raw_rate_scale=raw)
-        else:  # e.g. one ξ per Gibbs chain
+        else:  # a shape other than the parameter's, e.g. one ξ per chain
             self.raw_rate_scale.data = raw
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
@@ -133,20 +143,25 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
-    ) -> None:
-        r""":math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\ b + N)` under ``rate_scale_prior=(a, b)``
-        (a no-op without a prior). Leading dimensions of ``aux["n"]`` (chains) get one :math:`\xi` each."""
+    ) -> tuple[dict[str, Tensor], AuxDict | None]:
+        r""":math:`\xi \mid n, y \sim \mathrm{Ga}(a + \sum_i (y_i + n_i),\ b + N)` under ``rate_scale_prior=(a, b)``.
+
+        Pure: returns ``({"rate_scale": xi}, None)`` with one :math:`\xi` per chain (leading dimensions of
+        ``aux["n"]``, shape ``(*chains, 1)``), or ``({}, None)`` without a prior; the likelihood's parameter is not
+        changed (evaluate under the draw with :meth:`constants`). :math:`\Omega` needs no redraw: its update comes
+        before :math:`\xi` in the scan and :math:`f` does not depend on :math:`\xi` given :math:`\Omega`."""
         if self.rate_scale_prior is None:
-            return
+            return {}, None
         a, b = self.rate_scale_prior
         n = aux["n"]
         shape = a + (y + n).sum(-1, keepdim=True)
         with torch.no_grad(), seeded_by(generator):
-            self.rate_scale = Gamma(shape, torch.full_like(shape, b + n.shape[-1])).sample()
+            draw = Gamma(shape, torch.full_like(shape, b + n.shape[-1])).sample()
+        return {"rate_scale": draw}, None
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         return {"c": c, "sigma_tilde": log_sigma_tilde(f_mean, c).exp()}
 
     def _n_mean(self, q_aux: AuxDict) -> Tensor:
@@ -169,7 +184,7 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         return pg_kl(y + self._n_mean(q_aux), q_aux["c"]) + poisson_kl
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
-        c = (f_mean**2 + f_var).sqrt()
+        c = pg_tilt_c(f_mean, f_var)
         xi = self.rate_scale
         one_minus_sigma_tilde = -torch.expm1(log_sigma_tilde(f_mean, c))
         return y * (xi.log() + log_sigma_tilde_plus(f_mean, c)) - torch.lgamma(y + 1) - xi * one_minus_sigma_tilde
@@ -183,5 +198,5 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         if not bool((total > 0).all()):
             return
         with torch.no_grad():
-            c = (f_mean**2 + f_var).sqrt()
+            c = pg_tilt_c(f_mean, f_var)
             self.rate_scale = total / (-torch.expm1(log_sigma_tilde(f_mean, c))).sum(-1, keepdim=True)
