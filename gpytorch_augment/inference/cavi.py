@@ -34,7 +34,7 @@ from ..core.distributed import (
     is_distributed,
     rank,
 )
-from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
+from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from ..mlls.augmented_elbo import AugmentedELBO
 from ..variational.cavi_variational_strategy import _CAVIMixin
 from ._batches import progress_bar, take
@@ -62,19 +62,6 @@ def _cavi_strategy(model: Any) -> _CAVIMixin:
         )
     strategy.check_distribution()
     return strategy
-
-
-def _latent_blocks(likelihood: AugmentedLikelihood) -> list[list[int]] | None:
-    """The likelihood's optional ``latent_blocks`` (a partition of its latents into an update order), validated;
-    ``None`` (all latents at once) when absent, for one latent, or for a single block."""
-    blocks = getattr(likelihood, "latent_blocks", None)
-    T = int(likelihood.num_latents)
-    if blocks is None or T == 1:
-        return None
-    blocks = [[int(i) for i in block] for block in blocks]
-    if sorted(i for block in blocks for i in block) != list(range(T)):
-        raise ValueError(f"likelihood.latent_blocks must partition the latents 0..{T - 1}; got {blocks}")
-    return blocks if len(blocks) > 1 else None
 
 
 class CAVI:
@@ -309,7 +296,7 @@ class CAVI:
             else:
                 schedule.observe(natural_gradient(q, target))
         rho = self._rho(schedule)
-        blocks = _latent_blocks(likelihood)
+        blocks = validated_latent_blocks(likelihood)
         for k, block in enumerate(blocks or [None]):
             if k > 0:  # refresh q(Ω) (and the statistics) from the latents updated by the previous blocks
                 q = strategy.whitened_q(terms)

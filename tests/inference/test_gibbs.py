@@ -311,7 +311,7 @@ def test_predict_pairs_each_draw_with_its_sampled_likelihood_constant():
     """With a likelihood constant sampled per chain (Poisson rate scale under a Gamma prior: the likelihood holds
     shape (chains, 1)), predict averages ``likelihood.marginal`` with each draw's own constant from
     ``samples.hyper`` (it used to fail to broadcast (chains, 1) against the draws), and leaves the likelihood's
-    state as it was."""
+    state as it was: the per-chain values live in the sampler's state, never in the likelihood."""
     x, _ = classification_data(15, seed=4)
     y = torch.poisson(3.0 * torch.sigmoid(torch.sin(2 * x[:, 0])), generator=torch.Generator().manual_seed(4))
     likelihood = PoissonLogitLikelihood(rate_scale=3.0, rate_scale_prior=(2.0, 0.5))
@@ -320,7 +320,7 @@ def test_predict_pairs_each_draw_with_its_sampled_likelihood_constant():
     xi = samples.hyper["rate_scale"]
     assert xi.shape == (3, 6, 1) and xi.std() > 0.05  # one value per chain and draw
     state = likelihood.rate_scale.clone()
-    assert state.shape == (3, 1)
+    assert state.shape == PoissonLogitLikelihood(rate_scale=3.0).rate_scale.shape and float(state) == 3.0
     x_new = torch.linspace(0, 4, 5).unsqueeze(-1)
     pred = samples.predict(x_new)
     assert torch.equal(likelihood.rate_scale, state)
@@ -617,7 +617,7 @@ def make_unknown_precision_likelihood(a: float = 3.0, b: float = 0.5):
             rate = b + 0.5 * ((y - f) ** 2).sum(-1, keepdim=True)
             shape = torch.full_like(rate, a + y.shape[-1] / 2)
             tau = torch._standard_gamma(shape, generator=generator) / rate
-            self.raw_precision.data = self.raw_precision_constraint.inverse_transform(tau)
+            return {"precision": tau}, None
 
         def log_tilt_constant(self, y, aux):
             tau = self.precision.detach()
@@ -647,7 +647,7 @@ def test_likelihood_hyperparameters_are_sampled_recorded_and_resumed():
     assert not torch.allclose(full.hyper["precision"][0], full.hyper["precision"][1])  # one value per chain
     assert torch.equal(full.last.hyper["precision"], full.hyper["precision"][:, -1])
     first = sampler.sample(5, warmup=3, num_chains=3, seed=0, progress=False)
-    with torch.no_grad():  # clobber the likelihood's state: resuming restores it from the stored state
+    with torch.no_grad():  # clobber the likelihood's state: resuming continues from the stored chain state
         likelihood.raw_precision.data = torch.zeros(1)
     resumed = sampler.resume(first, 7, progress=False)
     assert torch.equal(resumed.f, full.f) and torch.equal(resumed.hyper["precision"], full.hyper["precision"])
@@ -794,3 +794,20 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="dim must be"):
         GibbsSamples.cat([samples], dim="latent")
     assert isinstance(samples.last_state(), GibbsState)
+
+
+def test_a_likelihood_used_by_the_sampler_keeps_its_shapes_and_works_as_a_gpytorch_likelihood():
+    """Per-chain sampled constants live in the sampler's state: after Gibbs the likelihood still has the
+    parameter shapes it was built with, loads a state dict of those shapes and evaluates as usual."""
+    x, _ = classification_data(15, seed=4)
+    y = torch.poisson(3.0 * torch.sigmoid(torch.sin(2 * x[:, 0])), generator=torch.Generator().manual_seed(4))
+    likelihood = PoissonLogitLikelihood(rate_scale=3.0, rate_scale_prior=(2.0, 0.5))
+    before = {k: v.clone() for k, v in likelihood.state_dict().items()}
+    samples = GibbsSampler(PlainGP(), likelihood, x, y).sample(4, warmup=2, num_chains=3, seed=1, progress=False)
+    assert samples.hyper["rate_scale"].shape == (3, 4, 1)
+    for name, value in likelihood.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    likelihood.load_state_dict(PoissonLogitLikelihood(rate_scale=2.0).state_dict())
+    assert float(likelihood.rate_scale) == pytest.approx(2.0)
+    marginal = likelihood(gpytorch.distributions.MultivariateNormal(torch.zeros(4), torch.eye(4)))
+    assert marginal.mean.shape == (4,)

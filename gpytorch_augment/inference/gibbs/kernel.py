@@ -26,6 +26,7 @@ explicit (batched) Cholesky / triangular solve; the exact model's :math:`f`-upda
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 import torch
@@ -324,19 +325,30 @@ class BlockedGibbsKernel:
         return terms.mu + vecmat(eps, terms.A)  # sparse: mu + A^T eps; exact: mu + L eps
 
     # ------------------------------------------------------------------ one sweep
-    def _sweep(self, f: Tensor, y: Tensor, generator: torch.Generator | None) -> tuple[Tensor, AuxDict, Tensor | None]:
-        """internal f (C, T, N) -> (f, Ω, v) after Ω | f, y and f | Ω, y."""
+    def _constants(self, values: dict[str, Tensor]) -> Any:
+        """The likelihood evaluated at per-chain sampled constants (nothing to do without any)."""
+        return self.likelihood.constants(values) if values else nullcontext()
+
+    def _sweep(
+        self, f: Tensor, y: Tensor, generator: torch.Generator | None, constants: dict[str, Tensor]
+    ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor]]:
+        """internal f (C, T, N) -> (f, Ω, v, constants) after Ω | f, y (then the likelihood's sampled constants
+        | Ω, f) and f | Ω, y. ``constants`` are the per-chain values of the likelihood's sampled constants: they
+        live in the chain state and are handed to the likelihood for each call, never written into it."""
         likelihood = self.likelihood
         blocks = self._blocks or [None]
         v_all = None
         for block in blocks:
             f_lik = self._to_likelihood(f)
-            aux = likelihood.sample_aux(y, f_lik, generator=generator)
-            if self._samples_hyperparameters:
-                refreshed = likelihood.sample_hyperparameters(y, aux, f_lik, generator=generator)
-                if refreshed is not None:  # Ω redrawn under the new hyper-parameters
-                    aux = refreshed
-            h, lam = likelihood.potential_and_precision(y, aux, f_lik)
+            with self._constants(constants):
+                aux = likelihood.sample_aux(y, f_lik, generator=generator)
+                if self._samples_hyperparameters:
+                    new, fresh = likelihood.sample_hyperparameters(y, aux, f_lik, generator=generator)
+                    constants = {**constants, **new}
+                    if fresh is not None:  # Ω redrawn under the new constants
+                        aux = fresh
+            with self._constants(constants):
+                h, lam = likelihood.potential_and_precision(y, aux, f_lik)
             h, lam = self._from_likelihood(h, f.shape), self._from_likelihood(lam, f.shape)
             if block is None:
                 f, v_all = self._latent_draw(h, lam, generator, f_old=f)
@@ -348,7 +360,7 @@ class BlockedGibbsKernel:
                     if v_all is None:
                         v_all = torch.zeros(f.shape[:-1] + v_b.shape[-1:], dtype=v_b.dtype, device=v_b.device)
                     v_all[..., block, :] = v_b
-        return f, aux, v_all
+        return f, aux, v_all, constants
 
     @torch.no_grad()
     def conditional_terms(self, x_new: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import gpytorch
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..._validation import check_finite, check_inputs_targets
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
-from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
+from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
 from .samples import GibbsSamples
 from .state import GibbsState
@@ -190,49 +190,24 @@ class GibbsSampler(BlockedGibbsKernel):
         hook = getattr(type(likelihood), "sample_hyperparameters", None)
         base_hook = getattr(AugmentedLikelihood, "sample_hyperparameters", None)
         self._samples_hyperparameters = hook is not None and hook is not base_hook
-        self._blocks = self._check_blocks(getattr(likelihood, "latent_blocks", None))
+        self._blocks = validated_latent_blocks(likelihood)
         self.refresh()
 
-    def _check_blocks(self, blocks: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
-        if blocks is None:
-            return None
-        blocks = [list(map(int, b)) for b in blocks]
-        flat = sorted(i for b in blocks for i in b)
-        if flat != list(range(self.num_latents)):
-            raise ValueError(
-                f"likelihood.latent_blocks must partition the latents 0..{self.num_latents - 1}; got {blocks}"
-            )
-        return None if len(blocks) == 1 else blocks
-
-
-    # ------------------------------------------------------------------ likelihood hyper-parameters
-    def _hyper_snapshot(self) -> dict[str, Tensor]:
-        """The likelihood's parameters, constrained (``raw_`` stripped), if it samples hyper-parameters."""
+    # ------------------------------------------------------------------ likelihood constants
+    def _hyper_snapshot(self, constants: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """The likelihood's parameters at the chains' sampled ``constants``, constrained (``raw_`` stripped), if it
+        samples its constants (else empty)."""
         if not self._samples_hyperparameters:
             return {}
         out = {}
-        for name, param, constraint in self.likelihood.named_parameters_and_constraints():
-            head, _, leaf = name.rpartition(".")
-            if constraint is not None and leaf.startswith("raw_"):
-                name = (head + "." if head else "") + leaf[len("raw_") :]
-                param = constraint.transform(param)
-            out[name] = param.detach().clone()
+        with self._constants(dict(constants)):
+            for name, param, constraint in self.likelihood.named_parameters_and_constraints():
+                head, _, leaf = name.rpartition(".")
+                if constraint is not None and leaf.startswith("raw_"):
+                    name = (head + "." if head else "") + leaf[len("raw_") :]
+                    param = constraint.transform(param)
+                out[name] = param.detach().clone()
         return out
-
-    @torch.no_grad()
-    def _restore_hyper(self, hyper: Mapping[str, Tensor]) -> None:
-        """Inverse of :meth:`_hyper_snapshot` (shapes may differ from the current ones, e.g. per chain)."""
-        params = {n: (p, c) for n, p, c in self.likelihood.named_parameters_and_constraints()}
-        for name, value in hyper.items():
-            head, _, leaf = name.rpartition(".")
-            raw_name = (head + "." if head else "") + "raw_" + leaf
-            if raw_name in params and params[raw_name][1] is not None:
-                param, constraint = params[raw_name]
-                param.data = constraint.inverse_transform(value.to(param))
-            elif name in params:
-                params[name][0].data = value.to(params[name][0]).clone()
-            else:
-                raise ValueError(f"init holds hyper-parameter {name!r}, which the likelihood does not have")
 
     @torch.no_grad()
     def sample_latent(
@@ -258,7 +233,11 @@ class GibbsSampler(BlockedGibbsKernel):
         return out
     @torch.no_grad()
     def sweep(
-        self, f: Tensor, y: Tensor | None = None, generator: torch.Generator | None = None
+        self,
+        f: Tensor,
+        y: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        hyper: Mapping[str, Tensor] | None = None,
     ) -> GibbsState:
         r"""One full sweep (:math:`\Omega \mid f`, then the latents :math:`\mid \Omega`) for a batch of chains.
 
@@ -269,7 +248,9 @@ class GibbsSampler(BlockedGibbsKernel):
         :param y: targets to condition on (default: the training targets); may carry a chain dimension,
             ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
         :param generator: a ``torch.Generator`` for reproducible draws.
-        :return: a :class:`GibbsState` (``rng_state`` is ``None``).
+        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
+            previous sweep; default: the likelihood's own values). The likelihood itself is never modified.
+        :return: a :class:`GibbsState` (``rng_state`` is ``None``; ``hyper`` holds the constants after the sweep).
         """
         if self._params_changed():
             self.refresh()
@@ -283,9 +264,11 @@ class GibbsSampler(BlockedGibbsKernel):
                 )
             y = self.likelihood.check_targets(y, **self.target_kwargs)
         f_int = self._from_storage(f, None, name="f")
-        f_int, aux, v = self._sweep(f_int, y, generator)
+        f_int, aux, v, constants = self._sweep(f_int, y, generator, dict(hyper or {}))
         u = self._to_storage(self._u_from_v(v)).to(self.dtype) if self.is_sparse else None
-        return GibbsState(f=self._to_storage(f_int).to(self.dtype), aux=aux, u=u)
+        return GibbsState(
+            f=self._to_storage(f_int).to(self.dtype), aux=aux, u=u, hyper=self._hyper_snapshot(constants)
+        )
 
     # ------------------------------------------------------------------ sampling
     @staticmethod
@@ -371,12 +354,11 @@ class GibbsSampler(BlockedGibbsKernel):
                 seed = int(torch.randint(0, 2**62, (1,)).item())
             generator.manual_seed(int(seed))
         f = self._from_storage(state.f, num_chains) if state is not None else self._initial_f(num_chains, generator)
-        if state is not None and state.hyper:
-            self._restore_hyper(state.hyper)
+        constants = self._initial_constants(state)
         aux: AuxDict = dict(state.aux) if state is not None else {}
         record = _Recorder(self, num_chains, num_samples)
         start = time.perf_counter()
-        f, aux, v = self._run_chains(f, aux, generator, warmup, thin, record, progress)
+        f, aux, v, constants = self._run_chains(f, constants, generator, warmup, thin, record, progress)
         elapsed = time.perf_counter() - start
 
         u_last = self._to_storage(self._u_from_v(v)).to(self.dtype) if v is not None and self.is_sparse else None
@@ -386,38 +368,51 @@ class GibbsSampler(BlockedGibbsKernel):
             u=u_last,
             rng_state=generator.get_state(),
             num_sweeps=(state.num_sweeps if state is not None else 0) + warmup + num_samples * thin,
-            hyper=self._hyper_snapshot(),
+            hyper=self._hyper_snapshot(constants),
         )
         self.likelihood.aux = last.aux
         return record.samples(
             seed=seed, warmup=warmup, thin=thin, elapsed=elapsed, num_sweeps=warmup + num_samples * thin, last=last
         )
 
+    def _initial_constants(self, state: GibbsState | None) -> dict[str, Tensor]:
+        """The sampled constants a run starts from: those of ``init`` (validated names), else the likelihood's."""
+        if state is None or not state.hyper or not self._samples_hyperparameters:
+            return {}
+        constants = dict(state.hyper)
+        try:
+            with self._constants(constants):
+                pass
+        except ValueError as err:
+            raise ValueError(f"init holds hyper-parameters the likelihood does not have: {err}") from err
+        return constants
+
     def _run_chains(
         self,
         f: Tensor,
-        aux: AuxDict,
+        constants: dict[str, Tensor],
         generator: torch.Generator,
         warmup: int,
         thin: int,
         record: _Recorder,
         progress: bool,
-    ) -> tuple[Tensor, AuxDict, Tensor | None]:
-        """``warmup + num_samples * thin`` sweeps from the internal latents ``f``, recording every kept sweep."""
+    ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor]]:
+        """``warmup + num_samples * thin`` sweeps from the internal latents ``f`` and the chains' sampled
+        likelihood ``constants``, recording every kept sweep."""
         total = warmup + record.num_samples * thin
-        v = None
+        v, aux = None, {}
         bar = _progress_bar(total, progress)
         try:
             for it in range(total):
-                f, aux, v = self._sweep(f, self.y, generator)
+                f, aux, v, constants = self._sweep(f, self.y, generator, constants)
                 if it >= warmup and (it - warmup + 1) % thin == 0:
-                    record.keep(f, aux, v)
+                    record.keep(f, aux, v, constants)
                 if bar is not None:
                     bar.update(1)
         finally:
             if bar is not None:
                 bar.close()
-        return f, aux, v
+        return f, aux, v, constants
 
     @staticmethod
     def _chain_batched(value: Tensor, num_chains: int) -> Tensor:
@@ -489,7 +484,7 @@ class _Recorder:
         self.hyper: dict[str, list[Tensor]] = {}
         self.kept = 0
 
-    def keep(self, f: Tensor, aux: AuxDict, v: Tensor | None) -> None:
+    def keep(self, f: Tensor, aux: AuxDict, v: Tensor | None, constants: Mapping[str, Tensor]) -> None:
         sampler, k = self.sampler, self.kept
         self.f[:, k] = f.to(sampler.dtype)
         if self.u is not None:
@@ -501,7 +496,7 @@ class _Recorder:
                     (self.num_chains, self.num_samples) + value.shape[1:], dtype=value.dtype, device=value.device
                 )
             self.aux[name][:, k] = value
-        for name, value in sampler._hyper_snapshot().items():
+        for name, value in sampler._hyper_snapshot(constants).items():
             self.hyper.setdefault(name, []).append(value)
         self.kept += 1
 

@@ -328,17 +328,11 @@ class GibbsSamples:
         chunk = 1 if self.hyper else chunk_size or max(1, (1 << 20) // max(1, n_new * sampler.num_latents))
         y_mean_sum, y_probs_sum, has_mean = None, None, True
         hyper = {k: v.reshape((n_draws,) + tuple(v.shape[2:])) for k, v in self.hyper.items()}
-        saved = sampler._hyper_snapshot() if hyper else {}
-        try:
-            for start in range(0, n_draws, chunk):
-                if hyper:
-                    sampler._restore_hyper({k: v[start] for k, v in hyper.items()})
+        for start in range(0, n_draws, chunk):
+            with sampler._constants({k: v[start] for k, v in hyper.items()}):
                 y_mean_sum, y_probs_sum, has_mean = self._accumulate_marginal(
                     means[start : start + chunk], var, kwargs, y_mean_sum, y_probs_sum, has_mean
                 )
-        finally:
-            if hyper:
-                sampler._restore_hyper(saved)
         y_mean = y_mean_sum / n_draws if has_mean and y_mean_sum is not None else None
         y_probs = y_probs_sum / n_draws if y_probs_sum is not None else None
         return y_mean, y_probs
