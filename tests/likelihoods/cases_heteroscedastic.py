@@ -47,7 +47,7 @@ from gpytorch_augment.likelihoods.heteroscedastic import (
     HeteroscedasticGaussianLikelihood,
     HeteroscedasticStudentTLikelihood,
 )
-from tests.likelihoods.case import LikelihoodCase, log_pg_laplace
+from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace
 
 AuxDict = dict[str, Tensor]
 
