@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import unittest
+from collections.abc import Callable
 from typing import Any
 
 import gpytorch
@@ -133,17 +134,25 @@ class GPyTorchLikelihoodTestCase(BaseLikelihoodTestCase):
         return self.case.sample_targets(f, self._generator(), **keyword_data).to(f.dtype)
 
     # ------------------------------------------------------------------ GPyTorch's checks, generalised
+    def _setup(
+        self, batch_shape: torch.Size, create_input: Callable[[torch.Size], Any]
+    ) -> tuple[AugmentedLikelihood, dict[str, Tensor], Any]:
+        """A fresh likelihood (with GPyTorch's plate nesting for the batch), keyword data and an input."""
+        likelihood = self.create_likelihood()
+        likelihood.max_plate_nesting += len(batch_shape)
+        return likelihood, self._keyword_data(batch_shape), create_input(batch_shape)
+
+    def _check_predictive(self, output: Distribution, batch_shape: torch.Size) -> None:
+        """A distribution whose draws have the shape of the data (the latents without their latent dimension)."""
+        self.assertTrue(isinstance(output, Distribution))
+        self.assertEqual(output.sample().shape, batch_shape + torch.Size([_NUM_DATA]))
+
     def _test_conditional(self, batch_shape: torch.Size) -> None:
         self._skip_if_requested("_test_conditional")
         if not self._adapted:
             return super()._test_conditional(batch_shape)
-        likelihood = self.create_likelihood()
-        likelihood.max_plate_nesting += len(batch_shape)
-        keyword_data = self._keyword_data(batch_shape)
-        input = self._create_conditional_input(batch_shape)
-        output = likelihood(input, **keyword_data)
-        self.assertTrue(isinstance(output, Distribution))
-        self.assertEqual(output.sample().shape, batch_shape + torch.Size([_NUM_DATA]))
+        likelihood, keyword_data, input = self._setup(batch_shape, self._create_conditional_input)
+        self._check_predictive(likelihood(input, **keyword_data), batch_shape)
 
     def _test_log_marginal(self, batch_shape: torch.Size) -> None:
         self._skip_if_requested("_test_log_marginal")
@@ -158,10 +167,7 @@ class GPyTorchLikelihoodTestCase(BaseLikelihoodTestCase):
         self._compare_with_default("expected_log_prob", batch_shape)
 
     def _compare_with_default(self, member: str, batch_shape: torch.Size) -> None:
-        likelihood = self.create_likelihood()
-        likelihood.max_plate_nesting += len(batch_shape)
-        keyword_data = self._keyword_data(batch_shape)
-        input = self._create_marginal_input(batch_shape)
+        likelihood, keyword_data, input = self._setup(batch_shape, self._create_marginal_input)
         target = self._create_targets(batch_shape, **keyword_data)
         with gpytorch.settings.num_likelihood_samples(512):
             output = getattr(likelihood, member)(target, input, **keyword_data)
@@ -175,13 +181,9 @@ class GPyTorchLikelihoodTestCase(BaseLikelihoodTestCase):
         self._skip_if_requested("_test_marginal")
         if not self._adapted:
             return super()._test_marginal(batch_shape)
-        likelihood = self.create_likelihood()
-        likelihood.max_plate_nesting += len(batch_shape)
-        keyword_data = self._keyword_data(batch_shape)
-        input = self._create_marginal_input(batch_shape)
+        likelihood, keyword_data, input = self._setup(batch_shape, self._create_marginal_input)
         output = likelihood(input, **keyword_data)
-        self.assertTrue(isinstance(output, Distribution))
-        self.assertEqual(output.sample().shape, batch_shape + torch.Size([_NUM_DATA]))
+        self._check_predictive(output, batch_shape)
         with gpytorch.settings.num_likelihood_samples(30000):
             default = Likelihood.marginal(likelihood, input, **keyword_data)
         default_mean, actual_mean = _mean(default), _mean(output)
