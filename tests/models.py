@@ -1,38 +1,13 @@
-"""Small GPyTorch models shared by the tests."""
+"""Small GPyTorch models shared by the tests (``SVGP`` ships with the protocol suite in
+:mod:`gpytorch_augment.testing.models`)."""
 
 from __future__ import annotations
 
-import gpytorch
 import torch
 
-from gpytorch_augment import CAVIVariationalStrategy
+from gpytorch_augment.testing.models import SVGP
 
-
-class SVGP(gpytorch.models.ApproximateGP):
-    """A small sparse GP with a CAVI strategy (constant mean, scaled RBF kernel)."""
-
-    def __init__(
-        self,
-        inducing_points: torch.Tensor,
-        distribution_cls=gpytorch.variational.CholeskyVariationalDistribution,
-        strategy_cls=CAVIVariationalStrategy,
-        mean_constant: float = 0.0,
-        learn_inducing_locations: bool = False,
-        batch_shape: torch.Size = torch.Size(),
-    ) -> None:
-        q_u = distribution_cls(inducing_points.size(-2), batch_shape=batch_shape)
-        strategy = strategy_cls(self, inducing_points, q_u, learn_inducing_locations=learn_inducing_locations)
-        super().__init__(strategy)
-        self.mean_module = gpytorch.means.ConstantMean(batch_shape=batch_shape)
-        self.mean_module.constant.data.fill_(mean_constant)
-        self.covar_module = gpytorch.kernels.ScaleKernel(
-            gpytorch.kernels.RBFKernel(batch_shape=batch_shape), batch_shape=batch_shape
-        )
-        self.covar_module.base_kernel.lengthscale = 0.7
-        self.covar_module.outputscale = 1.5
-
-    def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+__all__ = ["SVGP", "make_gaussian_tilt_likelihood"]
 
 
 def make_gaussian_tilt_likelihood(noise: float):

@@ -21,9 +21,10 @@ import pytest
 import torch
 
 from gpytorch_augment import CAVI, BernoulliLogitLikelihood, GibbsSampler, UnwhitenedCAVIVariationalStrategy
+from gpytorch_augment.testing import gp_data
+from gpytorch_augment.testing.models import make_cavi_model as _make_model
 from tests.inference.test_gibbs import PlainGP
 from tests.likelihoods.registry import CASES
-from tests.likelihoods.test_protocol import _make_model, gp_data
 
 PINS = Path(__file__).resolve().parent / "data" / "regression_pins.pt"
 RTOL = 1e-12

@@ -1,28 +1,18 @@
 r"""Geweke joint-distribution tests of the Gibbs sampler (``augmentations.md`` §12 (g)).
 
-Two simulators of the joint :math:`p(f, y)` of a tiny model (explicit prior over :math:`N = 3` points):
+The simulator is :func:`gpytorch_augment.testing.geweke_z` (see :mod:`gpytorch_augment.testing.geweke`): a tiny
+model (explicit prior over :math:`N = 3` points), the marginal-conditional reference (:math:`2.5\cdot10^5` draws)
+against the successive-conditional simulator in :math:`C` vectorised chains for 300 sweeps, dropping the first 50;
+every :math:`|z| \le 4.5`. §12 (g) asks for :math:`C = 2\cdot10^4`; the default :math:`C = 4000` keeps the suite
+fast (the threshold stays 4.5; the environment variable ``GPYTORCH_AUGMENT_GEWEKE_CHAINS=20000`` runs the full
+size). A sampler with a deliberately wrong potential (:math:`h/2`) must fail.
 
-* **marginal-conditional** (the reference): :math:`f \sim p(f)`, :math:`y \sim p(y \mid f)`, :math:`2.5\cdot10^5` draws;
-* **successive-conditional**: from a prior draw, repeat "one full sampler sweep given the current :math:`y`,
-  then :math:`y \sim p(y \mid f)`" in :math:`C` independent vectorised chains for 300 sweeps, dropping the
-  first 50. §12 (g) asks for :math:`C = 2\cdot10^4`; the default :math:`C = 4000` keeps the suite fast (the
-  threshold stays 4.5; the environment variable ``GPYTORCH_AUGMENT_GEWEKE_CHAINS=20000`` runs the full size).
-
-If the sampler leaves :math:`p(f \mid y)` invariant, both simulate the same joint. The per-chain means of the
-test functions :math:`f_i, f_i^2, y_i, f_i y_i` are compared with the reference by
-:math:`z = \text{difference} / \text{combined standard error}` (from the across-chain spread); every
-:math:`|z|` must be :math:`\le 4.5`. A sampler with a deliberately wrong potential (:math:`h/2`) must fail.
-
-Likelihoods register once: the cases come from ``tests/likelihoods/registry.py`` (``CASES``, each with
-``make()``, ``sample_targets(f, generator, **kwargs)`` and optionally ``make_kwargs(shape, generator)`` for
-per-datum keyword data such as binomial trials, and ``skip`` -- ``skip["g"]`` skips this test), plus the
-test-only multi-latent cases of ``tests/likelihoods/toy_multilatent.py``; the local list below is the fallback
-when the registry does not exist.
+Likelihoods register once: the cases come from ``tests/likelihoods/registry.py`` (``CASES``; ``skip["g"]`` skips
+this test), plus the test-only multi-latent case of ``tests/likelihoods/toy_multilatent.py``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -33,17 +23,16 @@ import torch
 
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler
 from gpytorch_augment.likelihoods import AugmentedLikelihood
-from tests.inference.test_gibbs import FixedPrior
+from gpytorch_augment.testing.geweke import NUM_POINTS, NUM_REFERENCE, Z_TOL, geweke_z, tiny_prior
+from tests.likelihoods.registry import CASES
+from tests.likelihoods.toy_multilatent import SELF_TEST_CASES as _MULTI_LATENT_CASES
 
-Z_TOL = 4.5
-NUM_POINTS = 3
 #: chains of the successive-conditional simulator; §12 (g) asks for 2e4 (set GPYTORCH_AUGMENT_GEWEKE_CHAINS=20000)
 NUM_CHAINS = int(os.environ.get("GPYTORCH_AUGMENT_GEWEKE_CHAINS", 4_000))
 NUM_SWEEPS = 300
 BURN_IN = 50
-#: marginal-conditional reference draws (§12 (g): 1e6; its standard error enters the combined SE, and at 2.5e5 it
-#: is already ~8x smaller than the simulator's)
-NUM_REFERENCE = 250_000
+
+__all__ = ["NUM_POINTS", "NUM_REFERENCE", "Z_TOL", "tiny_prior"]  # imported by other test modules
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +45,7 @@ def _one_thread():
 
 @dataclass
 class GewekeCase:
-    """A likelihood and a way to draw targets from it (the shape of the shared registry's cases)."""
+    """A likelihood and a way to draw targets from it (the shape of the registry's cases)."""
 
     name: str
     make: Callable[[], AugmentedLikelihood]
@@ -69,51 +58,9 @@ def _bernoulli_targets(f: torch.Tensor, generator: torch.Generator) -> torch.Ten
 
 LOCAL_CASES = [GewekeCase("bernoulli_logit", BernoulliLogitLikelihood, _bernoulli_targets)]
 
-try:  # the shared protocol-suite registry
-    from tests.likelihoods.registry import CASES as _REGISTRY_CASES
-except ImportError:
-    _REGISTRY_CASES = None
-try:  # test-only multi-latent likelihoods (exercise the T > 1 paths of the engine)
-    from tests.likelihoods.toy_multilatent import SELF_TEST_CASES as _MULTI_LATENT_CASES
-except ImportError:
-    _MULTI_LATENT_CASES = []
-CASES = list(_REGISTRY_CASES) if _REGISTRY_CASES else LOCAL_CASES
-
 
 def _case_id(case: Any) -> str:
     return str(getattr(case, "name", None) or getattr(case, "id", None) or repr(case))
-
-
-# ---------------------------------------------------------------------------------------------- the model
-def tiny_prior(num_latents: int, seed: int = 0):
-    """Explicit, well-conditioned 3x3 prior(s) with a non-zero mean (one per latent)."""
-    g = torch.Generator().manual_seed(seed)
-    shape = (num_latents,) if num_latents > 1 else ()
-    A = torch.randn(shape + (NUM_POINTS, NUM_POINTS), generator=g)
-    K = 1.5 * (A @ A.mT / NUM_POINTS + 0.3 * torch.eye(NUM_POINTS))
-    mu = 0.5 * torch.randn(shape + (NUM_POINTS,), generator=g)
-    return mu, K
-
-
-def _to_likelihood_layout(f: torch.Tensor, num_latents: int) -> torch.Tensor:
-    """Storage layout (C, N) / (C, T, N) -> likelihood layout (C, N) / (C, N, T)."""
-    return f if num_latents == 1 else f.mT
-
-
-def _test_functions(f: torch.Tensor, y: torch.Tensor, num_latents: int) -> torch.Tensor:
-    """f, f^2, y and f*y for every point (and latent), flattened along the last dimension."""
-    f = _to_likelihood_layout(f, num_latents)  # (C, N) or (C, N, T)
-    y = y.to(f.dtype)
-    if num_latents == 1:
-        return torch.cat([f, f**2, y, f * y], -1)
-    batch = f.shape[:-2]
-    parts = [f, f**2, f * y.unsqueeze(-1), y]
-    return torch.cat([p.reshape(*batch, -1) for p in parts], -1)
-
-
-def _expand(kwargs: dict[str, torch.Tensor], batch: torch.Size) -> dict[str, torch.Tensor]:
-    """Per-datum keyword data (N,) -> (*batch, N)."""
-    return {k: v.expand(batch + v.shape) for k, v in kwargs.items()}
 
 
 def _joint_z(
@@ -126,51 +73,12 @@ def _joint_z(
     burn_in: int = BURN_IN,
     seed: int = 0,
 ) -> torch.Tensor:
-    """z-scores of the successive-conditional simulator against the marginal-conditional reference."""
-    T = likelihood.num_latents
-    mu, K = tiny_prior(T, seed=seed)
-    model = FixedPrior(mu, K)
-    x = torch.arange(NUM_POINTS, dtype=torch.float64).unsqueeze(-1)
-    g = torch.Generator().manual_seed(seed)
-
-    Z = x[:2] if inducing else None
-    kwargs = make_kwargs(torch.Size([NUM_POINTS]), g) if make_kwargs is not None else {}
-
-    def targets(f_storage: torch.Tensor) -> torch.Tensor:
-        return sample_targets(_to_likelihood_layout(f_storage, T), g, **_expand(kwargs, f_storage.shape[:1]))
-
-    # the prior the sampler targets: exact f ~ N(mu, K + jitter I); projected process f = mu + A^T v
-    probe_y = targets(mu.unsqueeze(0))[0]
-    sampler = GibbsSampler(model, likelihood, x, probe_y, inducing_points=Z, **kwargs)
-    terms = sampler._terms
-    root = terms.A.mT if inducing else terms.L  # f = mu + root @ eps
-    mu_t = terms.mu
-
-    def prior_draws(n: int) -> torch.Tensor:
-        eps = torch.randn((n,) + root.shape[:-1][:-1] + (root.shape[-1],), generator=g)
-        f = mu_t + (root @ eps.unsqueeze(-1)).squeeze(-1)  # (n, T, N)
-        return f[:, 0] if T == 1 else f
-
-    # marginal-conditional reference
-    f_ref = prior_draws(NUM_REFERENCE)
-    y_ref = targets(f_ref)
-    ref = _test_functions(f_ref, y_ref, T)
-    ref_mean, ref_se = ref.mean(0), ref.std(0) / math.sqrt(ref.shape[0])
-
-    # successive-conditional simulator, chains vectorised
-    f = prior_draws(num_chains)
-    y = targets(f)
-    total = torch.zeros_like(ref_mean.expand(num_chains, -1))
-    for sweep in range(num_sweeps):
-        f = sampler.sweep(f, y=y, generator=g).f
-        y = targets(f)
-        if sweep >= burn_in:
-            total += _test_functions(f, y, T)
-    chain_means = total / (num_sweeps - burn_in)
-    sc_mean, sc_se = chain_means.mean(0), chain_means.std(0) / math.sqrt(num_chains)
-    diff, se = sc_mean - ref_mean, (sc_se**2 + ref_se**2).sqrt()
-    # a test function that is constant in both simulators (e.g. y_i with zero binomial trials) has z = 0
-    return torch.where(se > 0, diff / se, torch.where(diff == 0, 0.0, math.inf))
+    """:func:`~gpytorch_augment.testing.geweke_z` with this module's sizes and its ``GibbsSampler`` (looked up at
+    call time, so that a test can substitute a configured sampler)."""
+    return geweke_z(
+        likelihood, sample_targets, inducing=inducing, make_kwargs=make_kwargs, num_chains=num_chains,
+        num_sweeps=num_sweeps, burn_in=burn_in, seed=seed, num_reference=NUM_REFERENCE, sampler_cls=GibbsSampler,
+    )
 
 
 class HalvedPotential(AugmentedLikelihood):

@@ -9,7 +9,7 @@ from gpytorch_augment import BernoulliLogitLikelihood
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods import AugmentedLikelihood
-from tests.likelihoods.case import AuxDict, LikelihoodCase, marginalise_single_pg
+from gpytorch_augment.testing.case import AuxDict, LikelihoodCase, marginalise_single_pg
 
 
 def _bernoulli_targets(f: Tensor, generator: torch.Generator, **kwargs: Tensor) -> Tensor:

@@ -24,7 +24,7 @@ from gpytorch_augment.likelihoods import AugmentedLikelihood
 from gpytorch_augment.likelihoods.binomial import BinomialLogitLikelihood
 from gpytorch_augment.likelihoods.negative_binomial import NegativeBinomialLogitLikelihood
 from gpytorch_augment.likelihoods.poisson import PoissonLogitLikelihood
-from tests.likelihoods.case import LikelihoodCase, log_pg_laplace, marginalise_single_pg
+from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace, marginalise_single_pg
 
 AuxDict = dict[str, Tensor]
 
@@ -116,6 +116,9 @@ NEGATIVE_BINOMIAL = LikelihoodCase(
     sample_targets=_negative_binomial_targets,
     marginalise=marginalise_single_pg,
     q_aux_distribution=_negative_binomial_q_aux,
+    # the predictive mean r E e^f is lognormal in f: at GPyTorch's input variances (~6) the Monte-Carlo reference of
+    # its marginal test has a relative standard error near 1; at a tenth of them it is below 1%
+    extras={"gpytorch_covariance_scale": 0.1},
 )
 
 #: the count cases; ``registry.CASES`` includes them

@@ -26,8 +26,8 @@ Skipped shared identities (each replaced by a per-latent / double-bound version 
   log-tilt contains :math:`\bar n\log\phi`, not :math:`E[n\log\rho(f)]`, and its :math:`f`-statistics
   :math:`\xi\bar\gamma(1-\tilde\sigma)` are :math:`E_q[\xi\gamma - n/\phi]`, not the mean of the collapsed Gibbs
   potential :math:`\xi\gamma\sigma(g)` under :math:`q(g)`. The Monte-Carlo check is run against the double-bound
-  model instead (:math:`f` entering through :math:`\phi`), including :math:`E\log\mathrm{Po}(n\mid\xi\gamma\phi)` as §12 (d)
-  asks.
+  model instead (:math:`f` entering through :math:`\phi`), including :math:`E\log\mathrm{Po}(n\mid\xi\gamma\phi)`
+  as §12 (d) asks.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from gpytorch_augment.likelihoods.heteroscedastic import (
     HeteroscedasticGaussianLikelihood,
     HeteroscedasticStudentTLikelihood,
 )
-from tests.likelihoods.case import LikelihoodCase, log_pg_laplace
+from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace
 
 AuxDict = dict[str, Tensor]
 
@@ -98,7 +98,8 @@ def _count_terms(likelihood, y: Tensor, aux: AuxDict, f: Tensor) -> Tensor:
 
 
 def marginalise_heteroscedastic_gaussian(likelihood, y: Tensor, f: Tensor) -> Tensor:
-    r""":math:`\log\sum_n\int\text{tilt}\cdot p_{\rm ref}\,d\omega`, the sum cut at :math:`\lceil\mu+12\sqrt\mu+40\rceil`."""
+    r""":math:`\log\sum_n\int\text{tilt}\cdot p_{\rm ref}\,d\omega`, the sum cut at
+    :math:`\lceil\mu+12\sqrt\mu+40\rceil`."""
     xi = float(likelihood.max_precision.detach().max())
     rho = 0.5 * (y - f[..., 0]) ** 2
     mu = float((xi * rho * torch.sigmoid(-f[..., 1])).max())
@@ -110,7 +111,8 @@ def marginalise_heteroscedastic_gaussian(likelihood, y: Tensor, f: Tensor) -> Te
 
 def marginalise_heteroscedastic_student_t(likelihood, y: Tensor, f: Tensor) -> Tensor:
     r""":math:`\log\int\sum_n\int\text{tilt}\cdot p_{\rm ref}\,d\omega\,d\gamma` per datum: the trapezoid rule in
-    :math:`u=\log\gamma` (step 0.04; the error is at round-off from step 0.04 down) over the count sum cut at the negative-binomial rule."""
+    :math:`u=\log\gamma` (step 0.04; the error is at round-off from step 0.04 down) over the count sum cut at the
+    negative-binomial rule."""
     xi, df = float(likelihood.max_precision.detach().max()), float(likelihood.df.detach().max())
     alpha = (df + 1) / 2
     y, f0, g = torch.broadcast_tensors(y, f[..., 0], f[..., 1])
@@ -120,7 +122,7 @@ def marginalise_heteroscedastic_student_t(likelihood, y: Tensor, f: Tensor) -> T
             index = tuple(index)
             yi, fi = y[index].reshape(1), torch.stack([f0[index], g[index]]).reshape(1, 2)
             xi_rho = xi * 0.5 * float((yi - fi[:, 0]) ** 2)
-            sg, smg = float(torch.sigmoid(fi[:, 1])), float(torch.sigmoid(-fi[:, 1]))
+            smg = float(torch.sigmoid(-fi[:, 1]))
             p = xi_rho * smg / (df / 2 + xi_rho)  # NB(alpha, p) law of n with gamma integrated
             mu = alpha * p / (1 - p)
             n_max = math.ceil(mu + 12 * math.sqrt(mu + mu * mu / alpha) + 40 - 45 / math.log(p) if p > 0 else 40)
@@ -145,8 +147,8 @@ def q_aux_heteroscedastic_gaussian(likelihood, y: Tensor, q_aux: AuxDict) -> Aux
 
 
 def q_aux_heteroscedastic_student_t(likelihood, y: Tensor, q_aux: AuxDict) -> AuxiliaryDistribution:
-    r""":math:`q(\gamma)=\mathrm{Ga}(\frac{\nu+1}2,\frac\nu2+\xi\kappa)`, :math:`q(n\mid\gamma)=\mathrm{Po}(\xi\gamma r)`,
-    :math:`q(\omega\mid n)=\mathrm{PG}(\frac12+n, c)`."""
+    r""":math:`q(\gamma)=\mathrm{Ga}(\frac{\nu+1}2,\frac\nu2+\xi\kappa)`,
+    :math:`q(n\mid\gamma)=\mathrm{Po}(\xi\gamma r)`, :math:`q(\omega\mid n)=\mathrm{PG}(\frac12+n, c)`."""
     c, xi, df = q_aux["c"], likelihood.max_precision, likelihood.df
     rate = df / 2 + xi * q_aux["kappa"]
     return AuxiliaryDistribution(

@@ -35,7 +35,7 @@ from gpytorch_augment._numerics import gauss_hermite
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods.logistic_softmax import LogisticSoftmaxLikelihood, NegativeMultinomial
-from tests.likelihoods.case import LikelihoodCase, log_pg_laplace
+from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace
 
 AuxDict = dict[str, Tensor]
 

@@ -34,6 +34,14 @@ from gpytorch_augment import (
     HeteroscedasticStudentTLikelihood,
 )
 from gpytorch_augment.likelihoods import AugmentedLikelihood
+from gpytorch_augment.testing import (
+    gp_data,
+    protocol_data,
+    violation_cavi_monotone,
+    violation_f_conditional_exact,
+    violation_f_conditional_sparse,
+)
+from gpytorch_augment.testing.models import make_cavi_model as _make_model
 from tests.inference.test_gibbs import (
     FixedPrior,
     PlainGP,
@@ -43,14 +51,6 @@ from tests.inference.test_gibbs import (
     regression_data,
 )
 from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_CASES, HETEROSCEDASTIC_GAUSSIAN
-from tests.likelihoods.test_protocol import (
-    _make_model,
-    gp_data,
-    protocol_data,
-    violation_cavi_monotone,
-    violation_f_conditional_exact,
-    violation_f_conditional_sparse,
-)
 
 Z_TOL = 4.5
 

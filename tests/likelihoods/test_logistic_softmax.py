@@ -22,10 +22,11 @@ from torch.nn.functional import logsigmoid
 
 from gpytorch_augment import CAVI, GibbsSampler, LogisticSoftmaxLikelihood
 from gpytorch_augment.likelihoods.logistic_softmax import maximise_class_scales
-from tests.inference.test_geweke import NUM_POINTS, Z_TOL, tiny_prior
+from gpytorch_augment.testing import gp_data, protocol_data, violation_aux_conditional
+from gpytorch_augment.testing.geweke import NUM_POINTS, Z_TOL, tiny_prior
+from gpytorch_augment.testing.models import make_cavi_model as _make_model
 from tests.inference.test_gibbs import FixedPrior
 from tests.likelihoods.cases_multiclass import LOGISTIC_SOFTMAX, LOGISTIC_SOFTMAX_BIJECTIVE
-from tests.likelihoods.test_protocol import _make_model, gp_data, protocol_data, violation_aux_conditional
 
 LINKS = [pytest.param(False, 3, id="over-parametrised"), pytest.param(True, 3, id="bijective")]
 

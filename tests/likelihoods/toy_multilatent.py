@@ -27,7 +27,7 @@ from gpytorch_augment._validation import check_values_in
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods import AugmentedLikelihood
-from tests.likelihoods.case import LikelihoodCase, marginalise_single_pg
+from gpytorch_augment.testing.case import LikelihoodCase, marginalise_single_pg
 
 AuxDict = dict[str, Tensor]
 

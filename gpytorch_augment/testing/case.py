@@ -1,0 +1,136 @@
+r"""The :class:`LikelihoodCase` record of the protocol suite and the helpers for writing one.
+
+A case says how to build a likelihood, how to draw targets from it and how to integrate its auxiliary variables
+out analytically; the identity checks of :mod:`gpytorch_augment.testing.identities` need nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gpytorch_augment._numerics import gauss_hermite, log_cosh
+from gpytorch_augment.distributions import PolyaGamma
+from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
+from gpytorch_augment.likelihoods import AugmentedLikelihood
+
+AuxDict = dict[str, Tensor]
+
+
+def _no_kwargs(shape: torch.Size, generator: torch.Generator) -> dict[str, Tensor]:
+    return {}
+
+
+def gauss_hermite_expected_log_lik(likelihood: AugmentedLikelihood, y: Tensor, m: Tensor, s: Tensor) -> Tensor:
+    r""":math:`E_{\mathcal N(m, s)} \log p(y\mid f)` per datum by 100-node Gauss--Hermite (one latent)."""
+    if likelihood.num_latents != 1:
+        raise NotImplementedError("1-D Gauss--Hermite is for one latent: give the case its own expected_log_lik")
+    nodes, weights = gauss_hermite(m, s, 100)
+    return (weights * likelihood.log_prob_at(y, nodes)).sum(0)
+
+
+def log_pg_laplace(b: Tensor, t: Tensor) -> Tensor:
+    r""":math:`\log E_{\mathrm{PG}(b,0)} e^{-t\omega} = -b\log\cosh\sqrt{t/2}` (``augmentations.md`` §2.3),
+    for ``t >= 0``."""
+    return -b * log_cosh((t.clamp_min(0) / 2).sqrt())
+
+
+@dataclass(frozen=True)
+class LikelihoodCase:
+    r"""One likelihood registered in the protocol suite: what the identity checks need to know about it.
+
+    Rules for the fields:
+
+    * ``name``: a short identifier (it names the pytest parameter).
+    * ``make()`` returns a **fresh** likelihood in float64, with hyper-parameters set to non-default values where
+      it has any (e.g. :math:`\theta\ne1`, non-integer :math:`r`, :math:`\nu\ne1`, :math:`\sigma\ne1`).
+    * ``sample_targets(f, generator, **kwargs)`` draws :math:`y \sim p(y\mid f)` at the latents ``f`` (shape
+      ``(*batch, N)``, or ``(*batch, N, T)`` for ``T`` latents), using only ``generator`` for randomness.
+    * ``marginalise(likelihood, y, f)`` returns :math:`\log\int \text{tilt}\cdot p(\Omega\mid y)\,d\Omega`
+      per datum **without sampling** (§12 (c)), from the likelihood's own ``log_tilt`` and ``aux_prior`` and an
+      analytic integral over :math:`\Omega`: :func:`marginalise_single_pg` for one Pólya-Gamma variable
+      (:func:`log_pg_laplace` is the Laplace transform), a truncated sum for counts, adaptive quadrature for
+      continuous auxiliaries (then set ``marginalise_atol=1e-7``).
+    * ``q_aux_distribution(likelihood, y, q_aux)`` returns the law of :math:`q^*(\Omega)` for the variational
+      parameters ``q_aux`` as an :class:`~gpytorch_augment.distributions.auxiliary.AuxiliaryDistribution` whose
+      ``sample()`` returns a dict shaped like the Gibbs draws (§12 (d); use an exact sampler).
+    * ``num_latents``: ``T``. Latents are ``(N, T)``, potentials and precisions ``(T, N)``; auxiliaries with one
+      value per latent are declared ``Independent(..., 1)`` so that their log-density is one value per datum.
+    * ``make_kwargs(shape, generator)`` (optional) returns the per-datum keyword data the public entry points take
+      (binomial ``trials``...), tensors of the data shape. They are passed to ``sample_targets``, to
+      ``check_targets`` and to every public entry point (``expected_log_prob``, ``CAVI.step``...); the pure protocol
+      members receive the canonical targets ``likelihood.check_targets(y, **kwargs)`` only.
+    * ``expected_log_lik(likelihood, y, m, s)`` (optional): :math:`E_{\mathcal N(m,s)}\log p(y\mid f)` per datum,
+      the right-hand side of §12 (f). The default, :func:`gauss_hermite_expected_log_lik`, is valid for one latent
+      only; a multi-latent likelihood supplies a product rule or a closed form.
+    * ``f_bound``, the tolerances and the Monte-Carlo sizes below: keep the defaults unless the likelihood needs
+      otherwise, and say why in a comment.
+    * ``skip``: identity letter of §12 (``"a"`` ... ``"h"``) -> the reason it does not apply. Use it sparingly: a
+      skipped identity is an untested identity.
+    * ``extras``: optional hooks. ``extras["mc_expectations"](likelihood, y, q_aux, aux_draws)`` returns
+      ``{name: (closed_form, per_draw_values)}`` for further §12 (d) comparisons (e.g. :math:`E\log\omega`);
+      ``extras["gpytorch_covariance_scale"]`` and ``extras["gpytorch_skip"]`` configure GPyTorch's likelihood
+      tests (:mod:`gpytorch_augment.testing.gpytorch_base`).
+    """
+
+    name: str
+    make: Callable[[], AugmentedLikelihood]
+    sample_targets: Callable[..., Tensor]
+    marginalise: Callable[[AugmentedLikelihood, Tensor, Tensor], Tensor]
+    q_aux_distribution: Callable[[AugmentedLikelihood, Tensor, AuxDict], AuxiliaryDistribution]
+    num_latents: int = 1
+    make_kwargs: Callable[[torch.Size, torch.Generator], dict[str, Tensor]] = _no_kwargs
+    expected_log_lik: Callable[[AugmentedLikelihood, Tensor, Tensor, Tensor], Tensor] = gauss_hermite_expected_log_lik
+    #: the test latents satisfy |f| <= f_bound (§12: 4)
+    f_bound: float = 4.0
+    #: §12 (a): |log C^(k) - log p| <= consistency_rtol * (1 + |log p|)
+    consistency_rtol: float = 1e-9
+    #: §12 (c): 1e-9 for exact sums/closed forms, 1e-7 for adaptive quadrature
+    marginalise_atol: float = 1e-9
+    #: §12 (d): number of Monte-Carlo draws of (f, Ω)
+    mc_samples: int = 100_000
+    #: §12 (d): of those, how many enter the Monte-Carlo KL (log q - log p needs the auxiliary log-densities;
+    #: the Pólya-Gamma series makes them the dominant cost). The 5-SE tolerance is unchanged.
+    mc_kl_samples: int = 20_000
+    #: §12 (h): number of full-batch CAVI sweeps before the convergence check (50; more where a closed-form
+    #: hyper-parameter update trades off against the level of f and coordinate ascent is slow, e.g. Poisson ξ)
+    cavi_sweeps: int = 50
+    #: identity letter of §12 -> reason it does not apply
+    skip: Mapping[str, str] = field(default_factory=dict)
+    #: free-form extras a later likelihood may need in its hooks
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # short ids in pytest output
+        return self.name
+
+
+def marginalise_single_pg(likelihood: AugmentedLikelihood, y: Tensor, f: Tensor) -> Tensor:
+    r""":math:`\log\int C e^{hf-\frac12\lambda f^2}\,\mathrm{PG}(\omega\mid b, 0)\,d\omega` for a tilt with
+    :math:`\lambda` linear in the Pólya-Gamma variable ``omega`` (Bernoulli, binomial), which is the only auxiliary.
+
+    :math:`\log C + hf` is the log-tilt at :math:`\omega=0`; :math:`t=\frac12\lambda(1)f^2` is the drop of the
+    log-tilt from :math:`\omega=0` to :math:`\omega=1`; the prior's :math:`b` comes from ``aux_prior``. With one
+    ``omega`` per latent (prior ``Independent(PolyaGamma(b, 0), 1)`` with ``b`` of shape ``(N, T)``) the latents
+    are integrated one at a time.
+    """
+    prior = likelihood.aux_prior(y).factors["omega"]
+    if isinstance(prior, torch.distributions.Independent):  # one omega per latent, summed into one value per datum
+        prior = prior.base_dist
+    assert isinstance(prior, PolyaGamma) and bool((prior.c == 0).all()), "expected a PG(b, 0) prior"
+    if likelihood.num_latents == 1:
+        at_zero = likelihood.log_tilt(y, {"omega": torch.zeros_like(f)}, f)
+        t = at_zero - likelihood.log_tilt(y, {"omega": torch.ones_like(f)}, f)
+        return at_zero + log_pg_laplace(prior.b, t)
+    zero = torch.zeros_like(f)  # (..., N, T): one omega per latent
+    at_zero = likelihood.log_tilt(y, {"omega": zero}, f)
+    out = at_zero
+    for j in range(likelihood.num_latents):
+        unit = zero.clone()
+        unit[..., j] = 1.0
+        t = at_zero - likelihood.log_tilt(y, {"omega": unit}, f)
+        out = out + log_pg_laplace(prior.b[..., j], t)
+    return out

@@ -1,0 +1,184 @@
+r"""The Geweke joint-distribution test of the Gibbs sampler (``augmentations.md`` §12 (g)).
+
+Two simulators of the joint :math:`p(f, y)` of a tiny model (an explicit prior over :math:`N = 3` points):
+
+* **marginal-conditional** (the reference): :math:`f \sim p(f)`, :math:`y \sim p(y \mid f)`;
+* **successive-conditional**: from a prior draw, repeat "one full sampler sweep given the current :math:`y`, then
+  :math:`y \sim p(y \mid f)`" in :math:`C` independent vectorised chains, dropping a burn-in.
+
+If the sampler leaves :math:`p(f \mid y)` invariant, both simulate the same joint. The per-chain means of the test
+functions :math:`f_i, f_i^2, y_i, f_i y_i` are compared with the reference by
+:math:`z = \text{difference} / \text{combined standard error}` (from the across-chain spread); the sampler passes
+if every :math:`|z| \le 4.5` (:data:`Z_TOL`).
+
+The simulator reads only the public sampler API: ``GibbsSampler(model, likelihood, x, y, inducing_points=...,
+**kwargs)``, its ``jitter`` and ``sweep(f, y=..., generator=...)``.
+
+Example::
+
+    >>> from gpytorch_augment.testing import geweke_z
+    >>> z = geweke_z(case.make(), case.sample_targets, make_kwargs=case.make_kwargs, num_chains=2_000)
+    >>> assert z.abs().max() <= 4.5, z
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import gpytorch
+import torch
+from linear_operator import to_linear_operator
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from torch import Tensor
+
+from gpytorch_augment.inference import GibbsSampler
+from gpytorch_augment.likelihoods import AugmentedLikelihood
+from gpytorch_augment.testing.case import LikelihoodCase
+
+#: the threshold on every |z|
+Z_TOL = 4.5
+#: data points of the tiny model
+NUM_POINTS = 3
+#: marginal-conditional reference draws (§12 (g) asks for 1e6; its standard error enters the combined SE, and at
+#: 2.5e5 it is already ~8x smaller than the simulator's)
+NUM_REFERENCE = 250_000
+
+
+class ExplicitPrior(gpytorch.Module):
+    r"""A GP prior with an explicit mean and covariance over points labelled ``0 .. n-1``.
+
+    ``forward(x)`` returns :math:`\mathcal N(\mu_{idx}, K_{idx,idx})` with ``idx = x[:, 0]`` (repeated points are
+    allowed).
+
+    :param mu: ``(n,)``, or ``(T, n)`` for a batch of ``T`` latent priors.
+    :param K: ``(n, n)``, or ``(T, n, n)``.
+    """
+
+    def __init__(self, mu: Tensor, K: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mu", mu)
+        self.register_buffer("K", K)
+
+    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
+        idx = x[..., 0].long()
+        return gpytorch.distributions.MultivariateNormal(
+            self.mu[..., idx], to_linear_operator(self.K[..., idx[:, None], idx])
+        )
+
+
+def tiny_prior(num_latents: int, seed: int = 0, num_points: int = NUM_POINTS) -> tuple[Tensor, Tensor]:
+    """An explicit, well-conditioned prior (mean, covariance) with a non-zero mean, one per latent for ``T > 1``."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (num_latents,) if num_latents > 1 else ()
+    A = torch.randn(shape + (num_points, num_points), generator=g)
+    K = 1.5 * (A @ A.mT / num_points + 0.3 * torch.eye(num_points))
+    mu = 0.5 * torch.randn(shape + (num_points,), generator=g)
+    return mu, K
+
+
+def _to_likelihood_layout(f: Tensor, num_latents: int) -> Tensor:
+    """Storage layout (C, N) / (C, T, N) -> likelihood layout (C, N) / (C, N, T)."""
+    return f if num_latents == 1 else f.mT
+
+
+def _test_functions(f: Tensor, y: Tensor, num_latents: int) -> Tensor:
+    """f, f^2, y and f*y for every point (and latent), flattened along the last dimension."""
+    f = _to_likelihood_layout(f, num_latents)  # (C, N) or (C, N, T)
+    y = y.to(f.dtype)
+    if num_latents == 1:
+        return torch.cat([f, f**2, y, f * y], -1)
+    batch = f.shape[:-2]
+    parts = [f, f**2, f * y.unsqueeze(-1), y]
+    return torch.cat([p.reshape(*batch, -1) for p in parts], -1)
+
+
+def _prior_root(mu: Tensor, K: Tensor, jitter: float, num_inducing: int | None) -> tuple[Tensor, Tensor]:
+    r"""``(mean, root)`` with :math:`f = \text{mean} + \text{root}\,\varepsilon` a draw of the prior the sampler
+    targets: exact :math:`\mathcal N(\mu, K + \epsilon I)`; with the first ``num_inducing`` points as inducing
+    inputs, the projected process :math:`f = \mu + A^\top\varepsilon`, :math:`A = L^{-1}K_{ZX}`,
+    :math:`L = \mathrm{chol}(K_{ZZ} + \epsilon I)`. Latent-major, ``(T, N)`` and ``(T, N, ·)``."""
+    mu, K = mu.reshape(-1, mu.shape[-1]), K.reshape(-1, *K.shape[-2:])
+    eye = torch.eye(K.shape[-1], dtype=K.dtype)
+    if num_inducing is None:
+        return mu, psd_safe_cholesky((K + K.mT) / 2 + jitter * eye)
+    M = num_inducing
+    L = psd_safe_cholesky(K[..., :M, :M] + jitter * eye[:M, :M])
+    return mu, torch.linalg.solve_triangular(L, K[..., :M, :], upper=False).mT
+
+
+def geweke_z(
+    likelihood: AugmentedLikelihood,
+    sample_targets: Callable[..., Tensor],
+    inducing: bool = False,
+    make_kwargs: Callable[[torch.Size, torch.Generator], dict[str, Tensor]] | None = None,
+    num_chains: int = 4_000,
+    num_sweeps: int = 300,
+    burn_in: int = 50,
+    seed: int = 0,
+    num_reference: int = NUM_REFERENCE,
+    sampler_cls: Callable[..., GibbsSampler] = GibbsSampler,
+) -> Tensor:
+    """z-scores of the successive-conditional simulator against the marginal-conditional reference.
+
+    :param likelihood: the likelihood whose Gibbs sampler is tested (float64).
+    :param sample_targets: ``sample_targets(f, generator, **kwargs)`` draws :math:`y \\sim p(y \\mid f)` (as
+        :attr:`LikelihoodCase.sample_targets`).
+    :param inducing: test the inducing-point sampler (the first two of the three points as inducing inputs).
+    :param make_kwargs: per-datum keyword data (as :attr:`LikelihoodCase.make_kwargs`).
+    :param num_chains: chains of the successive-conditional simulator (§12 (g) asks for 2e4; 4000 keeps it fast).
+    :param num_sweeps: sweeps per chain, of which the first ``burn_in`` are dropped.
+    :param seed: seeds the prior and every draw.
+    :param num_reference: draws of the marginal-conditional reference.
+    :param sampler_cls: builds the sampler (e.g. ``functools.partial(GibbsSampler, overrelaxation=-0.7)``).
+    :return: one z-score per test function; a test function constant in both simulators (e.g. :math:`y_i` with
+        zero binomial trials) has :math:`z = 0`.
+    """
+    T = likelihood.num_latents
+    mu, K = tiny_prior(T, seed=seed)
+    model = ExplicitPrior(mu, K)
+    x = torch.arange(NUM_POINTS, dtype=torch.float64).unsqueeze(-1)
+    g = torch.Generator().manual_seed(seed)
+
+    Z = x[:2] if inducing else None
+    kwargs = make_kwargs(torch.Size([NUM_POINTS]), g) if make_kwargs is not None else {}
+
+    def targets(f_storage: Tensor) -> Tensor:
+        batch = f_storage.shape[:1]
+        expanded = {k: v.expand(batch + v.shape) for k, v in kwargs.items()}
+        return sample_targets(_to_likelihood_layout(f_storage, T), g, **expanded)
+
+    probe_y = targets(mu.unsqueeze(0))[0]
+    sampler = sampler_cls(model, likelihood, x, probe_y, inducing_points=Z, **kwargs)
+    mean, root = _prior_root(mu.double(), K.double(), float(sampler.jitter), None if Z is None else Z.shape[0])
+
+    def prior_draws(n: int) -> Tensor:
+        eps = torch.randn((n,) + root.shape[:-2] + (root.shape[-1],), generator=g)
+        f = mean + (root @ eps.unsqueeze(-1)).squeeze(-1)  # (n, T, N)
+        return f[:, 0] if T == 1 else f
+
+    # marginal-conditional reference
+    f_ref = prior_draws(num_reference)
+    ref = _test_functions(f_ref, targets(f_ref), T)
+    ref_mean, ref_se = ref.mean(0), ref.std(0) / math.sqrt(ref.shape[0])
+
+    # successive-conditional simulator, chains vectorised
+    f = prior_draws(num_chains)
+    y = targets(f)
+    total = torch.zeros_like(ref_mean.expand(num_chains, -1))
+    for sweep in range(num_sweeps):
+        f = sampler.sweep(f, y=y, generator=g).f
+        y = targets(f)
+        if sweep >= burn_in:
+            total += _test_functions(f, y, T)
+    chain_means = total / (num_sweeps - burn_in)
+    sc_mean, sc_se = chain_means.mean(0), chain_means.std(0) / math.sqrt(num_chains)
+    diff, se = sc_mean - ref_mean, (sc_se**2 + ref_se**2).sqrt()
+    return torch.where(se > 0, diff / se, torch.where(diff == 0, 0.0, math.inf))
+
+
+def violation_geweke(case: LikelihoodCase, z_tol: float = Z_TOL, **kwargs) -> dict[str, float]:
+    """§12 (g) as a ``violation_*`` check: ``{"max |z|": max |z| / z_tol}`` for :func:`geweke_z` on ``case``
+    (``kwargs`` go to :func:`geweke_z`)."""
+    z = geweke_z(case.make(), case.sample_targets, make_kwargs=case.make_kwargs, **kwargs)
+    return {"max |z|": float(z.abs().max()) / z_tol}
