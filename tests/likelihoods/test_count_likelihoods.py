@@ -131,16 +131,16 @@ def test_rate_scale_gibbs_step():
     y = torch.tensor([0.0, 3.0, 1.0, 7.0])
     n = torch.tensor([[2.0, 0.0, 1.0, 4.0], [0.0, 0.0, 0.0, 1.0]])
     lik = PoissonLogitLikelihood(rate_scale=2.0)
-    lik.sample_hyperparameters(y, {"n": n, "omega": torch.ones_like(n)}, torch.zeros_like(n))
-    assert float(lik.rate_scale) == pytest.approx(2.0)
+    constants, fresh = lik.sample_hyperparameters(y, {"n": n, "omega": torch.ones_like(n)}, torch.zeros_like(n))
+    assert constants == {} and fresh is None and float(lik.rate_scale) == pytest.approx(2.0)
 
     a, b, S = 2.0, 0.5, 20_000
     lik = PoissonLogitLikelihood(rate_scale=2.0, rate_scale_prior=(a, b))
     n = n.expand(S, *n.shape)  # S x 2 chains
     g = torch.Generator().manual_seed(0)
-    lik.sample_hyperparameters(y, {"n": n, "omega": torch.ones_like(n)}, torch.zeros_like(n), generator=g)
-    draws = lik.rate_scale.detach()
-    assert draws.shape == (S, 2, 1)
+    constants, _ = lik.sample_hyperparameters(y, {"n": n, "omega": torch.ones_like(n)}, torch.zeros_like(n), generator=g)
+    draws = constants["rate_scale"]
+    assert draws.shape == (S, 2, 1) and float(lik.rate_scale) == pytest.approx(2.0)  # the likelihood is untouched
     shape, rate = a + (y + n[0]).sum(-1), b + 4
     for chain in range(2):
         xi = draws[:, chain, 0]

@@ -547,8 +547,9 @@ def _geweke_z(likelihood, prior_xi, num_points: int, scale: float, chains: int, 
     sampler = GibbsSampler(FixedPrior(mu, K), likelihood, x, y[0])
     total = torch.zeros(chains, ref_mean.shape[0])
     for sweep in range(sweeps):
-        f = sampler.sweep(f.mT, y=y, generator=g).f.mT  # storage layout (C, T, N)
-        xi = likelihood.max_precision.detach().expand(chains, 1)
+        state = sampler.sweep(f.mT, y=y, generator=g, hyper={"max_precision": xi})
+        f = state.f.mT  # storage layout (C, T, N)
+        xi = state.hyper["max_precision"].expand(chains, 1)
         y = targets(f, xi)
         if sweep >= burn_in:
             total += functions(f, y, xi)

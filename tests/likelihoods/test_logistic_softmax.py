@@ -342,11 +342,10 @@ def _geweke_theta(bijective: bool, K: int, prior=(2.0, 1.5), chains=800, sweeps=
     ref = functions(f, targets(f, theta), theta)
     f, theta = draws(chains)
     y = targets(f, theta)
-    lik.class_scales = theta
     total = 0.0
     for sweep in range(sweeps):
-        f = sampler.sweep(f, y=y, generator=g).f
-        theta = lik.class_scales.detach()
+        state = sampler.sweep(f, y=y, generator=g, hyper={"class_scales": theta})
+        f, theta = state.f, state.hyper["class_scales"]
         y = targets(f, theta)
         if sweep >= burn:
             total = total + functions(f, y, theta)
