@@ -16,7 +16,7 @@ import torch
 from scipy import optimize, special
 from torch.distributions import NegativeBinomial
 
-from gpytorch_augment import AugmentedELBO, BernoulliLogitLikelihood, CAVI
+from gpytorch_augment import CAVI, AugmentedELBO, BernoulliLogitLikelihood
 from gpytorch_augment._numerics import log_sigma_tilde
 from gpytorch_augment._random import seeded_by
 from gpytorch_augment.likelihoods.binomial import BinomialLogitLikelihood
@@ -138,7 +138,9 @@ def test_rate_scale_gibbs_step():
     lik = PoissonLogitLikelihood(rate_scale=2.0, rate_scale_prior=(a, b))
     n = n.expand(S, *n.shape)  # S x 2 chains
     g = torch.Generator().manual_seed(0)
-    constants, _ = lik.sample_hyperparameters(y, {"n": n, "omega": torch.ones_like(n)}, torch.zeros_like(n), generator=g)
+    constants, _ = lik.sample_hyperparameters(
+        y, {"n": n, "omega": torch.ones_like(n)}, torch.zeros_like(n), generator=g
+    )
     draws = constants["rate_scale"]
     assert draws.shape == (S, 2, 1) and float(lik.rate_scale) == pytest.approx(2.0)  # the likelihood is untouched
     shape, rate = a + (y + n[0]).sum(-1), b + 4
@@ -208,7 +210,7 @@ def test_canonical_target_layout():
     assert torch.equal(successes[0], torch.tensor([1.0, 0.0])) and torch.equal(trials[0], torch.tensor([3.0, 5.0]))
 
 
-# ================================================================================================ bad input, large counts
+# ============================================================================================== bad input, large counts
 @pytest.mark.parametrize(
     "name, y, kwargs, match",
     [
@@ -345,9 +347,7 @@ def test_marginal_matches_monte_carlo(name):
         pmf = predictive.log_prob(support).exp()
     assert torch.allclose(pmf.sum(0), torch.ones(5), atol=1e-9)
     empirical = (y[:, :, None] == torch.arange(3.0)).double().mean(0)  # P(y = 0, 1, 2) per datum
-    assert (
-        (empirical - pmf[:3].T).abs() <= 5 * (empirical * (1 - empirical) / y.shape[0]).sqrt() + 1e-4
-    ).all()
+    assert ((empirical - pmf[:3].T).abs() <= 5 * (empirical * (1 - empirical) / y.shape[0]).sqrt() + 1e-4).all()
     assert torch.allclose(predictive.log_prob(y[0]), lik.log_marginal(y[0], q_f, **kwargs), rtol=1e-12)
 
 

@@ -288,7 +288,8 @@ def test_fixed_xi_is_not_updated():
 
 def test_student_t_xi_step_maximises_the_bound_with_q_gamma_fixed():
     r"""§11.4: :math:`\xi\leftarrow N/(2\sum\bar\gamma\phi(1-\tilde\sigma))` is the exact maximiser of
-    :math:`\mathcal L` with :math:`q(\gamma)=\mathrm{Ga}(\alpha,\delta)` (and :math:`q(n,\omega\mid\gamma)` at its optimum)
+    :math:`\mathcal L` with :math:`q(\gamma)=\mathrm{Ga}(\alpha,\delta)`
+    (and :math:`q(n,\omega\mid\gamma)` at its optimum)
     held fixed, and it increases the collapsed bound."""
     y, m, s = _marginals(25, 2)
     likelihood = _student_t(df=3.5, max_precision=0.7)
@@ -365,8 +366,11 @@ def _q_multitask(m: Tensor, s: Tensor) -> gpytorch.distributions.MultitaskMultiv
     )
 
 
-@pytest.mark.parametrize("make", [lambda: _gaussian(max_precision=3.0), lambda: _student_t(df=6.0, max_precision=3.0)],
-                         ids=["gaussian", "student_t"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: _gaussian(max_precision=3.0), lambda: _student_t(df=6.0, max_precision=3.0)],
+    ids=["gaussian", "student_t"],
+)
 def test_predictive_moments_density_and_noise_level_match_monte_carlo(make):
     r"""``marginal`` (mean, variance, log-density), ``predictive_moments`` (§10.5, §11.5: :math:`s_f +
     [\frac\nu{\nu-2}](1+e^{-m_g+s_g/2})/\xi`) and ``noise_variance`` (mean, median, band) against :math:`4\cdot10^5`
@@ -425,7 +429,10 @@ def _toy(n: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
 
 @pytest.mark.parametrize(
     "sparse, distribution",
-    [(False, gpytorch.variational.CholeskyVariationalDistribution), (True, gpytorch.variational.NaturalVariationalDistribution)],
+    [
+        (False, gpytorch.variational.CholeskyVariationalDistribution),
+        (True, gpytorch.variational.NaturalVariationalDistribution),
+    ],
     ids=["full", "sparse_natural"],
 )
 def test_cavi_fits_the_noise_level(sparse, distribution):
@@ -465,8 +472,11 @@ def _tiny_two_latent_prior(n: int, seed: int, scale: float) -> tuple[Tensor, Ten
     return 0.5 * torch.randn(2, n, generator=g), K
 
 
-@pytest.mark.parametrize("make", [lambda: _gaussian(max_precision=2.0), lambda: _student_t(df=3.0, max_precision=2.0)],
-                         ids=["gaussian", "student_t"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: _gaussian(max_precision=2.0), lambda: _student_t(df=3.0, max_precision=2.0)],
+    ids=["gaussian", "student_t"],
+)
 def test_gibbs_matches_the_true_posterior(make):
     r"""The exact-GP sampler (valid partially collapsed order) reproduces the posterior means and second moments
     of :math:`(f, g)` of the TRUE likelihood, computed by brute-force 4-D quadrature (N = 2)."""
@@ -503,7 +513,9 @@ def test_gibbs_sparse_runs_and_agrees_with_cavi():
     with torch.no_grad():
         q = model(x)
     prior = PlainGP(batch_shape=torch.Size([2]))
-    prior.load_state_dict({k: v for k, v in model.state_dict().items() if k.startswith(("mean_module", "covar_module"))})
+    prior.load_state_dict(
+        {k: v for k, v in model.state_dict().items() if k.startswith(("mean_module", "covar_module"))}
+    )
     samples = GibbsSampler(prior, likelihood, x, y, inducing_points=Z).sample(
         150, warmup=50, num_chains=4, seed=0, progress=False
     )
@@ -513,7 +525,9 @@ def test_gibbs_sparse_runs_and_agrees_with_cavi():
 
 
 # ================================================================================================ Geweke (§12 (g))
-def _geweke_z(likelihood, prior_xi, num_points: int, scale: float, chains: int, sweeps: int, burn_in: int, seed: int = 0):
+def _geweke_z(
+    likelihood, prior_xi, num_points: int, scale: float, chains: int, sweeps: int, burn_in: int, seed: int = 0
+):
     r"""Successive-conditional vs marginal-conditional simulation of :math:`p(\xi, f, g, y)` for an explicit
     two-latent prior over ``num_points`` points; test functions :math:`f, g, f^2, g^2, fg, y, y^2, fy` per point
     and, with a prior on :math:`\xi`, :math:`\xi` and :math:`\log\xi`."""
@@ -558,9 +572,14 @@ def _geweke_z(likelihood, prior_xi, num_points: int, scale: float, chains: int, 
     return (chain_means.mean(0) - ref_mean) / se
 
 
-@pytest.mark.parametrize("make", [lambda: _gaussian(max_precision=3.0, max_precision_prior=(6.0, 2.0)),
-                                  lambda: _student_t(df=4.5, max_precision=3.0, max_precision_prior=(6.0, 2.0))],
-                         ids=["gaussian", "student_t"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _gaussian(max_precision=3.0, max_precision_prior=(6.0, 2.0)),
+        lambda: _student_t(df=4.5, max_precision=3.0, max_precision_prior=(6.0, 2.0)),
+    ],
+    ids=["gaussian", "student_t"],
+)
 def test_geweke_with_the_xi_gibbs_step(make):
     r"""§12 (g) including the collapsed :math:`\xi\mid f,g,[\gamma]` step (drawn from its prior in both simulators):
     the valid order f (collapsed) -> fresh Ω -> g, with Ω redrawn after every ξ draw, passes."""
