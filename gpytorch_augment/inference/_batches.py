@@ -60,7 +60,9 @@ def tensor_batches(
     if batch_size is None or batch_size >= num_data:
         yield x, y, kwargs, True
         return
-    order = torch.randperm(num_data, generator=generator, device=x.device)
+    # the permutation is drawn on the generator's device (a CPU generator with CUDA data works), then moved
+    device = generator.device if generator is not None else x.device
+    order = torch.randperm(num_data, generator=generator, device=device).to(x.device)
     for start in range(0, num_data, batch_size):
         idx = order[start : start + batch_size]
         kb = {k: (take(v, idx) if per_datum(v, num_data) else v) for k, v in kwargs.items()}
