@@ -504,7 +504,7 @@ def study(
         print(f"fold {k + 1}/{num_folds}", flush=True)
         result["folds"].append(run_fold(*split(x, y, test_idx), seed + 100 * k, rule))
     if reference:
-        sweeps = 40 if quick else 300
+        sweeps = 40 if quick else 150
         result["exact_reference"] = exact_reference(*split(x, y, test_sets[0]), seed, sweeps)
     result["config"] = {
         "data": f"KEEL magic, {x.shape[0]} points, folds of a seeded permutation (test = one tenth each)"
