@@ -24,18 +24,10 @@ import pytest
 import torch
 
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler
-from tests.inference.test_gibbs import Z_TOL, PlainGP, tiny_problem
+from tests.inference.test_gibbs import Z_TOL, PlainGP, _one_thread, tiny_problem  # noqa: F401 (autouse fixture)
 from tests.likelihoods.registry import CASES
 from tests.likelihoods.test_protocol import gp_data
 from tests.models import SVGP, make_gaussian_tilt_likelihood
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def _problem(n: int = 9, m: int = 3, seed: int = 0):
