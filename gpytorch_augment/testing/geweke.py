@@ -118,19 +118,22 @@ def geweke_z(
     seed: int = 0,
     num_reference: int = NUM_REFERENCE,
     sampler_cls: Callable[..., GibbsSampler] = GibbsSampler,
+    num_inducing: int = NUM_POINTS,
 ) -> Tensor:
     """z-scores of the successive-conditional simulator against the marginal-conditional reference.
 
     :param likelihood: the likelihood whose Gibbs sampler is tested (float64).
     :param sample_targets: ``sample_targets(f, generator, **kwargs)`` draws :math:`y \\sim p(y \\mid f)` (as
         :attr:`LikelihoodCase.sample_targets`).
-    :param inducing: test the inducing-point sampler (the first two of the three points as inducing inputs).
+    :param inducing: test the inducing-point sampler, with the first ``num_inducing`` points as inducing inputs
+        (default all of them, Z = X: the only configuration in which that sampler is exact for every ``alpha``).
     :param make_kwargs: per-datum keyword data (as :attr:`LikelihoodCase.make_kwargs`).
     :param num_chains: chains of the successive-conditional simulator (§12 (g) asks for 2e4; 4000 keeps it fast).
     :param num_sweeps: sweeps per chain, of which the first ``burn_in`` are dropped.
     :param seed: seeds the prior and every draw.
     :param num_reference: draws of the marginal-conditional reference.
     :param sampler_cls: builds the sampler (e.g. ``functools.partial(GibbsSampler, overrelaxation=-0.7)``).
+    :param num_inducing: see ``inducing``.
     :return: one z-score per test function; a test function constant in both simulators (e.g. :math:`y_i` with
         zero binomial trials) has :math:`z = 0`.
     """
@@ -140,7 +143,7 @@ def geweke_z(
     x = torch.arange(NUM_POINTS, dtype=torch.float64).unsqueeze(-1)
     g = torch.Generator().manual_seed(seed)
 
-    Z = x[:2] if inducing else None
+    Z = x[:num_inducing] if inducing else None
     kwargs = make_kwargs(torch.Size([NUM_POINTS]), g) if make_kwargs is not None else {}
 
     def targets(f_storage: Tensor) -> Tensor:

@@ -401,9 +401,15 @@ def test_inducing_sampler_predict_and_shapes():
     samples = sampler.sample(10, warmup=2, num_chains=2, seed=0, progress=False)
     assert samples.f.shape == (2, 10, 25) and samples.u.shape == (2, 10, 6)
     assert samples.aux["omega"].shape == (2, 10, 25)
-    # f = mu_X + A^T v with v = L^{-1}(u - mu_Z): the stored f is the projection of the stored u
+    # f ~ p(f | u) = N(mu_X + A^T v, d) with v = L^{-1}(u - mu_Z): the predictive mean at x averages E[f | u] over
+    # the stored u, and the stored f scatter around E[f | u] with the conditional variances d
     pred_at_x = samples.predict(x)
-    assert torch.allclose(pred_at_x.f_mean, samples.f.mean((0, 1)), atol=1e-8)
+    terms = sampler.terms
+    v = torch.linalg.solve_triangular(terms.L[0], (samples.u - terms.mu_Z[0]).unsqueeze(-1), upper=False).squeeze(-1)
+    f_given_u = terms.mu[0] + v @ terms.A[0]
+    assert torch.allclose(pred_at_x.f_mean, f_given_u.mean((0, 1)), atol=1e-8)
+    ratio = ((samples.f - f_given_u) ** 2 / terms.d[0]).mean()
+    assert abs(float(ratio) - 1.0) < 0.25, ratio
     pred = samples.predict(torch.linspace(-1, 5, 4).unsqueeze(-1), joint=False)
     assert pred.f_draws.shape == (2, 10, 4) and ((pred.y_probs > 0) & (pred.y_probs < 1)).all()
 

@@ -8,9 +8,10 @@ Given the auxiliary variables :math:`\Omega`, every augmented likelihood contrib
    likelihood has a conjugate prior on them);
 2. :math:`(h, \lambda) = ` ``likelihood.potential_and_precision(y, Ω, f)``;
 3. :math:`f \sim \mathcal N\big(\mu_0 + \Sigma (h - \Lambda \mu_0),\ \Sigma\big)`,
-   :math:`\Sigma = (K^{-1} + \Lambda)^{-1}` (exact model), or, with inducing points :math:`Z`, the core's whitened
-   draw :math:`v \sim \mathcal N(B^{-1} b, B^{-1})`, :math:`u = \mu_Z + L v`, :math:`f = \mu_X + A^\top v`
-   (:mod:`gpytorch_augment.core`).
+   :math:`\Sigma = (K^{-1} + \Lambda)^{-1}` (exact model), or, with inducing points :math:`Z`, the VI-Gibbs step:
+   the core's whitened draw :math:`v \sim q^*_\alpha(v) = \mathcal N(B^{-1} b, B^{-1})` for the statistics of the
+   Power-EP pseudo-observations :math:`(h_i, \lambda_i) / (1 + \alpha\lambda_i d_i)`, :math:`u = \mu_Z + L v`, then
+   :math:`f_i \sim p(f_i \mid u) = \mathcal N(\mu_i + a_i^\top v,\ d_i)` (:mod:`gpytorch_augment.core`).
 
 The kernel talks to the likelihood only through the :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood`
 protocol and to the model only through ``model.forward(x)`` (the prior). Chains are a batch dimension: one batched
@@ -45,12 +46,13 @@ LINALG_DTYPE = torch.float64
 
 
 class GibbsPriorTerms(NamedTuple):
-    """The cached prior, latent-major with an explicit latent dimension ``T`` (``T = 1`` for one latent).
+    r"""The cached prior, latent-major with an explicit latent dimension ``T`` (``T = 1`` for one latent).
 
     Exact model: ``mu`` (T, N), ``K`` = K + jitter I (T, N, N), ``L`` = chol(K) (T, N, N), ``A`` = Lᵀ
     (contiguous: ``v @ A`` is :math:`Lv` for every chain at once).
     Sparse model: ``mu`` = μ_X (T, N), ``mu_Z`` (T, M), ``L`` = chol(K_ZZ + jitter I) (T, M, M),
-    ``A`` = L⁻¹ K_ZX (T, M, N) (the core's whitened prior terms); ``K`` is ``None``.
+    ``A`` = L⁻¹ K_ZX (T, M, N) (the core's whitened prior terms), ``d`` the variances of :math:`p(f_i \mid u)`
+    (T, N) (:func:`conditional_variances`); ``K`` is ``None``.
     """
 
     mu: Tensor
@@ -58,6 +60,18 @@ class GibbsPriorTerms(NamedTuple):
     A: Tensor
     K: Tensor | None = None
     mu_Z: Tensor | None = None
+    d: Tensor | None = None
+
+
+def conditional_variances(k_diag: Tensor, a_sq: Tensor, jitter: float) -> Tensor:
+    r"""The variances :math:`d_i = k_{ii} - q_{ii}` of :math:`p(f_i \mid u)`, computed as
+    :math:`\max(k_{ii} - \lVert a_i\rVert^2 - \epsilon, 0)`.
+
+    Rule: factorising :math:`K_{ZZ} + \epsilon I` makes :math:`\lVert a_i\rVert^2` fall short of the Nyström diagonal
+    :math:`q_{ii}` by at most :math:`\epsilon`, so the shifted value is within :math:`\epsilon` of the exact
+    :math:`d_i`, never negative, and 0 where :math:`x_i` is an inducing input (:math:`d_i = 0` in exact arithmetic):
+    with :math:`Z = X` the sparse sweep is the exact (whitened) sweep, draw for draw."""
+    return (k_diag - a_sq - jitter).clamp_min(0.0)
 
 
 class BlockedGibbsKernel:
@@ -65,7 +79,7 @@ class BlockedGibbsKernel:
     the chain layouts and the :math:`f \\mid \\Omega` draws. :class:`~gpytorch_augment.GibbsSampler` drives it.
 
     Attributes set by the driver before :meth:`refresh`: ``model``, ``likelihood``, ``x``, ``y`` (canonical
-    targets), ``inducing_points``, ``jitter``, ``f_update``, ``overrelaxation``, ``num_latents``, ``dtype``,
+    targets), ``inducing_points``, ``jitter``, ``alpha``, ``f_update``, ``overrelaxation``, ``num_latents``, ``dtype``,
     ``device`` and ``_blocks``.
     """
 
@@ -75,6 +89,7 @@ class BlockedGibbsKernel:
     y: Tensor
     inducing_points: Tensor | None
     jitter: float
+    alpha: float
     f_update: str
     overrelaxation: float
     num_latents: int
@@ -149,7 +164,8 @@ class BlockedGibbsKernel:
             M = Z.shape[-2]
             mean, covar = self._prior(torch.cat([Z, x], dim=-2))
             terms = whiten_prior(*split_prior(mean, covar, M, dense=False), self.jitter, dt)
-            self._terms = GibbsPriorTerms(mu=terms.mu_X, L=terms.L, A=terms.A, mu_Z=terms.mu_Z)
+            d = conditional_variances(terms.k_diag, terms.a_sq, self.jitter)
+            self._terms = GibbsPriorTerms(mu=terms.mu_X, L=terms.L, A=terms.A, mu_Z=terms.mu_Z, d=d)
         if not hasattr(self, "_prior_cache"):
             self._prior_cache = PriorCache()
         self._prior_cache.put([], self._model_tensors(), (), ())
@@ -309,10 +325,42 @@ class BlockedGibbsKernel:
                 self._workspace[key] = GibbsPriorTerms(*picked)
             terms = self._workspace[key]
         if self.is_sparse:
-            return self._whitened_draw(terms.A, terms.mu, h, lam, generator)
+            return self._sparse_draw(terms, h, lam, generator, tuple(latents) if latents is not None else None)
         if self.f_update == "auto" and bool((lam >= torch.finfo(lam.dtype).tiny).all()):
             return self._gpml_draw(terms, h, lam, generator, f_old), None
         return self._whitened_draw(terms.A, terms.mu, h, lam, generator, f_old)
+
+    def _q_alpha(self, terms: GibbsPriorTerms, h: Tensor, lam: Tensor) -> WhitenedGaussian:
+        r""":math:`q^*_\alpha(v)`, the Power-EP fixed point of the Gaussian problem with tilts :math:`(h, \lambda)`:
+        the core's optimal whitened Gaussian for the statistics of the pseudo-observations
+        :math:`(h_i, \lambda_i) / (1 + \alpha\lambda_i d_i)` (``alpha = 0``: Titsias's :math:`q(v)`)."""
+        if self.alpha != 0.0:
+            shrink = (lam * terms.d).mul_(self.alpha).add_(1.0).reciprocal_()
+            h, lam = h * shrink, lam * shrink
+        return WhitenedGaussian.optimal(SufficientStatistics.from_batch(terms.A, terms.mu, h, lam))
+
+    def _sparse_draw(
+        self,
+        terms: GibbsPriorTerms,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        key: tuple[int, ...] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        r"""The VI-Gibbs step ``(f, v)``: :math:`v \sim q^*_\alpha(v)` (pathwise, two triangular solves), then
+        :math:`f_i \sim p(f_i \mid u) = \mathcal N(\mu_i + a_i^\top v,\ d_i)`. No noise is drawn when every
+        :math:`d_i` is 0 (every input an inducing input), so the random stream is then the exact whitened sweep's."""
+        q = self._q_alpha(terms, h, lam)
+        eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
+        v = q.draw(eps)
+        f = terms.mu + vecmat(v, terms.A)
+        noisy = self._workspace.get(("noisy", key))
+        if noisy is None:
+            noisy = self._workspace[("noisy", key)] = bool((terms.d > 0).any())
+        if noisy:
+            eps_f = torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device)
+            f = f.addcmul_(terms.d.sqrt(), eps_f)
+        return f, v
 
     def _u_from_v(self, v: Tensor) -> Tensor:
         return self._terms.mu_Z + vecmat(v, self._terms.L.mT)
@@ -322,7 +370,10 @@ class BlockedGibbsKernel:
         terms = self._terms
         T, n = terms.L.shape[0], terms.L.shape[-1]
         eps = torch.randn((num_chains, T, n), generator=generator, dtype=LINALG_DTYPE, device=terms.L.device)
-        return terms.mu + vecmat(eps, terms.A)  # sparse: mu + A^T eps; exact: mu + L eps
+        f = terms.mu + vecmat(eps, terms.A)  # sparse: mu + A^T eps; exact: mu + L eps
+        if self.is_sparse and bool((terms.d > 0).any()):  # f ~ p(f | u), u ~ p(u)
+            f = f.addcmul_(terms.d.sqrt(), torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device))
+        return f
 
     # ------------------------------------------------------------------ one sweep
     def _constants(self, values: dict[str, Tensor]) -> Any:

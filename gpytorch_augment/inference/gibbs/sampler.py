@@ -11,6 +11,7 @@ from typing import Any
 import gpytorch
 import numpy as np
 import torch
+from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
 from ..._validation import check_finite, check_inputs_targets
@@ -71,17 +72,44 @@ class GibbsSampler(BlockedGibbsKernel):
     over-relaxation costs a few elementwise operations, no extra solve. :meth:`sample_latent` (one conditional
     draw, no current state) is never over-relaxed.
 
-    **Inducing-point model** (``inducing_points=Z``, :math:`M` points): with
-    :math:`K_{ZZ} + \epsilon I = L L^\top`, :math:`A = L^{-1} K_{ZX}` and :math:`u = \mu_Z + L v`, one sweep is
+    **Inducing-point model: VI-Gibbs** (``inducing_points=Z``, :math:`M` points, ``alpha`` :math:`=\alpha \in [0, 1]`;
+    the thesis's variational Gibbs sampler for sparse GPs). With :math:`K_{ZZ} + \epsilon I = L L^\top`,
+    :math:`u = \mu_Z + L v`, :math:`A = L^{-1} K_{ZX}` (columns :math:`a_i`) and
+    :math:`d_i = k_{ii} - a_i^\top a_i` (the variance of :math:`p(f_i \mid u)`), one sweep is
 
     .. math::
-        \Omega \mid f,\qquad v \mid \Omega \sim \mathcal N(B^{-1} b,\ B^{-1}),\quad B = I + A \Lambda A^\top,\quad
-        b = A (h - \lambda \odot \mu_X),\qquad f = \mu_X + A^\top v .
+        \Omega \sim p(\Omega \mid f, y),\qquad v \sim q^*_\alpha(v) = \mathcal N(B^{-1} b,\ B^{-1}),\qquad
+        f_i \sim p(f_i \mid u) = \mathcal N(\mu_i + a_i^\top v,\ d_i),
 
-    This is the exact Gibbs sampler of the *projected-process* (DTC) model :math:`f = \mu_X + K_{XZ}K_{ZZ}^{-1}(u -
-    \mu_Z)`, i.e. it targets the variational / projected-process approximation of ``augmentations.md`` §1.7 (the
-    :math:`v`-draw is the CAVI :math:`q(v)` of the sampled :math:`(h, \lambda)`), **not** the exact posterior;
-    with :math:`Z = X` it reduces to the exact model. Cost per sweep :math:`O(NM^2 + M^3)`.
+    .. math::
+        B = I + A\tilde\Lambda A^\top,\quad b = A(\tilde h - \tilde\lambda \odot \mu_X),\quad
+        \tilde\lambda_i = \frac{\lambda_i}{1 + \alpha\lambda_i d_i},\quad
+        \tilde h_i = \frac{h_i}{1 + \alpha\lambda_i d_i}.
+
+    *Derivation.* Given :math:`\Omega` the model is Gaussian, :math:`p(u, f \mid \Omega, y) \propto p(u)\prod_i
+    p(f_i \mid u)\, e^{h_i f_i - \lambda_i f_i^2/2}`, and the thesis approximates it by
+    :math:`q(u)\prod_i p(f_i \mid u)` minimising the Rényi/α-divergence with Power EP (Bui, Yan & Turner, 2017):
+    site :math:`t_i(u)`, cavity :math:`q/t_i^\alpha`, tilted :math:`q/t_i^\alpha \cdot \int p(f_i \mid u)\,
+    e^{\alpha(h_i f_i - \lambda_i f_i^2/2)}\,df_i`. The integral is Gaussian in :math:`u`,
+    :math:`\propto \exp\big(\alpha(\tilde h_i m_i - \tilde\lambda_i m_i^2/2)\big)` with
+    :math:`m_i = \mu_i + a_i^\top v`, so the projection is exact and the fixed point is
+    :math:`t_i(u) = e^{\tilde h_i m_i - \tilde\lambda_i m_i^2/2}`: :math:`q^*_\alpha(u)` is the optimal (CAVI)
+    :math:`q(u)` of the pseudo-observations :math:`(\tilde h, \tilde\lambda)`, computed on the
+    Gaussian core in :math:`O(NM^2 + M^3)`. :math:`\alpha \to 0` gives Titsias's variational :math:`q(u)` (the
+    CAVI :math:`q(v)` of the sampled :math:`(h, \lambda)`), :math:`\alpha = 1` the FITC posterior over :math:`u`
+    (noise :math:`1/\lambda_i + d_i`). The Power-EP fixed point minimises the α-divergences *site by
+    site*; it is **not** the global minimiser of :math:`D_\alpha(p(u, f \mid \Omega, y)\,\Vert\,q)` (for
+    :math:`\alpha = 1` that is the exact marginal :math:`p(u \mid \Omega, y)`, which costs :math:`O(N^3)`).
+
+    *What the draws approximate.* Every step is exact for its own distribution: :math:`\Omega` from its full
+    conditional, :math:`(u, f)` from :math:`q^*_\alpha(u)\prod_i p(f_i \mid u)`. For :math:`Z \ne X` these two are
+    not the conditionals of one joint distribution, so the chain's stationary law is an approximation of
+    :math:`p(u, f \mid y)`, neither the exact posterior nor a named variational optimum, for every :math:`\alpha`:
+    :math:`\alpha = 0` inherits the variational (under-dispersed in :math:`u`) behaviour of Titsias's bound,
+    :math:`\alpha = 1` FITC's (it is not the exact Gibbs sampler of the FITC model either, which would draw
+    :math:`f_i \mid u, \Omega`), :math:`0 < \alpha < 1` interpolates. With :math:`Z = X` (every :math:`d_i = 0`),
+    :math:`q^*_\alpha` is the exact conditional for every :math:`\alpha` and the chain is the exact sampler. The stored
+    ``f`` are draws from :math:`p(f \mid u)`, not :math:`E[f \mid u]`; predictions use :math:`f_* \mid u^{(s)}`.
 
     **Several latents** (``likelihood.num_latents = T > 1``): ``model.forward(x)`` must return a batch of ``T``
     independent priors (``batch_shape [T]``; an un-batched prior is shared by all latents). All latents are
@@ -101,6 +129,8 @@ class GibbsSampler(BlockedGibbsKernel):
     :param x: training inputs ``(N, D)``.
     :param y: training targets ``(N,)``.
     :param inducing_points: optional ``(M, D)`` inducing inputs :math:`Z` (or ``(T, M, D)``).
+    :param alpha: the Rényi/Power-EP :math:`\alpha \in [0, 1]` of the inducing-point sampler (default 0, Titsias;
+        1 is FITC; see above). Needs ``inducing_points`` unless 0.
     :param jitter: :math:`\epsilon` added to the diagonal of the prior covariance before factorising
         (default ``gpytorch.settings.variational_cholesky_jitter`` for float64, ``1e-6``).
     :param f_update: ``"auto"`` or ``"whitened"`` (exact model only; see above).
@@ -142,6 +172,7 @@ class GibbsSampler(BlockedGibbsKernel):
         jitter: float | None = None,
         f_update: str = "auto",
         overrelaxation: float = 0.0,
+        alpha: float = 0.0,
         **kwargs: Any,
     ) -> None:
         if not isinstance(likelihood, AugmentedLikelihood):
@@ -177,6 +208,7 @@ class GibbsSampler(BlockedGibbsKernel):
                 "overrelaxation is implemented for the exact model only (the inducing-point chain state holds f, "
                 "not the inducing values v it would need); use overrelaxation=0 with inducing_points"
             )
+        self.alpha = _check_alpha(alpha, inducing_points is not None)
         self.model = model
         self.likelihood = likelihood
         self.x = x
@@ -219,7 +251,8 @@ class GibbsSampler(BlockedGibbsKernel):
             leading dimensions are chains.
         :param lam: precisions, same shape.
         :return: ``{"f": f}`` in storage layout, plus ``{"u": u, "v": v}`` for the sparse model
-            (:math:`v \sim \mathcal N(B^{-1} b, B^{-1})`, the CAVI :math:`q(v)` of these :math:`(h,\lambda)`).
+            (:math:`v \sim q^*_\alpha(v)`, for ``alpha = 0`` the CAVI :math:`q(v)` of these :math:`(h,\lambda)`,
+            and :math:`f_i \sim p(f_i \mid u)`).
         """
         T, N = self.num_latents, self.num_data
         batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
@@ -231,6 +264,28 @@ class GibbsSampler(BlockedGibbsKernel):
             out["v"] = self._to_storage(v).to(self.dtype)
             out["u"] = self._to_storage(self._u_from_v(v)).to(self.dtype)
         return out
+    @torch.no_grad()
+    def inducing_distribution(self, h: Tensor, lam: Tensor) -> MultivariateNormal:
+        r""":math:`q^*_\alpha(u)` of the inducing-point model for potentials and precisions ``h``, ``lam`` (the
+        likelihood's layout, leading dimensions batch): the distribution the sparse sweep draws :math:`u` from.
+
+        :return: a ``MultivariateNormal`` over :math:`u`, batch ``(*batch)`` / ``(*batch, T)``, in float64.
+        """
+        if not self.is_sparse:
+            raise ValueError("inducing_distribution needs inducing_points")
+        if self._params_changed():
+            self.refresh()
+        T, N = self.num_latents, self.num_data
+        batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
+        shape = torch.Size(batch) + (T, N)
+        q = self._q_alpha(self._terms, self._from_likelihood(h, shape), self._from_likelihood(lam, shape))
+        L = self._terms.L
+        root = L @ q.chol_covariance  # u = mu_Z + L v
+        mean, covar = self._u_from_v(q.mean), root @ root.mT
+        if T == 1:
+            mean, covar = mean.squeeze(-2), covar.squeeze(-3)
+        return MultivariateNormal(mean, covar)
+
     @torch.no_grad()
     def sweep(
         self,
@@ -438,6 +493,20 @@ class GibbsSampler(BlockedGibbsKernel):
             progress=progress,
         )
         return GibbsSamples.cat([samples, more], dim="draw")
+def _check_alpha(alpha: Any, sparse: bool) -> float:
+    """``alpha`` as a float in [0, 1], or a ``ValueError`` naming it."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    if not 0.0 <= float(alpha) <= 1.0:  # NaN fails too
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    if float(alpha) != 0.0 and not sparse:
+        raise ValueError(
+            f"alpha = {alpha!r} needs inducing_points: the Power-EP alpha of the VI-Gibbs sampler exists only for the "
+            "inducing-point model (the exact sampler has no approximation to tune)"
+        )
+    return float(alpha)
+
+
 def _stack_hyper(values: list[Tensor], num_chains: int) -> Tensor:
     """Per-draw hyper-parameter values -> (chains, draws, ...): per-chain values (leading dimension = chains)
     keep their chain; shared values are repeated for every chain."""
