@@ -68,9 +68,14 @@ class _CAVIMixin:
     #: whether ``forward`` adds ``jitter_val`` to the data variances (whitened: yes)
     _data_jitter: bool = True
 
+    #: dtype of every factorisation of the CAVI step (``None``: ``linear_operator``'s Cholesky dtype, float64 by
+    #: default). Set ``strategy.linalg_dtype = torch.float32`` for speed on a GPU where the kernel matrices are well
+    #: conditioned; float64 is the safe choice (ill-conditioned factorisations fail in float32).
+    linalg_dtype: torch.dtype | None = None
+
     # ---------------------------------------------------------------- prior terms
     def _linalg_dtype(self) -> torch.dtype:
-        return _linalg_dtype_cholesky.value()
+        return self.linalg_dtype or _linalg_dtype_cholesky.value()
 
     @property
     def _prior_cache(self) -> PriorCache:

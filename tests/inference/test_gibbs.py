@@ -817,3 +817,23 @@ def test_a_likelihood_used_by_the_sampler_keeps_its_shapes_and_works_as_a_gpytor
     assert float(likelihood.rate_scale) == pytest.approx(2.0)
     marginal = likelihood(gpytorch.distributions.MultivariateNormal(torch.zeros(4), torch.eye(4)))
     assert marginal.mean.shape == (4,)
+
+
+def test_linalg_dtype_policy():
+    """``GibbsSampler(linalg_dtype=float32)`` factorises and carries the chains in float32 (float64 is the default);
+    anything else is refused; the CAVI strategy takes the same policy through its ``linalg_dtype`` attribute."""
+    x, y = classification_data(12, seed=1)
+    single = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, linalg_dtype=torch.float32)
+    assert single.terms.L.dtype == torch.float32
+    samples = single.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
+    double = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y).sample(
+        20, warmup=10, num_chains=2, seed=0, progress=False
+    )
+    assert torch.isfinite(samples.f).all() and samples.f.dtype == double.f.dtype
+    with pytest.raises(ValueError, match="linalg_dtype"):
+        GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, linalg_dtype=torch.float16)
+    from tests.models import SVGP
+
+    strategy = SVGP(x[:5].clone()).variational_strategy
+    strategy.linalg_dtype = torch.float32
+    assert strategy.cavi_terms(x, cache=False).L.dtype == torch.float32

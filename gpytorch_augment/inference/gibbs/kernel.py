@@ -17,9 +17,10 @@ The kernel talks to the likelihood only through the :class:`~gpytorch_augment.li
 protocol and to the model only through ``model.forward(x)`` (the prior). Chains are a batch dimension: one batched
 Cholesky factorisation and one pair of batched triangular solves per sweep serve every chain.
 
-Numerics (``gpytorch-integration.md`` §7, §9, §10): the prior is evaluated and factorised once, in float64, and
-cached while the hyper-parameters are fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an
-explicit (batched) Cholesky / triangular solve; the exact model's :math:`f`-update uses the GPML-stable matrix
+Numerics (``gpytorch-integration.md`` §7, §9, §10): the prior is evaluated and factorised once, in
+``linalg_dtype`` (float64 unless the sampler was built with float32), and cached while the hyper-parameters are
+fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an explicit (batched) Cholesky / triangular
+solve; the exact model's :math:`f`-update uses the GPML-stable matrix
 :math:`B' = I + \Lambda^{1/2}(K + \epsilon I)\Lambda^{1/2}` when every :math:`\lambda_i > 0` and the whitened
 :math:`B = I + L^\top\Lambda L` otherwise (both have eigenvalues :math:`\ge 1`).
 """
@@ -41,7 +42,7 @@ from ...core.linalg import add_to_diagonal, tri_solve, vecmat
 from ...core.prior import split_prior, whiten_prior
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
 
-#: dtype of every factorisation and of the chain state
+#: default dtype of every factorisation and of the chain state (``GibbsSampler(linalg_dtype=...)`` overrides it)
 LINALG_DTYPE = torch.float64
 
 
@@ -95,6 +96,8 @@ class BlockedGibbsKernel:
     num_latents: int
     dtype: torch.dtype
     device: torch.device
+    #: dtype of every factorisation and of the chain state
+    linalg_dtype: torch.dtype = LINALG_DTYPE
     _blocks: list[list[int]] | None
 
     @property
@@ -147,7 +150,7 @@ class BlockedGibbsKernel:
 
         Call after changing the model's hyper-parameters; the cached factor is otherwise reused by every sweep.
         """
-        dt = LINALG_DTYPE
+        dt = self.linalg_dtype
         x = self.x
         self._workspace: dict[tuple, Any] = {}  # work buffers and per-block prior terms
         if not self.is_sparse:
@@ -182,7 +185,7 @@ class BlockedGibbsKernel:
 
     def _from_likelihood(self, t: Tensor, shape: torch.Size) -> Tensor:
         """(h or λ) in the likelihood's layout (..., N) / (..., T, N) -> internal (C, T, N) float64."""
-        t = t.to(LINALG_DTYPE)
+        t = t.to(self.linalg_dtype)
         if self.num_latents == 1:
             t = t.unsqueeze(-2)
         return t.expand(shape)
@@ -195,7 +198,7 @@ class BlockedGibbsKernel:
         """User/storage layout (n,), (T, n), (C, n), (C, T, n) -> internal (C, T, n) float64."""
         T, n = self.num_latents, self.num_data
         given = tuple(torch.as_tensor(t).shape)
-        t = torch.as_tensor(t).to(device=self.device, dtype=LINALG_DTYPE)
+        t = torch.as_tensor(t).to(device=self.device, dtype=self.linalg_dtype)
         check_finite(name, t)
         if T == 1 and t.dim() >= 1:
             t = t.unsqueeze(-2)
@@ -209,9 +212,10 @@ class BlockedGibbsKernel:
         C = num_chains if num_chains is not None else t.shape[0]
         return t.expand(C, T, n).clone()
     def _buffer(
-        self, name: str, shape: torch.Size, dtype: torch.dtype = LINALG_DTYPE, column_major: bool = False
+        self, name: str, shape: torch.Size, dtype: torch.dtype | None = None, column_major: bool = False
     ) -> Tensor:
         """A work tensor reused across sweeps (a fresh multi-megabyte tensor per sweep costs page faults)."""
+        dtype = dtype or self.linalg_dtype
         key = (name, tuple(shape), dtype, column_major)
         buf = self._workspace.get(key)
         if buf is None:
@@ -369,7 +373,7 @@ class BlockedGibbsKernel:
         """A prior draw per chain (over-dispersed starting points for R-hat)."""
         terms = self._terms
         T, n = terms.L.shape[0], terms.L.shape[-1]
-        eps = torch.randn((num_chains, T, n), generator=generator, dtype=LINALG_DTYPE, device=terms.L.device)
+        eps = torch.randn((num_chains, T, n), generator=generator, dtype=terms.L.dtype, device=terms.L.device)
         f = terms.mu + vecmat(eps, terms.A)  # sparse: mu + A^T eps; exact: mu + L eps
         if self.is_sparse and bool((terms.d > 0).any()):  # f ~ p(f | u), u ~ p(u)
             f = f.addcmul_(terms.d.sqrt(), torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device))
@@ -418,7 +422,7 @@ class BlockedGibbsKernel:
         r"""For new inputs: prior mean :math:`\mu_*` (T, n), projection :math:`P` (T, n_cond, n) such that the
         conditional mean is :math:`\mu_* + P^\top w` (:math:`w = f - \mu_0`, or :math:`w = v`), the conditional
         covariance (T, n, n) and its diagonal."""
-        dt = LINALG_DTYPE
+        dt = self.linalg_dtype
         terms = self._terms
         cond_x = self.inducing_points if self.is_sparse else self.x
         if cond_x.shape[:-2] != x_new.shape[:-2]:

@@ -136,6 +136,10 @@ class GibbsSampler(BlockedGibbsKernel):
     :param f_update: ``"auto"`` or ``"whitened"`` (exact model only; see above).
     :param overrelaxation: :math:`a \in (-1, 1)` of the over-relaxed :math:`f`-update (exact model only; default
         0, the plain Gibbs draw; see above).
+    :param linalg_dtype: dtype of every factorisation and of the chain state: ``torch.float64`` (default; the
+        factorisations of ill-conditioned kernel matrices need it) or ``torch.float32`` (about twice as fast on a GPU;
+        with a kernel matrix whose condition number approaches :math:`10^7` the factorisations fail with
+        ``NotPSDError``: use float64 then).
     :param kwargs: per-datum keyword data of the likelihood (e.g. binomial ``trials``), passed to
         ``likelihood.check_targets``; the engine works with the canonical targets it returns.
 
@@ -173,8 +177,12 @@ class GibbsSampler(BlockedGibbsKernel):
         f_update: str = "auto",
         overrelaxation: float = 0.0,
         alpha: float = 0.0,
+        linalg_dtype: torch.dtype = LINALG_DTYPE,
         **kwargs: Any,
     ) -> None:
+        if linalg_dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"linalg_dtype must be torch.float32 or torch.float64, got {linalg_dtype!r}")
+        self.linalg_dtype = linalg_dtype
         if not isinstance(likelihood, AugmentedLikelihood):
             raise TypeError(f"GibbsSampler needs an AugmentedLikelihood, got {type(likelihood).__name__}")
         if not callable(getattr(model, "forward", None)):
@@ -194,7 +202,7 @@ class GibbsSampler(BlockedGibbsKernel):
                     f"got shape {tuple(inducing_points.shape)}"
                 )
         if jitter is None:
-            jitter = gpytorch.settings.variational_cholesky_jitter.value(LINALG_DTYPE)
+            jitter = gpytorch.settings.variational_cholesky_jitter.value(linalg_dtype)
         if not (isinstance(jitter, (int, float)) and math.isfinite(jitter) and jitter >= 0):
             raise ValueError(f"jitter must be a finite non-negative number, got {jitter!r}")
         if f_update not in _F_UPDATES:

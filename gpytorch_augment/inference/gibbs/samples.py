@@ -16,7 +16,6 @@ from ..._validation import check_finite
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..diagnostics import bulk_ess, rank_normalized_rhat
-from .kernel import LINALG_DTYPE
 from .state import GibbsState
 
 if TYPE_CHECKING:
@@ -266,7 +265,7 @@ class GibbsSamples:
         means = self._conditional_means(mu_new, P)  # (C*S, T, n_new)
         f_mean = means.mean(0)
         f_var = var + means.var(0, unbiased=False)
-        eps = torch.randn(means.shape, generator=generator, dtype=LINALG_DTYPE, device=means.device)
+        eps = torch.randn(means.shape, generator=generator, dtype=means.dtype, device=means.device)
         if joint:
             Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
             f_draws = means + vecmat(eps, Lc.mT)
@@ -306,7 +305,7 @@ class GibbsSamples:
 
     def _conditional_means(self, mu_new: Tensor, P: Tensor) -> Tensor:
         """The conditional mean of :math:`f_*` given each stored draw, ``(chains * draws, T, N*)``."""
-        sampler, dt = self.sampler, LINALG_DTYPE
+        sampler, dt = self.sampler, self.sampler.linalg_dtype
         C, S, T = self.num_chains, self.num_draws, sampler.num_latents
         if sampler.is_sparse:
             u = self.u.to(dt).reshape(C * S, T, -1)
