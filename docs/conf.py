@@ -13,15 +13,17 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import types
 from pathlib import Path
+
+from sphinx.ext.napoleon import Config as NapoleonConfig
+from sphinx.ext.napoleon import GoogleDocstring
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # document this checkout's package
 
 import gpytorch_augment  # noqa: E402
-from sphinx.ext.napoleon import Config as NapoleonConfig  # noqa: E402
-from sphinx.ext.napoleon import GoogleDocstring  # noqa: E402
 
 # -- project -----------------------------------------------------------------------------------------------------
 project = "gpytorch-augment"
@@ -155,9 +157,19 @@ def _resolve_alias(app, env, node, contnode):
 # (``|f| <= f_bound``, ``(*b, M, M)``), which docutils reads as substitutions and emphasis. A field comment that
 # uses no reST markup at all (no backquote) is taken as plain text: its ``|`` and ``*`` are escaped.
 def _escape_plain_comments(app, what, name, obj, options, lines):
-    if what != "attribute" or any("`" in line for line in lines):
+    if what not in ("attribute", "data") or any("`" in line for line in lines):
         return
     lines[:] = [line.replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*") for line in lines]
+
+
+# A type alias without a comment of its own (``AuxDict = dict[str, Tensor]``) would show the docstring of ``dict``:
+# autodoc's "alias of ..." line says it all.
+def _drop_builtin_alias_doc(app, what, name, obj, options, lines):
+    origin = getattr(obj, "__origin__", None)
+    doc = getattr(origin, "__doc__", None)
+    if what == "data" and isinstance(obj, types.GenericAlias) and doc and lines:
+        if lines[0].strip() == doc.strip().splitlines()[0].strip():
+            lines[:] = []
 
 
 def _google_sections(app, what, name, obj, options, lines):
@@ -167,6 +179,7 @@ def _google_sections(app, what, name, obj, options, lines):
 
 
 def setup(app):
+    app.connect("autodoc-process-docstring", _drop_builtin_alias_doc)
     app.connect("autodoc-process-docstring", _google_sections)
     app.connect("missing-reference", _resolve_alias)
     app.connect("autodoc-process-docstring", _escape_plain_comments)
