@@ -103,6 +103,14 @@ def test_tutorials_show_their_committed_outputs(site: Path, notebook: Path) -> N
     assert "cell_output" in html, f"{notebook.name} is rendered without its outputs"
 
 
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_no_directive_is_left_unrendered(site: Path, page: str) -> None:
+    # e.g. an autodoc directive written as MyST fences, whose reST output the Markdown parser shows as text
+    html = (site / f"{page}.html").read_text(encoding="utf-8")
+    for marker in (".. py:", ":no-index:", ".. math::", ".. auto"):
+        assert marker not in html, f"{page}: unrendered reST ({marker!r}) in the page"
+
+
 def _import(path: str) -> object | None:
     """The object named by a dotted path, or ``None``."""
     parts = path.split(".")
