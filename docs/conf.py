@@ -84,9 +84,6 @@ html_static_path: list[str] = []
 html_copy_source = False
 html_show_sourcelink = False
 
-# MathJax macros shared by the docstrings.
-mathjax3_config = {"tex": {"macros": {"PG": r"\mathrm{PG}"}}}
-
 
 # -- cross-reference aliases -------------------------------------------------------------------------------------
 def _import_path(path: str):
