@@ -9,7 +9,7 @@ PYTHON ?= python
 PIP := $(PYTHON) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: install install-bench demo test bench
+.PHONY: install install-bench demo test bench docs
 
 install:
 	$(PIP) install $(TORCH_PIN)
@@ -27,3 +27,9 @@ test: install
 
 bench: install-bench
 	$(PYTHON) benchmarks/classification.py
+
+# The documentation site (docs/): warnings are errors; the tutorials are rendered
+# with their committed outputs, never executed. Output: docs/_build/html/index.html
+docs: install
+	$(PIP) install -e ".[docs]"
+	$(PYTHON) -m sphinx -W --keep-going -b html docs docs/_build/html
