@@ -24,6 +24,7 @@ __all__ = [
     "all_reduce_gradients",
     "all_reduce_sum",
     "broadcast_flag",
+    "collective_device",
     "is_distributed",
     "rank",
     "world_size",
@@ -99,11 +100,18 @@ def all_reduce_gradients(params: Iterable[Tensor], weight: float, group: Any = N
         p.grad = g.clone()
 
 
+def collective_device(group: Any = None) -> torch.device:
+    """Where the group's collectives take tensors: the current CUDA device for NCCL, the CPU otherwise."""
+    if _dist().get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def broadcast_flag(flag: bool, group: Any = None, src: int = 0) -> bool:
     """Rank ``src``'s ``flag`` on every rank (so that every rank takes the same decision)."""
     if not is_distributed(group):
         return flag
-    t = torch.tensor([1.0 if flag else 0.0])
+    t = torch.tensor([1.0 if flag else 0.0], device=collective_device(group))
     _collective("broadcast", lambda: _dist().broadcast(t, src=src, group=group))
     return bool(t.item())
 

@@ -398,7 +398,8 @@ class CAVI:
         local = y.shape[-1]
         total = local
         if self.distributed:
-            total = int(all_reduce_sum([torch.tensor([float(local)])], self.process_group)[0].item())
+            count = torch.tensor([float(local)], dtype=torch.float64, device=y.device)
+            total = int(all_reduce_sum([count], self.process_group)[0].item())
         for _ in range(steps):
             optimizer.zero_grad()
             with self._frozen_q():
