@@ -32,12 +32,12 @@ DENSE_PRIOR_ELEMENTS = 2**16
 class PriorTerms(NamedTuple):
     """Prior quantities at a set of inputs, in the linear-algebra dtype (``(*b)`` = batch or latent dimensions)."""
 
-    L: Tensor  #: chol(K_ZZ + jitter I), (*b, M, M)
-    A: Tensor  #: L^{-1} K_ZX, (*b, M, N)
-    mu_Z: Tensor  #: (*b, M)
-    mu_X: Tensor  #: (*b, N)
-    k_diag: Tensor  #: diag K_XX (plus the data jitter, if any), (*b, N)
-    a_sq: Tensor  #: squared column norms ||A_i||^2, i.e. diag(Q_XX), (*b, N)
+    L: Tensor  #: :math:`\mathrm{chol}(K_{ZZ} + \epsilon I)`, ``(*b, M, M)``
+    A: Tensor  #: :math:`L^{-1}K_{ZX}`, ``(*b, M, N)``
+    mu_Z: Tensor  #: prior mean at the inducing inputs, ``(*b, M)``
+    mu_X: Tensor  #: prior mean at the data, ``(*b, N)``
+    k_diag: Tensor  #: :math:`\operatorname{diag}K_{XX}` (plus the data jitter, if any), ``(*b, N)``
+    a_sq: Tensor  #: squared column norms :math:`\lVert A_i\rVert^2 = \operatorname{diag}Q_{XX}`, ``(*b, N)``
 
     def detach(self) -> PriorTerms:
         return PriorTerms(*(t.detach() for t in self))

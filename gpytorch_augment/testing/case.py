@@ -18,6 +18,7 @@ from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 
+#: auxiliary variables (or their variational parameters), one tensor per name
 AuxDict = dict[str, Tensor]
 
 
@@ -85,9 +86,9 @@ class LikelihoodCase:
     num_latents: int = 1
     make_kwargs: Callable[[torch.Size, torch.Generator], dict[str, Tensor]] = _no_kwargs
     expected_log_lik: Callable[[AugmentedLikelihood, Tensor, Tensor, Tensor], Tensor] = gauss_hermite_expected_log_lik
-    #: the test latents satisfy |f| <= f_bound (§12: 4)
+    #: the test latents satisfy :math:`|f| \le` ``f_bound`` (§12: 4)
     f_bound: float = 4.0
-    #: §12 (a): |log C^(k) - log p| <= consistency_rtol * (1 + |log p|)
+    #: §12 (a): :math:`|\log C^{(k)} - \log p| \le` ``consistency_rtol`` :math:`\cdot (1 + |\log p|)`
     consistency_rtol: float = 1e-9
     #: §12 (c): 1e-9 for exact sums/closed forms, 1e-7 for adaptive quadrature
     marginalise_atol: float = 1e-9

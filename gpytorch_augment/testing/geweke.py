@@ -36,7 +36,7 @@ from gpytorch_augment.inference import GibbsSampler
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from gpytorch_augment.testing.case import LikelihoodCase
 
-#: the threshold on every |z|
+#: the threshold on every :math:`|z|`
 Z_TOL = 4.5
 #: data points of the tiny model
 NUM_POINTS = 3
