@@ -42,7 +42,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gpytorch
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from torch import Tensor
@@ -54,6 +53,7 @@ from .._random import seeded_by
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.noise_variance import NoiseVariance
 from ..distributions.polya_gamma import PolyaGamma
+from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -94,36 +94,13 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         batch_shape: torch.Size = torch.Size(),
     ) -> None:
         super().__init__()
-        if max_precision_prior is not None:
-            a, b = (float(v) for v in max_precision_prior)
-            if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
-                raise ValueError(
-                    f"max_precision_prior (a, b) must have finite a > 0 and b > 0; got {max_precision_prior}"
-                )
-            max_precision_prior = (a, b)
-        self.max_precision_prior = max_precision_prior
-        self.register_parameter(
-            "raw_max_precision", torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn_max_precision)
+        self.max_precision_prior = check_gamma_prior("max_precision_prior", max_precision_prior)
+        register_positive_constant(
+            self, "max_precision", max_precision, batch_shape, requires_grad=learn_max_precision
         )
-        self.register_constraint("raw_max_precision", gpytorch.constraints.Positive())
-        self.max_precision = max_precision
 
     # ------------------------------------------------------------------ xi
-    @property
-    def max_precision(self) -> Tensor:
-        r"""The largest noise precision :math:`\xi`, shape ``(*batch_shape, 1)``."""
-        return self.raw_max_precision_constraint.transform(self.raw_max_precision)
-
-    @max_precision.setter
-    def max_precision(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_max_precision)
-        if not (torch.isfinite(value).all() and (value > 0).all()):
-            raise ValueError(f"max_precision must be positive and finite; got {value}")
-        raw = self.raw_max_precision_constraint.inverse_transform(value)
-        if raw.shape == self.raw_max_precision.shape:
-            self.initialize(raw_max_precision=raw)
-        else:  # a shape other than the parameter's, e.g. one xi per chain
-            self.raw_max_precision.data = raw
+    max_precision = PositiveConstant(r"The largest noise precision :math:`\xi`, shape ``(*batch_shape, 1)``.")
 
     @property
     def _xi(self) -> Tensor:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gpytorch
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
@@ -23,6 +22,7 @@ from .._numerics import (
     student_t_log_normaliser,
 )
 from ..distributions.student_t_predictive import StudentTPredictive
+from ._constants import PositiveConstant, register_positive_constant
 from ._heteroscedastic import HeteroscedasticLikelihoodBase, split_latents
 from .augmented_likelihood import NUM_QUADRATURE_LOCS, AuxDict
 
@@ -92,21 +92,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
         if not (0 < lo < hi and math.isfinite(hi)):
             raise ValueError(f"df_bounds must be 0 < low < high < inf; got {df_bounds}")
         self.df_bounds = (lo, hi)
-        self.register_parameter("raw_df", torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn_df))
-        self.register_constraint("raw_df", gpytorch.constraints.Positive())
-        self.df = df
+        register_positive_constant(self, "df", df, batch_shape, requires_grad=learn_df)
 
-    @property
-    def df(self) -> Tensor:
-        r"""The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``."""
-        return self.raw_df_constraint.transform(self.raw_df)
-
-    @df.setter
-    def df(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_df)
-        if not (torch.isfinite(value).all() and (value > 0).all()):
-            raise ValueError(f"df must be positive and finite; got {value}")
-        self.initialize(raw_df=self.raw_df_constraint.inverse_transform(value))
+    df = PositiveConstant(r"The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``.")
 
     @property
     def _alpha(self) -> Tensor:

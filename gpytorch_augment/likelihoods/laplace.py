@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import torch
-from gpytorch.constraints import Positive
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Laplace
@@ -15,6 +14,7 @@ from .._numerics import pg_tilt_c
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.inverse_gaussian import InverseGamma, InverseGaussian
 from ..distributions.normal_laplace import NormalLaplace
+from ._constants import PositiveConstant, register_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: residuals are clamped to at least this before dividing (``augmentations.md`` §5)
@@ -66,20 +66,9 @@ class LaplaceLikelihood(AugmentedLikelihood):
     ) -> None:
         super().__init__()
         self.learn_scale = learn_scale
-        raw_scale = torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn_scale)
-        self.register_parameter("raw_scale", raw_scale)
-        self.register_constraint("raw_scale", Positive())
-        self.scale = scale
+        register_positive_constant(self, "scale", scale, batch_shape, requires_grad=learn_scale)
 
-    @property
-    def scale(self) -> Tensor:
-        r"""The Laplace scale :math:`\beta`, shape ``(*batch_shape, 1)``."""
-        return self.raw_scale_constraint.transform(self.raw_scale)
-
-    @scale.setter
-    def scale(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_scale)
-        self.initialize(raw_scale=self.raw_scale_constraint.inverse_transform(value))
+    scale = PositiveConstant(r"The Laplace scale :math:`\beta`, shape ``(*batch_shape, 1)``.")
 
     def _mu(self, q_aux: AuxDict) -> Tensor:
         return 1.0 / (2 * self.scale * q_aux["r"])

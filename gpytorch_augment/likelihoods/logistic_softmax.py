@@ -7,7 +7,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import gpytorch
 import numpy as np
 import torch
 from gpytorch.distributions import MultivariateNormal
@@ -35,6 +34,7 @@ from .._validation import check_finite
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.negative_multinomial import NegativeMultinomial
 from ..distributions.polya_gamma import PolyaGamma
+from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 __all__ = ["LogisticSoftmaxLikelihood", "NegativeMultinomial", "maximise_class_scales"]
@@ -227,21 +227,18 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         self.bijective = bool(bijective)
         self.num_latents = self.num_classes - 1 if self.bijective else self.num_classes
         self.learn_class_scales = bool(learn_class_scales)
-        self.register_parameter(
-            "raw_class_scales", torch.nn.Parameter(torch.zeros(self.num_classes), requires_grad=self.learn_class_scales)
+        register_positive_constant(
+            self, "class_scales", class_scales, event_shape=(self.num_classes,), requires_grad=self.learn_class_scales
         )
-        self.register_constraint("raw_class_scales", gpytorch.constraints.Positive())
-        self.class_scales = class_scales
         if class_scale_prior is not None:
             if not self.learn_class_scales:
                 raise ValueError("class_scale_prior needs learn_class_scales=True (a prior on fixed class scales)")
-            if not isinstance(class_scale_prior, GammaPrior):
-                alpha, beta = (float(v) for v in class_scale_prior)
-                if not (alpha > 0 and beta > 0):
-                    raise ValueError(
-                        f"class_scale_prior (alpha, beta) needs alpha > 0 and beta > 0; got {class_scale_prior}"
-                    )
-                class_scale_prior = GammaPrior(alpha, beta)
+            labels = ("alpha", "beta")
+            if isinstance(class_scale_prior, GammaPrior):
+                pair = (class_scale_prior.concentration, class_scale_prior.rate)
+                check_gamma_prior("class_scale_prior", pair, labels)
+            else:
+                class_scale_prior = GammaPrior(*check_gamma_prior("class_scale_prior", class_scale_prior, labels))
             self.register_prior(
                 "class_scale_prior", class_scale_prior, lambda m: m.class_scales, lambda m, v: m._set_class_scales(v)
             )
@@ -249,26 +246,10 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             self.class_scale_prior = None
 
     # ------------------------------------------------------------------ class scales
-    @property
-    def class_scales(self) -> Tensor:
-        r"""The class scales :math:`\theta`, shape ``(K,)``."""
-        return self.raw_class_scales_constraint.transform(self.raw_class_scales)
-
-    @class_scales.setter
-    def class_scales(self, value: float | Sequence[float] | Tensor) -> None:
-        self._set_class_scales(value)
+    class_scales = PositiveConstant(r"The class scales :math:`\theta`, shape ``(K,)`` (a number sets all of them).")
 
     def _set_class_scales(self, value: float | Sequence[float] | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_class_scales)
-        if value.dim() == 0:
-            value = value.expand(self.num_classes)
-        if value.shape[-1] != self.num_classes or (value <= 0).any() or not torch.isfinite(value).all():
-            raise ValueError(f"class_scales must be {self.num_classes} positive finite values; got {value}")
-        raw = self.raw_class_scales_constraint.inverse_transform(value)
-        if raw.shape == self.raw_class_scales.shape:
-            self.initialize(raw_class_scales=raw)
-        else:  # a shape other than the parameter's, e.g. one row per chain
-            self.raw_class_scales.data = raw
+        set_positive_constant(self, "class_scales", value)
 
     @property
     def _prior_parameters(self) -> tuple[float, float] | None:

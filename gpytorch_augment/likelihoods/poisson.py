@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gpytorch
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
@@ -23,6 +22,7 @@ from .._random import seeded_by
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
+from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 
@@ -77,31 +77,10 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         batch_shape: torch.Size = torch.Size(),
     ) -> None:
         super().__init__()
-        if rate_scale_prior is not None:
-            a, b = (float(v) for v in rate_scale_prior)
-            if not (a > 0 and b > 0):
-                raise ValueError(f"rate_scale_prior (a, b) must have a > 0 and b > 0; got {rate_scale_prior}")
-            rate_scale_prior = (a, b)
-        self.rate_scale_prior = rate_scale_prior
-        self.register_parameter("raw_rate_scale", torch.nn.Parameter(torch.zeros(*batch_shape, 1)))
-        self.register_constraint("raw_rate_scale", gpytorch.constraints.Positive())
-        self.rate_scale = rate_scale
+        self.rate_scale_prior = check_gamma_prior("rate_scale_prior", rate_scale_prior)
+        register_positive_constant(self, "rate_scale", rate_scale, batch_shape)
 
-    @property
-    def rate_scale(self) -> Tensor:
-        r"""The rate scale :math:`\xi` (maximal intensity), shape ``(*batch_shape, 1)``."""
-        return self.raw_rate_scale_constraint.transform(self.raw_rate_scale)
-
-    @rate_scale.setter
-    def rate_scale(self, value: Tensor | float) -> None:
-        value = torch.as_tensor(value).to(self.raw_rate_scale)
-        if (value <= 0).any() or not torch.isfinite(value).all():
-            raise ValueError(f"rate_scale must be positive and finite; got {value}")
-        raw = self.raw_rate_scale_constraint.inverse_transform(value)
-        if raw.shape == self.raw_rate_scale.shape:
-            self.initialize(raw_rate_scale=raw)
-        else:  # a shape other than the parameter's, e.g. one ξ per chain
-            self.raw_rate_scale.data = raw
+    rate_scale = PositiveConstant(r"The rate scale :math:`\xi` (maximal intensity), shape ``(*batch_shape, 1)``.")
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Counts must be finite non-negative integers."""

@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import torch
-from gpytorch.constraints import Positive
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Gamma, StudentT
@@ -14,6 +13,7 @@ from torch.distributions import Gamma, StudentT
 from .._numerics import expected_log1p_square, pg_tilt_c, safeguarded_newton, student_t_log_normaliser
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.student_t_predictive import StudentTPredictive
+from ._constants import PositiveConstant, register_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -73,30 +73,11 @@ class StudentTLikelihood(AugmentedLikelihood):
     ) -> None:
         super().__init__()
         self.learn_scale = learn_scale
-        for name, learn in (("raw_scale", learn_scale), ("raw_df", learn_df)):
-            self.register_parameter(name, torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn))
-            self.register_constraint(name, Positive())
-        self.scale, self.df = scale, df
+        register_positive_constant(self, "scale", scale, batch_shape, requires_grad=learn_scale)
+        register_positive_constant(self, "df", df, batch_shape, requires_grad=learn_df)
 
-    @property
-    def scale(self) -> Tensor:
-        r"""The scale :math:`\sigma`, shape ``(*batch_shape, 1)``."""
-        return self.raw_scale_constraint.transform(self.raw_scale)
-
-    @scale.setter
-    def scale(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_scale)
-        self.initialize(raw_scale=self.raw_scale_constraint.inverse_transform(value))
-
-    @property
-    def df(self) -> Tensor:
-        r"""The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``."""
-        return self.raw_df_constraint.transform(self.raw_df)
-
-    @df.setter
-    def df(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_df)
-        self.initialize(raw_df=self.raw_df_constraint.inverse_transform(value))
+    scale = PositiveConstant(r"The scale :math:`\sigma`, shape ``(*batch_shape, 1)``.")
+    df = PositiveConstant(r"The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``.")
 
     @property
     def _alpha(self) -> Tensor:
