@@ -48,10 +48,19 @@ class AuxiliaryDistribution:
     def sample(self, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """One joint draw; reproducible for a seeded ``generator`` (or the global torch seed)."""
         aux: dict[str, Tensor] = {}
-        with seeded_by(generator):
+        with seeded_by(generator, self._device()):
             for name in self.factors:
                 aux[name] = self._factor(name, aux).sample()
         return aux
+
+    def _device(self) -> torch.device | None:
+        """The device of the first factor that is a distribution with tensor parameters (for seeding), if any."""
+        for factor in self.factors.values():
+            if isinstance(factor, Distribution):
+                for value in vars(factor).values():
+                    if isinstance(value, Tensor):
+                        return value.device
+        return None
 
     def log_prob(self, aux: Mapping[str, Tensor]) -> Tensor:
         """:math:`\\log p(\\Omega)`, summed over the variables, one value per datum."""

@@ -137,7 +137,7 @@ class PositiveConstant:
         >>> likelihood = PoissonLogitLikelihood(rate_scale=torch.tensor(3.0))
         >>> likelihood.rate_scale = 2.0
         >>> likelihood.rate_scale
-        tensor([2.0000], grad_fn=<SoftplusBackward0>)
+        tensor([2.], grad_fn=<SoftplusBackward0>)
     """
 
     def __init__(self, doc: str = "") -> None:

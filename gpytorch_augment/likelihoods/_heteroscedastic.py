@@ -212,7 +212,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         with torch.no_grad():
             weighted = self._gamma(aux) * torch.sigmoid(g) * 0.5 * (y - f_) ** 2
             rate = b + weighted.sum(-1, keepdim=True)
-            with seeded_by(generator):
+            with seeded_by(generator, f.device):
                 draw = Gamma(torch.full_like(rate, a + weighted.shape[-1] / 2), rate).sample()
         with self.constants({"max_precision": draw}):
             fresh = self.sample_aux(y, f, generator=generator)

@@ -88,7 +88,7 @@ class LaplaceLikelihood(AugmentedLikelihood):
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
         r""":math:`E_{q(f_i)}\log p(y_i\mid f_i) = -\log 2\beta - E|y_i - f_i|/\beta` in closed form, per datum."""
-        y = self.check_targets(observations, **kwargs)
+        y = self.check_observations(observations, function_dist, **kwargs)
         var = function_dist.variance.clamp_min(torch.finfo(y.dtype).tiny)
         d = y - function_dist.mean
         abs_residual = (2 * var / math.pi).sqrt() * torch.exp(-(d**2) / (2 * var)) + d * torch.erf(d / (2 * var).sqrt())
@@ -97,7 +97,7 @@ class LaplaceLikelihood(AugmentedLikelihood):
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        return self.marginal(function_dist).log_prob(self.check_targets(observations, **kwargs))
+        return self.marginal(function_dist).log_prob(self.check_observations(observations, function_dist, **kwargs))
 
     # ------------------------------------------------------------------ sampling side
     def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:

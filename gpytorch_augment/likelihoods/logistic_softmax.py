@@ -452,7 +452,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         if prior is None:
             return {}, None
         alpha, beta = prior
-        with torch.no_grad(), seeded_by(generator):
+        with torch.no_grad(), seeded_by(generator, f.device):
             theta = self.class_scales.unsqueeze(-2)  # (..., 1, K)
             s = (self._logits(f) - theta.log()).exp()  # s_l(f): sigma(f_l), and D for the reference class
             rate = (theta * s).sum(-1)  # (..., N)

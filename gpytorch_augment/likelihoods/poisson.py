@@ -134,7 +134,7 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         a, b = self.rate_scale_prior
         n = aux["n"]
         shape = a + (y + n).sum(-1, keepdim=True)
-        with torch.no_grad(), seeded_by(generator):
+        with torch.no_grad(), seeded_by(generator, y.device):
             draw = Gamma(shape, torch.full_like(shape, b + n.shape[-1])).sample()
         return {"rate_scale": draw}, None
 

@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.distributions import Gamma, StudentT
 
 from .._numerics import expected_log1p_square, pg_tilt_c, safeguarded_newton, student_t_log_normaliser
+from .._random import draw_device
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.student_t_predictive import StudentTPredictive
 from ._constants import PositiveConstant, register_positive_constant
@@ -105,7 +106,7 @@ class StudentTLikelihood(AugmentedLikelihood):
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        return self.marginal(function_dist).log_prob(self.check_targets(observations, **kwargs))
+        return self.marginal(function_dist).log_prob(self.check_observations(observations, function_dist, **kwargs))
 
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
@@ -120,7 +121,7 @@ class StudentTLikelihood(AugmentedLikelihood):
         :math:`f` is off by 0.1--0.4 nats at
         :math:`\sigma \le 0.1\sqrt s`.)
         """
-        y = self.check_targets(observations, **kwargs)
+        y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = function_dist.mean, function_dist.variance.clamp_min(0)
         expected_log1p = expected_log1p_square((y - mean) ** 2, var, self.df * self.scale**2)
         return self._log_t(torch.zeros_like(expected_log1p)) - self._alpha * expected_log1p
@@ -139,7 +140,8 @@ class StudentTLikelihood(AugmentedLikelihood):
         drawn directly from ``generator`` (a standard-gamma draw divided by the rate, clamped to the smallest
         normal float as ``torch.distributions.Gamma`` does), without the distribution objects and re-seeding."""
         rate = self._prior_rate() + (y - f) ** 2 / 2
-        omega = torch._standard_gamma(self._alpha.expand_as(rate).contiguous(), generator=generator) / rate
+        alpha = self._alpha.expand_as(rate).contiguous().to(draw_device(generator, rate.device))
+        omega = torch._standard_gamma(alpha, generator=generator).to(rate.device) / rate
         return {"omega": omega.clamp_(min=torch.finfo(omega.dtype).tiny)}
 
     def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
