@@ -10,10 +10,14 @@ builds one from the variables before it:
 
 Example (the Poisson augmentation of ``augmentations.md`` §7)::
 
-    >>> AuxiliaryDistribution(
-    ...     n=Poisson(rate),
-    ...     omega=lambda aux: PolyaGamma(y + aux["n"], f.abs()),
-    ... )
+    >>> import torch
+    >>> from torch.distributions import Poisson
+    >>> from gpytorch_augment.distributions import AuxiliaryDistribution, PolyaGamma
+    >>> y, f, rate = torch.tensor([1.0, 3.0]), torch.tensor([0.5, -1.0]), torch.tensor([2.0, 2.0])
+    >>> joint = AuxiliaryDistribution(n=Poisson(rate), omega=lambda aux: PolyaGamma(y + aux["n"], f.abs()))
+    >>> aux = joint.sample(generator=torch.Generator().manual_seed(0))
+    >>> sorted(aux), joint.log_prob(aux).shape
+    (['n', 'omega'], torch.Size([2]))
 """
 
 from __future__ import annotations

@@ -50,13 +50,15 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
 
     Example::
 
-        >>> # an ApproximateGP whose strategy is IndependentMultitaskVariationalStrategy(CAVIVariationalStrategy(
-        >>> #     model, Z, CholeskyVariationalDistribution(M, batch_shape=[2])), num_tasks=2): task 0 is f, 1 is g
+        >>> import torch
+        >>> from gpytorch.distributions import MultitaskMultivariateNormal
+        >>> from gpytorch_augment import HeteroscedasticGaussianLikelihood
         >>> likelihood = HeteroscedasticGaussianLikelihood(max_precision=10.0)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)   # also fits xi
-        >>> model.eval(); q = model(x_test)
-        >>> mean, var = likelihood.predictive_moments(q); noise = likelihood.noise_variance(q)
-        >>> samples = GibbsSampler(exact_model, likelihood, x, y).sample(1000)   # exact-GP Gibbs
+        >>> q = MultitaskMultivariateNormal(torch.zeros(3, 2), torch.eye(6))     # latents (f, g) at 3 inputs
+        >>> mean, var = likelihood.predictive_moments(q)
+        >>> lower, upper = likelihood.predictive_interval(q, level=0.9)
+        >>> bool((lower < mean).all() and (mean < upper).all())
+        True
 
     :param max_precision: initial :math:`\xi > 0`.
     :param max_precision_prior: optional :math:`(a, b)` of a :math:`\mathrm{Ga}(a, b)` prior on :math:`\xi`: the Gibbs

@@ -64,9 +64,16 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultitaskMultivariateNormal
+        >>> from gpytorch_augment import HeteroscedasticStudentTLikelihood
         >>> likelihood = HeteroscedasticStudentTLikelihood(df=4.0, max_precision=10.0, learn_df=True)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)      # fits xi and nu too
-        >>> likelihood(model(x_test)).log_prob(y_test)
+        >>> q = MultitaskMultivariateNormal(torch.zeros(3, 2), torch.eye(6))     # latents (f, g) at 3 inputs
+        >>> likelihood(q).log_prob(torch.tensor([0.1, -0.2, 2.0])).shape
+        torch.Size([3])
+        >>> median = likelihood.predictive_quantile(q, 0.5)                       # m_f by symmetry
+        >>> bool(median.abs().max() < 1e-6)
+        True
 
     :param df: degrees of freedom :math:`\nu > 0`.
     :param max_precision: initial :math:`\xi > 0`.
@@ -128,6 +135,17 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
     def _noise_variance_factor(self) -> Tensor:
         df = self.df
         return torch.where(df > 2, df / (df - 2).clamp_min(1e-300), torch.inf)
+
+    def _predictive_df(self) -> Tensor:
+        return self.df.detach()
+
+    def _component_cdf(self, z: Tensor, df: Tensor | None) -> Tensor:
+        """The Student-t CDF, ``scipy.special.stdtr`` on the host (float64; torch has no regularised beta)."""
+        from scipy.special import stdtr
+
+        df = torch.as_tensor(df).expand_as(z)
+        value = stdtr(df.detach().cpu().numpy(), z.detach().cpu().numpy())
+        return torch.as_tensor(value, dtype=torch.float64, device=z.device)
 
     # ------------------------------------------------------------------ drop-in
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> StudentT:

@@ -52,9 +52,17 @@ class LaplaceLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import LaplaceLikelihood
         >>> likelihood = LaplaceLikelihood(scale=0.5)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)     # also fits beta
-        >>> likelihood.scale, likelihood(model(x_test)).log_prob(y_test)
+        >>> q_f = MultivariateNormal(torch.zeros(2), 0.1 * torch.eye(2))
+        >>> y = torch.tensor([0.3, -1.0])
+        >>> likelihood(q_f).log_prob(y).shape                  # the NormalLaplace predictive
+        torch.Size([2])
+        >>> likelihood.update_hyperparameters(y, None, q_f.mean, q_f.variance)   # β = mean residual
+        >>> likelihood.scale
+        tensor([0.7423], grad_fn=<SoftplusBackward0>)
 
     :param scale: the Laplace scale :math:`\beta > 0`.
     :param learn_scale: if ``False``, :math:`\beta` is neither updated by CAVI nor trained by gradients.

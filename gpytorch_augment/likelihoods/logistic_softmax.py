@@ -182,14 +182,15 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     Example::
 
-        >>> likelihood = LogisticSoftmaxLikelihood(num_classes=3, learn_class_scales=True)
-        >>> model = MySVGP(Z, batch_shape=torch.Size([likelihood.num_latents]))    # J latent GPs, CAVI strategy
-        >>> model.variational_strategy = IndependentMultitaskVariationalStrategy(
-        ...     model.variational_strategy, num_tasks=likelihood.num_latents)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)        # q(u) and θ in closed form
-        >>> model.eval()
-        >>> probs = likelihood.predict_proba(model(x_test))           # (N*, K), variance integrated
-        >>> labels = likelihood.predict_labels(model(x_test))         # (N*,)
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, LogisticSoftmaxLikelihood
+        >>> from gpytorch_augment.testing import make_cavi_model
+        >>> x, y = torch.linspace(-2, 2, 9).unsqueeze(-1), torch.tensor([0.0, 0, 0, 1, 1, 1, 2, 2, 2])
+        >>> likelihood = LogisticSoftmaxLikelihood(num_classes=3)
+        >>> model = make_cavi_model(likelihood.num_latents, x[::2])   # 3 latent GPs, batched CAVI strategy
+        >>> trace = CAVI(model, likelihood, num_data=9).fit(x, y, max_iter=20)
+        >>> likelihood.predict_labels(model(torch.tensor([[-2.0], [0.0], [2.0]])))
+        tensor([0, 1, 2])
 
     :param num_classes: :math:`K \ge 2`.
     :param bijective: use :math:`K - 1` latents and fix :math:`f_K \equiv 0`.

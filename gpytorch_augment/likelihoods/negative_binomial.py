@@ -89,9 +89,16 @@ class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import NegativeBinomialLogitLikelihood
         >>> likelihood = NegativeBinomialLogitLikelihood(total_count=2.5)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)   # also fits r in closed form
-        >>> likelihood(model(x_test)).mean                        # E[y* | data] = r E e^{f*}
+        >>> q_f = MultivariateNormal(torch.zeros(2), 0.01 * torch.eye(2))
+        >>> likelihood(q_f).mean.detach()                             # r E e^{f*} ≈ r e^{s/2}
+        tensor([2.5125, 2.5125])
+        >>> likelihood.update_hyperparameters(torch.tensor([1.0, 6.0]), None, q_f.mean, q_f.variance)  # fits r
+        >>> bool(likelihood.total_count > 0)
+        True
 
     :param total_count: initial :math:`r`.
     :param batch_shape: batch shape of :math:`r`.

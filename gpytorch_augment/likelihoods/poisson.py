@@ -60,9 +60,17 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import PoissonLogitLikelihood
         >>> likelihood = PoissonLogitLikelihood(rate_scale=10.0)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)    # also fits ξ in closed form
-        >>> likelihood(model(x_test)).mean                         # E[y* | data] = ξ E σ(f*)
+        >>> q_f = MultivariateNormal(torch.zeros(3), torch.eye(3))
+        >>> likelihood(q_f).mean.detach()                             # E[y* | data] = ξ E σ(f*), = ξ/2 here
+        tensor([5., 5., 5.])
+        >>> y = torch.tensor([2.0, 7.0, 4.0])
+        >>> likelihood.update_hyperparameters(y, None, q_f.mean, q_f.variance)   # closed-form ξ
+        >>> likelihood.rate_scale.shape
+        torch.Size([1])
 
     :param rate_scale: initial :math:`\xi`.
     :param rate_scale_prior: optional :math:`(a, b)` of a :math:`\mathrm{Ga}(a, b)` prior (shape, rate) on :math:`\xi`

@@ -53,9 +53,16 @@ class StudentTLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import StudentTLikelihood
         >>> likelihood = StudentTLikelihood(df=4.0, scale=0.3)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)     # also fits sigma
-        >>> likelihood(model(x_test)).log_prob(y_test)               # StudentTPredictive
+        >>> q_f = MultivariateNormal(torch.zeros(2), 0.1 * torch.eye(2))
+        >>> y = torch.tensor([0.3, -1.0])
+        >>> likelihood(q_f).log_prob(y).shape                  # StudentTPredictive
+        torch.Size([2])
+        >>> likelihood.expected_log_prob(y, q_f) <= likelihood.log_marginal(y, q_f)   # Jensen
+        tensor([True, True])
 
     :param df: degrees of freedom :math:`\nu > 0`.
     :param scale: scale :math:`\sigma > 0`.
