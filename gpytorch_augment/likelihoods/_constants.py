@@ -75,7 +75,8 @@ def set_positive_constant(module: torch.nn.Module, name: str, value: Any, update
         if update:
             raise ValueError(
                 f"the closed-form update of {name} gave {_first(wide, bad)} (it must be positive and finite): q(f) "
-                f"or the targets are extreme; check them, or fix {name} (learn flag False)"
+                f"or the targets are extreme for {param.dtype}; {_FLOAT64_ADVICE}, check the data, or keep {name} "
+                f"fixed (raw_{name}.requires_grad_(False))"
             )
         raise ValueError(f"{name} must be positive and finite; got {_first(wide, bad)}")
     narrow = wide.to(param.dtype)

@@ -11,6 +11,7 @@ from torch.distributions import MixtureSameFamily, Normal
 from torch.nn.functional import logsigmoid
 
 from .._numerics import gauss_hermite, log_sigma_tilde_plus, quadrature_mixture
+from ._constants import set_positive_constant
 from ._heteroscedastic import LOG_2PI, HeteroscedasticLikelihoodBase, split_latents
 from .augmented_likelihood import NUM_QUADRATURE_LOCS, AuxDict
 
@@ -120,4 +121,4 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
         if not self.raw_max_precision.requires_grad:
             return
         _, phi, _, one_minus = self._optimal_q(y, f_mean, f_var)
-        self.max_precision = self._map_xi(y, phi * one_minus)
+        set_positive_constant(self, "max_precision", self._map_xi(y, phi * one_minus), update=True)

@@ -22,7 +22,7 @@ from .._numerics import (
     student_t_log_normaliser,
 )
 from ..distributions.student_t_predictive import StudentTPredictive
-from ._constants import PositiveConstant, register_positive_constant
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from ._heteroscedastic import HeteroscedasticLikelihoodBase, split_latents
 from .augmented_likelihood import NUM_QUADRATURE_LOCS, AuxDict
 
@@ -219,9 +219,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
         u = phi * one_minus
         if self.raw_max_precision.requires_grad:
             e_gamma = self._alpha / (self.df / 2 + self._xi * u)
-            self.max_precision = self._map_xi(y, e_gamma * u)
+            set_positive_constant(self, "max_precision", self._map_xi(y, e_gamma * u), update=True)
         if self.raw_df.requires_grad:
-            self.df = self.maximise_df(u)
+            set_positive_constant(self, "df", self.maximise_df(u), update=True)
 
     @torch.no_grad()
     def maximise_df(self, u: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ from .._numerics import pg_tilt_c
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.inverse_gaussian import InverseGamma, InverseGaussian
 from ..distributions.normal_laplace import NormalLaplace
-from ._constants import PositiveConstant, register_positive_constant
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: residuals are clamped to at least this before dividing (``augmentations.md`` §5)
@@ -105,7 +105,8 @@ class LaplaceLikelihood(AugmentedLikelihood):
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        return self.marginal(function_dist).log_prob(self.check_observations(observations, function_dist, **kwargs))
+        y = self.check_observations(observations, function_dist, **kwargs)
+        return self.marginal(function_dist).log_prob(y)
 
     # ------------------------------------------------------------------ sampling side
     def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:
@@ -165,4 +166,4 @@ class LaplaceLikelihood(AugmentedLikelihood):
             return
         r = self._residual(y, f_mean, f_var)
         shape = self.raw_scale.shape
-        self.scale = r.sum_to_size(shape) / (r.numel() // shape.numel())
+        set_positive_constant(self, "scale", r.sum_to_size(shape) / (r.numel() // shape.numel()), update=True)

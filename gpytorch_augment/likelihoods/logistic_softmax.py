@@ -552,4 +552,5 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             theta = self.class_scales.detach()
             if theta.dim() > 1:
                 theta = theta.mean(tuple(range(theta.dim() - 1)))
-            self.class_scales = maximise_class_scales(a, counts, theta, self._prior_parameters).to(theta)
+            theta = maximise_class_scales(a, counts, theta, self._prior_parameters).to(theta)
+            set_positive_constant(self, "class_scales", theta, update=True)

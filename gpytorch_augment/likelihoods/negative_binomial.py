@@ -23,7 +23,7 @@ from .._numerics import (
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
-from ._constants import PositiveConstant, register_positive_constant
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: the closed-form update keeps :math:`\log r` in this interval (a root beyond it is clipped to the bound)
@@ -175,4 +175,5 @@ class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
         with torch.no_grad():
             c = pg_tilt_c(f_mean, f_var)
             sum_log_sigma_tilde = log_sigma_tilde(f_mean, c).sum(-1, keepdim=True)
-            self.total_count = solve_total_count(y.expand_as(f_mean), sum_log_sigma_tilde)
+            r = solve_total_count(y.expand_as(f_mean), sum_log_sigma_tilde)
+            set_positive_constant(self, "total_count", r, update=True)

@@ -22,7 +22,7 @@ from .._random import seeded_by
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
-from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant
+from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 
@@ -186,4 +186,5 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
             return
         with torch.no_grad():
             c = pg_tilt_c(f_mean, f_var)
-            self.rate_scale = total / (-torch.expm1(log_sigma_tilde(f_mean, c))).sum(-1, keepdim=True)
+            xi = total / (-torch.expm1(log_sigma_tilde(f_mean, c))).sum(-1, keepdim=True)
+            set_positive_constant(self, "rate_scale", xi, update=True)

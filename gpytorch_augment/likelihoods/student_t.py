@@ -14,7 +14,7 @@ from .._numerics import expected_log1p_square, pg_tilt_c, safeguarded_newton, st
 from .._random import draw_device
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.student_t_predictive import StudentTPredictive
-from ._constants import PositiveConstant, register_positive_constant
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -113,7 +113,8 @@ class StudentTLikelihood(AugmentedLikelihood):
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        return self.marginal(function_dist).log_prob(self.check_observations(observations, function_dist, **kwargs))
+        y = self.check_observations(observations, function_dist, **kwargs)
+        return self.marginal(function_dist).log_prob(y)
 
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
@@ -228,4 +229,4 @@ class StudentTLikelihood(AugmentedLikelihood):
         hi = torch.full_like(lo, float(r2.max().log()))
         start = 2 * self.scale.to(torch.float64).log()
         log_scale2 = safeguarded_newton(excess_and_slope, lo, hi, start, increasing=False)
-        self.scale = (log_scale2 / 2).exp().to(self.raw_scale)
+        set_positive_constant(self, "scale", (log_scale2 / 2).exp().to(self.raw_scale), update=True)
