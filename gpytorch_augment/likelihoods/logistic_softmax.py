@@ -523,7 +523,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         n_mean, log_q = self._count_mean(q_aux)
         _, log_s = self._log_weights()
         _, Y = self._labels(y, c.dtype)
-        return pg_kl(Y + n_mean, c).sum(-1) + log_q - log_s + (n_mean * sigma_tilde.log()).sum(-1)
+        return pg_kl(Y + n_mean, c).sum(-1) + log_q - log_s + torch.xlogy(n_mean, sigma_tilde).sum(-1)
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
         c = pg_tilt_c(f_mean, f_var)
