@@ -122,14 +122,29 @@ def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
     return x * math.sqrt(2.0), w / math.sqrt(math.pi)
 
 
+@lru_cache(maxsize=64)
+def _hermgauss_tensors(n: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The standard-normal Gauss--Hermite rule as tensors, cached per ``(n, dtype, device)`` (no host copy per
+    call on a GPU); the cached tensors must not be modified."""
+    x, w = _hermgauss(n)
+    return torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(w, dtype=dtype, device=device)
+
+
 def gauss_hermite(mean: Tensor, var: Tensor, num_locs: int = 20) -> tuple[Tensor, Tensor]:
     r"""Nodes ``f`` of shape ``(num_locs, *mean.shape)`` and weights of shape ``(num_locs, 1, ..)`` such
-    that :math:`E_{\mathcal N(m, s)} g(f) \approx \sum_k w_k\, g(f_k)`."""
-    x, w = _hermgauss(num_locs)
+    that :math:`E_{\mathcal N(m, s)} g(f) \approx \sum_k w_k\, g(f_k)`. The rule is cached per dtype and device.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._numerics import gauss_hermite
+        >>> nodes, weights = gauss_hermite(torch.tensor([1.0]), torch.tensor([4.0]), num_locs=10)
+        >>> (weights * nodes**2).sum(0)          # E f^2 = m^2 + s
+        tensor([5.])
+    """
+    x, w = _hermgauss_tensors(num_locs, mean.dtype, mean.device)
     shape = (num_locs,) + (1,) * mean.dim()
-    x = torch.as_tensor(x, dtype=mean.dtype, device=mean.device).view(shape)
-    w = torch.as_tensor(w, dtype=mean.dtype, device=mean.device).view(shape)
-    return mean + var.clamp_min(0).sqrt() * x, w
+    return mean + var.clamp_min(0).sqrt() * x.view(shape), w.view(shape)
 
 
 def quadrature_mixture(

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-__all__ = ["numpy_generator", "seeded_by"]
+__all__ = ["draw_device", "numpy_generator", "seeded_by"]
 
 #: Fixed odd PCG64 increment (stream selector). Any odd 128-bit value works; this one is arbitrary.
 _PCG64_INC = 0x5851F42D4C957F2D_14057B7EF767814F | 1
@@ -81,20 +81,64 @@ def numpy_generator(generator: torch.Generator | None = None) -> np.random.Gener
     return np_gen
 
 
+def _cuda_indices(generator: torch.Generator, device: torch.device | str | None) -> list[int]:
+    """The CUDA devices whose global RNG a seeded block may use: the generator's, ``device``'s and, once CUDA is
+    initialised, the current one (data may live there)."""
+    devices = [generator.device] + ([torch.device(device)] if device is not None else [])
+    indices = set()
+    for d in devices:
+        if d.type == "cuda":
+            indices.add(d.index if d.index is not None else torch.cuda.current_device())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        indices.add(torch.cuda.current_device())
+    return sorted(indices)
+
+
 @contextmanager
-def seeded_by(generator: torch.Generator | None) -> Iterator[None]:
-    """Context manager: route torch's global RNG through ``generator`` for the duration of the block.
+def seeded_by(generator: torch.Generator | None, device: torch.device | str | None = None) -> Iterator[None]:
+    """Context manager: route torch's global RNGs through ``generator`` for the duration of the block.
 
     With ``generator=None`` (or ``torch.default_generator``) nothing changes. Otherwise a seed is drawn from
-    ``generator`` (advancing it), the global RNG state is saved, re-seeded with it, and restored on exit; so
-    draws inside the block (including :func:`numpy_generator` with ``None``) are reproducible from ``generator``
-    and the global stream is left untouched.
+    ``generator`` (advancing it, on its own device), the global RNG states are saved, re-seeded with it, and
+    restored on exit; so draws inside the block (including :func:`numpy_generator` with ``None``) are reproducible
+    from ``generator`` and the global streams are left untouched. The global RNGs covered are the CPU one and the
+    CUDA one of each device that may be drawn on: the generator's, ``device``'s (pass the data's device) and, once
+    CUDA is initialised, the current device. So a CPU ``torch.Generator()`` also seeds draws on CUDA data.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._random import seeded_by
+        >>> draws = []
+        >>> for _ in range(2):
+        ...     with seeded_by(torch.Generator().manual_seed(3)):
+        ...         draws.append(torch.randn(2))
+        >>> torch.equal(*draws)
+        True
     """
     if generator is None or generator is torch.default_generator:
         yield
         return
     seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device).item())
-    with torch.random.fork_rng(devices=[]):
-        # the CPU generator only: torch.manual_seed would also queue (costly) lazy CUDA seeding
+    cuda = _cuda_indices(generator, device)
+    # only the devices that may be drawn on: torch.manual_seed would also queue (costly) lazy seeding of every GPU
+    with torch.random.fork_rng(devices=cuda):
         torch.default_generator.manual_seed(seed)
+        for index in cuda:
+            with torch.cuda.device(index):
+                torch.cuda.manual_seed(seed)
         yield
+
+
+def draw_device(generator: torch.Generator | None, device: torch.device) -> torch.device:
+    """The device a draw with ``generator`` must be made on: the generator's (then moved to ``device``), or
+    ``device`` itself when drawing from the global RNG. A CPU generator thus works with CUDA data.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._random import draw_device
+        >>> draw_device(torch.Generator(), torch.device("cpu"))
+        device(type='cpu')
+    """
+    return device if generator is None else generator.device

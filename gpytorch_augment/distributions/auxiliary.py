@@ -10,10 +10,14 @@ builds one from the variables before it:
 
 Example (the Poisson augmentation of ``augmentations.md`` §7)::
 
-    >>> AuxiliaryDistribution(
-    ...     n=Poisson(rate),
-    ...     omega=lambda aux: PolyaGamma(y + aux["n"], f.abs()),
-    ... )
+    >>> import torch
+    >>> from torch.distributions import Poisson
+    >>> from gpytorch_augment.distributions import AuxiliaryDistribution, PolyaGamma
+    >>> y, f, rate = torch.tensor([1.0, 3.0]), torch.tensor([0.5, -1.0]), torch.tensor([2.0, 2.0])
+    >>> joint = AuxiliaryDistribution(n=Poisson(rate), omega=lambda aux: PolyaGamma(y + aux["n"], f.abs()))
+    >>> aux = joint.sample(generator=torch.Generator().manual_seed(0))
+    >>> sorted(aux), joint.log_prob(aux).shape
+    (['n', 'omega'], torch.Size([2]))
 """
 
 from __future__ import annotations
@@ -48,10 +52,19 @@ class AuxiliaryDistribution:
     def sample(self, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """One joint draw; reproducible for a seeded ``generator`` (or the global torch seed)."""
         aux: dict[str, Tensor] = {}
-        with seeded_by(generator):
+        with seeded_by(generator, self._device()):
             for name in self.factors:
                 aux[name] = self._factor(name, aux).sample()
         return aux
+
+    def _device(self) -> torch.device | None:
+        """The device of the first factor that is a distribution with tensor parameters (for seeding), if any."""
+        for factor in self.factors.values():
+            if isinstance(factor, Distribution):
+                for value in vars(factor).values():
+                    if isinstance(value, Tensor):
+                        return value.device
+        return None
 
     def log_prob(self, aux: Mapping[str, Tensor]) -> Tensor:
         """:math:`\\log p(\\Omega)`, summed over the variables, one value per datum."""

@@ -19,6 +19,8 @@ from torch.distributions import InverseGamma as _TorchInverseGamma
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
+from .._random import draw_device
+
 __all__ = ["InverseGamma", "InverseGaussian"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -63,9 +65,12 @@ class InverseGaussian(Distribution):
 
     Example::
 
-        >>> q = InverseGaussian(torch.tensor([0.5, 1e8]), torch.tensor(2.0))
-        >>> x = q.sample((1000,), generator=torch.Generator().manual_seed(0))   # (1000, 2)
-        >>> q.mean, q.variance, q.log_prob(x).shape
+        >>> import torch
+        >>> from gpytorch_augment.distributions import InverseGaussian
+        >>> q = InverseGaussian(torch.tensor([0.5, 2.0]), torch.tensor(2.0))
+        >>> x = q.sample((20000,), generator=torch.Generator().manual_seed(0))
+        >>> q.mean, bool(((x.mean(0) - q.mean).abs() < 0.05).all())
+        (tensor([0.5000, 2.0000]), True)
 
     :param mean: :math:`\mu \in (0, \infty]` (tensor or number).
     :param shape: :math:`\kappa > 0`; broadcast against ``mean``. Stored as ``loc`` (:math:`\mu`) and
@@ -132,8 +137,9 @@ class InverseGaussian(Distribution):
         shape = self._extended_shape(torch.Size(sample_shape))
         mu, kappa = self.loc.expand(shape), self.concentration.expand(shape)
         inv_mu = self._inv_mean.expand(shape)
-        normal = torch.randn(shape, dtype=mu.dtype, device=mu.device, generator=generator)
-        uniform = torch.rand(shape, dtype=mu.dtype, device=mu.device, generator=generator)
+        device = draw_device(generator, mu.device)  # the generator's device; the draws then move to mu's
+        normal = torch.randn(shape, dtype=mu.dtype, device=device, generator=generator).to(mu.device)
+        uniform = torch.rand(shape, dtype=mu.dtype, device=device, generator=generator).to(mu.device)
         a = normal**2 / (2 * kappa)
         small_root = 1.0 / (inv_mu + a + a.sqrt() * (a + 2 * inv_mu).sqrt())
         phi = a * mu  # large root mu^2 / x_1 = mu (1 + phi + sqrt(phi (phi + 2)))

@@ -9,6 +9,10 @@ from torch.distributions import Distribution, constraints
 __all__ = ["NegativeMultinomial"]
 
 
+#: largest Poisson rate drawn (``torch.poisson`` overflows int64 near 9.2e18)
+_MAX_RATE = 1e15
+
+
 class NegativeMultinomial(Distribution):
     r"""Negative multinomial :math:`\mathrm{NM}(n \mid 1, p)` over counts :math:`n \in \mathbb N^J`,
 
@@ -46,6 +50,12 @@ class NegativeMultinomial(Distribution):
         with torch.no_grad():
             gamma = torch.empty(shape[:-1], dtype=self.log_probs.dtype, device=self.log_probs.device).exponential_()
             rate = gamma.unsqueeze(-1) * (self.log_probs - self.log_p0.unsqueeze(-1)).exp()
+            if not bool((rate < _MAX_RATE).all()):  # torch.poisson returns garbage (int64 overflow) beyond
+                raise ValueError(
+                    f"NegativeMultinomial: counts overflow (a Poisson rate of {rate.max().item():.3g}; log p0 down to "
+                    f"{self.log_p0.min().item():.3g}): the latent values are extreme (e.g. every latent << 0 in the "
+                    "logistic-softmax likelihood); check the model's scales (outputscale, mean) or the inputs"
+                )
             return torch.poisson(rate.expand(shape))
 
     def log_prob(self, value: Tensor) -> Tensor:

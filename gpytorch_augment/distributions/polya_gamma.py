@@ -23,6 +23,8 @@ _SERIES_MARGIN = 45.0
 _SERIES_MAX_TERMS = 5000
 _SERIES_CHUNK = 16
 _GAMMA_TERMS = 10
+#: above this ``b`` or ``|c|`` draws use the normal approximation with exact moments (see :func:`_sample_numpy`)
+_NORMAL_ABOVE = 1e8
 
 
 def _log1mexp(d: Tensor) -> Tensor:
@@ -105,8 +107,11 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
     Routing used instead (first matching row; each branch checked unbiased at that resolution):
 
     ==========================  =====================================================
-    ``b <= 200``, ``z >= 8``     ``"alternate"`` (exact)
+    ``b > 1e8`` or ``z > 1e8``   normal approximation with exact moments (``polyagamma`` never returns for
+                                 ``z >~ 1e60`` and is wrong for ``b = 1e300``; here the law is a sum of
+                                 :math:`\gtrsim 10^8` independent terms, relative sd :math:`< 10^{-4}`)
     ``b > 200``,  ``z > 10``     normal approximation with exact moments (skewness < 0.1)
+    ``b <= 200``, ``z >= 8``     ``"alternate"`` (exact)
     integer ``b <= 12``          ``"devroye"`` (exact)
     ``b >= 8``                   ``"saddle"`` (exact)
     otherwise (``b < 8``)        gamma series, 10 terms + moment-matched tail (§2.8)
@@ -123,8 +128,8 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
     out = np.empty_like(b) if out is None else out
     if b.size and z.max() < 8 and b.max() <= 12 and (b == np.round(b)).all():  # every element: "devroye"
         return random_polyagamma(h=b, z=z, method="devroye", random_state=rng, out=out)
-    alternate = (b <= 200) & (z >= 8)
-    normal = (b > 200) & (z > 10)
+    normal = ((b > 200) & (z > 10)) | (z > _NORMAL_ABOVE) | (b > _NORMAL_ABOVE)
+    alternate = (b <= 200) & (z >= 8) & ~normal
     rest = ~(alternate | normal)
     devroye = rest & (b <= 12) & (b == np.round(b))
     saddle = rest & ~devroye & (b >= 8)
@@ -169,14 +174,23 @@ class PolyaGamma(Distribution):
       package's biased/broken branches, see :func:`_sample_numpy`), seeded from the torch generator (or the global
       torch RNG) via :func:`gpytorch_augment._random.numpy_generator`, so ``torch.manual_seed`` makes draws
       reproducible. Not reparameterisable (no :meth:`rsample`); no gradient flows through samples.
+    * **Devices**: parameters on a GPU are copied to the host, drawn there in float64 with NumPy, and the draws
+      copied back to the parameters' device and dtype (a host round trip per call). ``generator`` may live on any
+      device (a CUDA generator is read with ``randint`` on its device); draws depend on its state only.
+    * ``b`` must be finite and :math:`\ge 0`, ``c`` finite (``ValueError`` otherwise, at construction).
 
     Example::
 
-        >>> torch.manual_seed(0)
-        >>> q = PolyaGamma(torch.tensor([1.0, 3.0]), torch.tensor([0.5, 2.0]))
-        >>> omega = q.sample((1000,))  # shape (1000, 2)
-        >>> q.mean, q.variance, q.log_prob(omega).shape
+        >>> import torch
+        >>> from gpytorch_augment.distributions import PolyaGamma
+        >>> q = PolyaGamma(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 2.0]))
+        >>> q.mean                                                   # b/4 at c = 0
+        tensor([0.2500, 0.5712])
+        >>> omega = q.sample((4000,), generator=torch.Generator().manual_seed(0))
+        >>> omega.shape, bool(((omega.mean(0) - q.mean).abs() < 0.02).all())
+        (torch.Size([4000, 2]), True)
         >>> torch.distributions.kl_divergence(q, PolyaGamma(q.b, torch.zeros(2)))  # KL(PG(b,c) || PG(b,0))
+        tensor([0.0000, 0.1590])
 
     :param b: shape :math:`b \ge 0` (tensor or number).
     :param c: tilt :math:`c \in \mathbb R` (tensor or number); broadcast against ``b``.
@@ -191,6 +205,11 @@ class PolyaGamma(Distribution):
         # integer tensors (e.g. counts) are cast first: broadcast_all would give a float number their integer dtype
         b, c = (t.to(dtype) if isinstance(t, Tensor) else t for t in (b, c))
         b, c = broadcast_all(b, c)
+        if not bool((torch.isfinite(b) & (b >= 0)).all()):
+            bad = b[~(torch.isfinite(b) & (b >= 0))].flatten()[0].item()
+            raise ValueError(f"PolyaGamma: b must be finite and >= 0; got {bad}")
+        if not bool(torch.isfinite(c).all()):
+            raise ValueError(f"PolyaGamma: c must be finite; got {c[~torch.isfinite(c)].flatten()[0].item()}")
         self.b: Tensor = b
         self.c: Tensor = c
         super().__init__(self.b.shape, validate_args=validate_args)

@@ -42,19 +42,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gpytorch
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from torch import Tensor
 from torch.distributions import Gamma, Poisson
 from torch.nn.functional import logsigmoid
 
-from .._numerics import LOG2, log_sigma_tilde, pg_kl, pg_mean, pg_tilt_c
+from .._numerics import LOG2, gauss_hermite, log_sigma_tilde, pg_kl, pg_mean, pg_tilt_c
 from .._random import seeded_by
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.noise_variance import NoiseVariance
 from ..distributions.polya_gamma import PolyaGamma
-from .augmented_likelihood import AugmentedLikelihood, AuxDict
+from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant
+from .augmented_likelihood import NUM_QUADRATURE_LOCS, AugmentedLikelihood, AuxDict
 
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -94,36 +94,13 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         batch_shape: torch.Size = torch.Size(),
     ) -> None:
         super().__init__()
-        if max_precision_prior is not None:
-            a, b = (float(v) for v in max_precision_prior)
-            if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
-                raise ValueError(
-                    f"max_precision_prior (a, b) must have finite a > 0 and b > 0; got {max_precision_prior}"
-                )
-            max_precision_prior = (a, b)
-        self.max_precision_prior = max_precision_prior
-        self.register_parameter(
-            "raw_max_precision", torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn_max_precision)
+        self.max_precision_prior = check_gamma_prior("max_precision_prior", max_precision_prior)
+        register_positive_constant(
+            self, "max_precision", max_precision, batch_shape, requires_grad=learn_max_precision
         )
-        self.register_constraint("raw_max_precision", gpytorch.constraints.Positive())
-        self.max_precision = max_precision
 
     # ------------------------------------------------------------------ xi
-    @property
-    def max_precision(self) -> Tensor:
-        r"""The largest noise precision :math:`\xi`, shape ``(*batch_shape, 1)``."""
-        return self.raw_max_precision_constraint.transform(self.raw_max_precision)
-
-    @max_precision.setter
-    def max_precision(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_max_precision)
-        if not (torch.isfinite(value).all() and (value > 0).all()):
-            raise ValueError(f"max_precision must be positive and finite; got {value}")
-        raw = self.raw_max_precision_constraint.inverse_transform(value)
-        if raw.shape == self.raw_max_precision.shape:
-            self.initialize(raw_max_precision=raw)
-        else:  # a shape other than the parameter's, e.g. one xi per chain
-            self.raw_max_precision.data = raw
+    max_precision = PositiveConstant(r"The largest noise precision :math:`\xi`, shape ``(*batch_shape, 1)``.")
 
     @property
     def _xi(self) -> Tensor:
@@ -235,7 +212,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         with torch.no_grad():
             weighted = self._gamma(aux) * torch.sigmoid(g) * 0.5 * (y - f_) ** 2
             rate = b + weighted.sum(-1, keepdim=True)
-            with seeded_by(generator):
+            with seeded_by(generator, f.device):
                 draw = Gamma(torch.full_like(rate, a + weighted.shape[-1] / 2), rate).sample()
         with self.constants({"max_precision": draw}):
             fresh = self.sample_aux(y, f, generator=generator)
@@ -345,6 +322,69 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         :math:`s_f + E_{q(g)}v(g)`."""
         mean, var = self._moments(function_dist)
         return mean[..., 0], var[..., 0] + self.noise_variance(function_dist).mean
+
+    # ------------------------------------------------------------------ predictive quantiles
+    def _component_cdf(self, z: Tensor, df: Tensor | None) -> Tensor:
+        """Standardised CDF of a mixture component (normal; the Student-t overrides through ``df``)."""
+        return torch.special.ndtr(z)
+
+    def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor) -> Tensor:
+        r""":math:`P(y_* \le \text{value})` under the predictive of :meth:`marginal`: Gauss--Hermite over :math:`g`
+        and, for the Student-t, over :math:`f` (the Gaussian integrates :math:`f` exactly), in float64."""
+        mean, var = self._moments(function_dist)
+        mean, var, value = mean.double(), var.double(), torch.as_tensor(value).to(mean.device, torch.float64)
+        g, w_g = gauss_hermite(mean[..., 1], var[..., 1], NUM_QUADRATURE_LOCS)
+        noise_var = (1 + torch.exp(-g)) / self._xi.double()  # Var (Gaussian) or squared scale (Student-t) of y | f, g
+        df = self._predictive_df()
+        if df is None:
+            z = (value - mean[..., 0]) / (var[..., 0] + noise_var).sqrt()
+            return (w_g * self._component_cdf(z, None)).sum(0)
+        f, w_f = gauss_hermite(mean[..., 0], var[..., 0], NUM_QUADRATURE_LOCS)
+        z = (value - f.unsqueeze(1)) / noise_var.sqrt().unsqueeze(0)  # (F, G, ...)
+        return (w_f.unsqueeze(1) * w_g.unsqueeze(0) * self._component_cdf(z, df.double())).sum((0, 1))
+
+    def _predictive_df(self) -> Tensor | None:
+        r"""Degrees of freedom of :math:`y\mid f, g` (``None``: Gaussian)."""
+        return None
+
+    @torch.no_grad()
+    def predictive_quantile(self, function_dist: MultivariateNormal, q: Tensor | float) -> Tensor:
+        r"""Quantiles of the predictive :math:`p(y_*\mid\text{data})` of :meth:`marginal` at probability ``q``
+        (broadcast against the data), by bisection of :meth:`predictive_cdf` to ~1e-10 relative; same dtype as
+        :math:`q(f)`. GPyTorch's distributions offer ``icdf``; a quadrature mixture does not, hence this member.
+
+        :raises ValueError: unless ``0 < q < 1``.
+        """
+        q = torch.as_tensor(q, dtype=torch.float64)
+        if not bool(((q > 0) & (q < 1)).all()):
+            raise ValueError(f"q must lie in (0, 1); got {q}")
+        mean, var = self._moments(function_dist)
+        center = mean[..., 0].double()
+        width = (var[..., 0].double() + (1 + torch.exp(-mean[..., 1].double())) / self._xi.double()).sqrt()
+        q = q.to(center.device).expand(torch.broadcast_shapes(q.shape, center.shape))
+        lo, hi = center - width, center + width
+        for _ in range(200):  # widen until the bracket holds every quantile
+            below, above = self.predictive_cdf(function_dist, lo) > q, self.predictive_cdf(function_dist, hi) < q
+            if not bool((below | above).any()):
+                break
+            lo = torch.where(below, 2 * lo - center, lo)
+            hi = torch.where(above, 2 * hi - center, hi)
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            low_side = self.predictive_cdf(function_dist, mid) < q
+            lo, hi = torch.where(low_side, mid, lo), torch.where(low_side, hi, mid)
+        return ((lo + hi) / 2).to(mean.dtype)
+
+    def predictive_interval(self, function_dist: MultivariateNormal, level: float = 0.95) -> tuple[Tensor, Tensor]:
+        r"""The central ``level`` interval of the predictive :math:`p(y_*\mid\text{data})`: the
+        :meth:`predictive_quantile` at :math:`(1 \mp \text{level})/2`, each of shape ``(..., N)``.
+
+        :raises ValueError: unless ``0 < level < 1``.
+        """
+        if not 0.0 < float(level) < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        tail = (1 - float(level)) / 2
+        return self.predictive_quantile(function_dist, tail), self.predictive_quantile(function_dist, 1 - tail)
 
     # ------------------------------------------------------------------ hyper-parameters
     def _map_xi(self, y: Tensor, weighted_phi: Tensor) -> Tensor:

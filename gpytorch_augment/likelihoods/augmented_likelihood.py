@@ -245,8 +245,15 @@ class AugmentedLikelihood(Likelihood, ABC):
 
         Example::
 
-            >>> with likelihood.constants({"rate_scale": xi_per_chain}):   # xi_per_chain: (chains, 1)
-            ...     aux = likelihood.sample_aux(y, f)                        # f: (chains, N)
+            >>> import torch
+            >>> from gpytorch_augment import PoissonLogitLikelihood
+            >>> likelihood = PoissonLogitLikelihood(rate_scale=2.0)
+            >>> f = torch.zeros(3, 4)                                            # 3 chains, 4 data points
+            >>> with likelihood.constants({"rate_scale": torch.tensor([[1.0], [2.0], [3.0]])}):
+            ...     likelihood.forward(f).mean[:, 0].detach()                           # ξ σ(0) per chain
+            tensor([0.5000, 1.0000, 1.5000])
+            >>> likelihood.rate_scale                                            # restored on exit
+            tensor([2.], grad_fn=<SoftplusBackward0>)
 
         :raises ValueError: naming the keys that are not constants of the likelihood.
         """

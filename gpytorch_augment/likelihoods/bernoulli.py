@@ -40,10 +40,15 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
 
     Example::
 
-        >>> likelihood = BernoulliLogitLikelihood()
-        >>> model = MySVGP(inducing_points)            # any ApproximateGP with a CAVIVariationalStrategy
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)
-        >>> probs = likelihood(model(x_test)).probs     # p(y* = 1 | data)
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+        >>> from gpytorch_augment.testing import make_cavi_model
+        >>> x, y = torch.linspace(-2, 2, 8).unsqueeze(-1), torch.tensor([0.0, 0, 0, 1, 0, 1, 1, 1])
+        >>> model, likelihood = make_cavi_model(1, x[::2]), BernoulliLogitLikelihood()
+        >>> trace = CAVI(model, likelihood, num_data=8).fit(x, y, max_iter=20)
+        >>> probs = likelihood(model(torch.tensor([[-2.0], [2.0]]))).probs    # p(y* = 1 | data)
+        >>> bool(probs[0] < 0.5 < probs[1])
+        True
     """
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:

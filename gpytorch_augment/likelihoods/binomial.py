@@ -65,10 +65,16 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import BinomialLogitLikelihood
         >>> likelihood = BinomialLogitLikelihood()
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y, trials=t)
-        >>> predictive = likelihood(model(x_test), trials=t_test)
-        >>> predictive.mean, predictive.log_prob(y_test)          # t* E σ(f*), log p(y* | data)
+        >>> q_f = MultivariateNormal(torch.zeros(2), torch.eye(2))
+        >>> predictive = likelihood(q_f, trials=torch.tensor([4.0, 10.0]))
+        >>> predictive.mean                                    # t* E σ(f*), = t*/2 by symmetry
+        tensor([2., 5.])
+        >>> likelihood.expected_log_prob(torch.tensor([1.0, 5.0]), q_f, trials=torch.tensor([4.0, 10.0])).shape
+        torch.Size([2])
     """
 
     @staticmethod

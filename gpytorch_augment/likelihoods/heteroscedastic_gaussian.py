@@ -11,6 +11,7 @@ from torch.distributions import MixtureSameFamily, Normal
 from torch.nn.functional import logsigmoid
 
 from .._numerics import gauss_hermite, log_sigma_tilde_plus, quadrature_mixture
+from ._constants import set_positive_constant
 from ._heteroscedastic import LOG_2PI, HeteroscedasticLikelihoodBase, split_latents
 from .augmented_likelihood import NUM_QUADRATURE_LOCS, AuxDict
 
@@ -50,13 +51,15 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
 
     Example::
 
-        >>> # an ApproximateGP whose strategy is IndependentMultitaskVariationalStrategy(CAVIVariationalStrategy(
-        >>> #     model, Z, CholeskyVariationalDistribution(M, batch_shape=[2])), num_tasks=2): task 0 is f, 1 is g
+        >>> import torch
+        >>> from gpytorch.distributions import MultitaskMultivariateNormal
+        >>> from gpytorch_augment import HeteroscedasticGaussianLikelihood
         >>> likelihood = HeteroscedasticGaussianLikelihood(max_precision=10.0)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)   # also fits xi
-        >>> model.eval(); q = model(x_test)
-        >>> mean, var = likelihood.predictive_moments(q); noise = likelihood.noise_variance(q)
-        >>> samples = GibbsSampler(exact_model, likelihood, x, y).sample(1000)   # exact-GP Gibbs
+        >>> q = MultitaskMultivariateNormal(torch.zeros(3, 2), torch.eye(6))     # latents (f, g) at 3 inputs
+        >>> mean, var = likelihood.predictive_moments(q)
+        >>> lower, upper = likelihood.predictive_interval(q, level=0.9)
+        >>> bool((lower < mean).all() and (mean < upper).all())
+        True
 
     :param max_precision: initial :math:`\xi > 0`.
     :param max_precision_prior: optional :math:`(a, b)` of a :math:`\mathrm{Ga}(a, b)` prior on :math:`\xi`: the Gibbs
@@ -118,4 +121,4 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
         if not self.raw_max_precision.requires_grad:
             return
         _, phi, _, one_minus = self._optimal_q(y, f_mean, f_var)
-        self.max_precision = self._map_xi(y, phi * one_minus)
+        set_positive_constant(self, "max_precision", self._map_xi(y, phi * one_minus), update=True)

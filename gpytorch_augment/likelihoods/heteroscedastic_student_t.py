@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gpytorch
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
@@ -23,6 +22,7 @@ from .._numerics import (
     student_t_log_normaliser,
 )
 from ..distributions.student_t_predictive import StudentTPredictive
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from ._heteroscedastic import HeteroscedasticLikelihoodBase, split_latents
 from .augmented_likelihood import NUM_QUADRATURE_LOCS, AuxDict
 
@@ -64,9 +64,16 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultitaskMultivariateNormal
+        >>> from gpytorch_augment import HeteroscedasticStudentTLikelihood
         >>> likelihood = HeteroscedasticStudentTLikelihood(df=4.0, max_precision=10.0, learn_df=True)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)      # fits xi and nu too
-        >>> likelihood(model(x_test)).log_prob(y_test)
+        >>> q = MultitaskMultivariateNormal(torch.zeros(3, 2), torch.eye(6))     # latents (f, g) at 3 inputs
+        >>> likelihood(q).log_prob(torch.tensor([0.1, -0.2, 2.0])).shape
+        torch.Size([3])
+        >>> median = likelihood.predictive_quantile(q, 0.5)                       # m_f by symmetry
+        >>> bool(median.abs().max() < 1e-6)
+        True
 
     :param df: degrees of freedom :math:`\nu > 0`.
     :param max_precision: initial :math:`\xi > 0`.
@@ -92,21 +99,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
         if not (0 < lo < hi and math.isfinite(hi)):
             raise ValueError(f"df_bounds must be 0 < low < high < inf; got {df_bounds}")
         self.df_bounds = (lo, hi)
-        self.register_parameter("raw_df", torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn_df))
-        self.register_constraint("raw_df", gpytorch.constraints.Positive())
-        self.df = df
+        register_positive_constant(self, "df", df, batch_shape, requires_grad=learn_df)
 
-    @property
-    def df(self) -> Tensor:
-        r"""The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``."""
-        return self.raw_df_constraint.transform(self.raw_df)
-
-    @df.setter
-    def df(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_df)
-        if not (torch.isfinite(value).all() and (value > 0).all()):
-            raise ValueError(f"df must be positive and finite; got {value}")
-        self.initialize(raw_df=self.raw_df_constraint.inverse_transform(value))
+    df = PositiveConstant(r"The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``.")
 
     @property
     def _alpha(self) -> Tensor:
@@ -140,6 +135,17 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
     def _noise_variance_factor(self) -> Tensor:
         df = self.df
         return torch.where(df > 2, df / (df - 2).clamp_min(1e-300), torch.inf)
+
+    def _predictive_df(self) -> Tensor:
+        return self.df.detach()
+
+    def _component_cdf(self, z: Tensor, df: Tensor | None) -> Tensor:
+        """The Student-t CDF, ``scipy.special.stdtr`` on the host (float64; torch has no regularised beta)."""
+        from scipy.special import stdtr
+
+        df = torch.as_tensor(df).expand_as(z)
+        value = stdtr(df.detach().cpu().numpy(), z.detach().cpu().numpy())
+        return torch.as_tensor(value, dtype=torch.float64, device=z.device)
 
     # ------------------------------------------------------------------ drop-in
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> StudentT:
@@ -213,9 +219,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
         u = phi * one_minus
         if self.raw_max_precision.requires_grad:
             e_gamma = self._alpha / (self.df / 2 + self._xi * u)
-            self.max_precision = self._map_xi(y, e_gamma * u)
+            set_positive_constant(self, "max_precision", self._map_xi(y, e_gamma * u), update=True)
         if self.raw_df.requires_grad:
-            self.df = self.maximise_df(u)
+            set_positive_constant(self, "df", self.maximise_df(u), update=True)
 
     @torch.no_grad()
     def maximise_df(self, u: Tensor) -> Tensor:

@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import torch
-from gpytorch.constraints import Positive
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Laplace
@@ -15,6 +14,7 @@ from .._numerics import pg_tilt_c
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.inverse_gaussian import InverseGamma, InverseGaussian
 from ..distributions.normal_laplace import NormalLaplace
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: residuals are clamped to at least this before dividing (``augmentations.md`` §5)
@@ -52,9 +52,17 @@ class LaplaceLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import LaplaceLikelihood
         >>> likelihood = LaplaceLikelihood(scale=0.5)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)     # also fits beta
-        >>> likelihood.scale, likelihood(model(x_test)).log_prob(y_test)
+        >>> q_f = MultivariateNormal(torch.zeros(2), 0.1 * torch.eye(2))
+        >>> y = torch.tensor([0.3, -1.0])
+        >>> likelihood(q_f).log_prob(y).shape                  # the NormalLaplace predictive
+        torch.Size([2])
+        >>> likelihood.update_hyperparameters(y, None, q_f.mean, q_f.variance)   # β = mean residual
+        >>> likelihood.scale
+        tensor([0.7423], grad_fn=<SoftplusBackward0>)
 
     :param scale: the Laplace scale :math:`\beta > 0`.
     :param learn_scale: if ``False``, :math:`\beta` is neither updated by CAVI nor trained by gradients.
@@ -66,20 +74,9 @@ class LaplaceLikelihood(AugmentedLikelihood):
     ) -> None:
         super().__init__()
         self.learn_scale = learn_scale
-        raw_scale = torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn_scale)
-        self.register_parameter("raw_scale", raw_scale)
-        self.register_constraint("raw_scale", Positive())
-        self.scale = scale
+        register_positive_constant(self, "scale", scale, batch_shape, requires_grad=learn_scale)
 
-    @property
-    def scale(self) -> Tensor:
-        r"""The Laplace scale :math:`\beta`, shape ``(*batch_shape, 1)``."""
-        return self.raw_scale_constraint.transform(self.raw_scale)
-
-    @scale.setter
-    def scale(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_scale)
-        self.initialize(raw_scale=self.raw_scale_constraint.inverse_transform(value))
+    scale = PositiveConstant(r"The Laplace scale :math:`\beta`, shape ``(*batch_shape, 1)``.")
 
     def _mu(self, q_aux: AuxDict) -> Tensor:
         return 1.0 / (2 * self.scale * q_aux["r"])
@@ -99,7 +96,7 @@ class LaplaceLikelihood(AugmentedLikelihood):
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
         r""":math:`E_{q(f_i)}\log p(y_i\mid f_i) = -\log 2\beta - E|y_i - f_i|/\beta` in closed form, per datum."""
-        y = self.check_targets(observations, **kwargs)
+        y = self.check_observations(observations, function_dist, **kwargs)
         var = function_dist.variance.clamp_min(torch.finfo(y.dtype).tiny)
         d = y - function_dist.mean
         abs_residual = (2 * var / math.pi).sqrt() * torch.exp(-(d**2) / (2 * var)) + d * torch.erf(d / (2 * var).sqrt())
@@ -108,7 +105,8 @@ class LaplaceLikelihood(AugmentedLikelihood):
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        return self.marginal(function_dist).log_prob(self.check_targets(observations, **kwargs))
+        y = self.check_observations(observations, function_dist, **kwargs)
+        return self.marginal(function_dist).log_prob(y)
 
     # ------------------------------------------------------------------ sampling side
     def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:
@@ -168,4 +166,4 @@ class LaplaceLikelihood(AugmentedLikelihood):
             return
         r = self._residual(y, f_mean, f_var)
         shape = self.raw_scale.shape
-        self.scale = r.sum_to_size(shape) / (r.numel() // shape.numel())
+        set_positive_constant(self, "scale", r.sum_to_size(shape) / (r.numel() // shape.numel()), update=True)

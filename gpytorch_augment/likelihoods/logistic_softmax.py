@@ -7,7 +7,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import gpytorch
 import numpy as np
 import torch
 from gpytorch.distributions import MultivariateNormal
@@ -35,6 +34,7 @@ from .._validation import check_finite
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.negative_multinomial import NegativeMultinomial
 from ..distributions.polya_gamma import PolyaGamma
+from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 __all__ = ["LogisticSoftmaxLikelihood", "NegativeMultinomial", "maximise_class_scales"]
@@ -182,14 +182,15 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     Example::
 
-        >>> likelihood = LogisticSoftmaxLikelihood(num_classes=3, learn_class_scales=True)
-        >>> model = MySVGP(Z, batch_shape=torch.Size([likelihood.num_latents]))    # J latent GPs, CAVI strategy
-        >>> model.variational_strategy = IndependentMultitaskVariationalStrategy(
-        ...     model.variational_strategy, num_tasks=likelihood.num_latents)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)        # q(u) and θ in closed form
-        >>> model.eval()
-        >>> probs = likelihood.predict_proba(model(x_test))           # (N*, K), variance integrated
-        >>> labels = likelihood.predict_labels(model(x_test))         # (N*,)
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, LogisticSoftmaxLikelihood
+        >>> from gpytorch_augment.testing import make_cavi_model
+        >>> x, y = torch.linspace(-2, 2, 9).unsqueeze(-1), torch.tensor([0.0, 0, 0, 1, 1, 1, 2, 2, 2])
+        >>> likelihood = LogisticSoftmaxLikelihood(num_classes=3)
+        >>> model = make_cavi_model(likelihood.num_latents, x[::2])   # 3 latent GPs, batched CAVI strategy
+        >>> trace = CAVI(model, likelihood, num_data=9).fit(x, y, max_iter=20)
+        >>> likelihood.predict_labels(model(torch.tensor([[-2.0], [0.0], [2.0]])))
+        tensor([0, 1, 2])
 
     :param num_classes: :math:`K \ge 2`.
     :param bijective: use :math:`K - 1` latents and fix :math:`f_K \equiv 0`.
@@ -227,21 +228,18 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         self.bijective = bool(bijective)
         self.num_latents = self.num_classes - 1 if self.bijective else self.num_classes
         self.learn_class_scales = bool(learn_class_scales)
-        self.register_parameter(
-            "raw_class_scales", torch.nn.Parameter(torch.zeros(self.num_classes), requires_grad=self.learn_class_scales)
+        register_positive_constant(
+            self, "class_scales", class_scales, event_shape=(self.num_classes,), requires_grad=self.learn_class_scales
         )
-        self.register_constraint("raw_class_scales", gpytorch.constraints.Positive())
-        self.class_scales = class_scales
         if class_scale_prior is not None:
             if not self.learn_class_scales:
                 raise ValueError("class_scale_prior needs learn_class_scales=True (a prior on fixed class scales)")
-            if not isinstance(class_scale_prior, GammaPrior):
-                alpha, beta = (float(v) for v in class_scale_prior)
-                if not (alpha > 0 and beta > 0):
-                    raise ValueError(
-                        f"class_scale_prior (alpha, beta) needs alpha > 0 and beta > 0; got {class_scale_prior}"
-                    )
-                class_scale_prior = GammaPrior(alpha, beta)
+            labels = ("alpha", "beta")
+            if isinstance(class_scale_prior, GammaPrior):
+                pair = (class_scale_prior.concentration, class_scale_prior.rate)
+                check_gamma_prior("class_scale_prior", pair, labels)
+            else:
+                class_scale_prior = GammaPrior(*check_gamma_prior("class_scale_prior", class_scale_prior, labels))
             self.register_prior(
                 "class_scale_prior", class_scale_prior, lambda m: m.class_scales, lambda m, v: m._set_class_scales(v)
             )
@@ -249,26 +247,10 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             self.class_scale_prior = None
 
     # ------------------------------------------------------------------ class scales
-    @property
-    def class_scales(self) -> Tensor:
-        r"""The class scales :math:`\theta`, shape ``(K,)``."""
-        return self.raw_class_scales_constraint.transform(self.raw_class_scales)
-
-    @class_scales.setter
-    def class_scales(self, value: float | Sequence[float] | Tensor) -> None:
-        self._set_class_scales(value)
+    class_scales = PositiveConstant(r"The class scales :math:`\theta`, shape ``(K,)`` (a number sets all of them).")
 
     def _set_class_scales(self, value: float | Sequence[float] | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_class_scales)
-        if value.dim() == 0:
-            value = value.expand(self.num_classes)
-        if value.shape[-1] != self.num_classes or (value <= 0).any() or not torch.isfinite(value).all():
-            raise ValueError(f"class_scales must be {self.num_classes} positive finite values; got {value}")
-        raw = self.raw_class_scales_constraint.inverse_transform(value)
-        if raw.shape == self.raw_class_scales.shape:
-            self.initialize(raw_class_scales=raw)
-        else:  # a shape other than the parameter's, e.g. one row per chain
-            self.raw_class_scales.data = raw
+        set_positive_constant(self, "class_scales", value)
 
     @property
     def _prior_parameters(self) -> tuple[float, float] | None:
@@ -471,7 +453,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         if prior is None:
             return {}, None
         alpha, beta = prior
-        with torch.no_grad(), seeded_by(generator):
+        with torch.no_grad(), seeded_by(generator, f.device):
             theta = self.class_scales.unsqueeze(-2)  # (..., 1, K)
             s = (self._logits(f) - theta.log()).exp()  # s_l(f): sigma(f_l), and D for the reference class
             rate = (theta * s).sum(-1)  # (..., N)
@@ -541,7 +523,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         n_mean, log_q = self._count_mean(q_aux)
         _, log_s = self._log_weights()
         _, Y = self._labels(y, c.dtype)
-        return pg_kl(Y + n_mean, c).sum(-1) + log_q - log_s + (n_mean * sigma_tilde.log()).sum(-1)
+        return pg_kl(Y + n_mean, c).sum(-1) + log_q - log_s + torch.xlogy(n_mean, sigma_tilde).sum(-1)
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
         c = pg_tilt_c(f_mean, f_var)
@@ -570,4 +552,5 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             theta = self.class_scales.detach()
             if theta.dim() > 1:
                 theta = theta.mean(tuple(range(theta.dim() - 1)))
-            self.class_scales = maximise_class_scales(a, counts, theta, self._prior_parameters).to(theta)
+            theta = maximise_class_scales(a, counts, theta, self._prior_parameters).to(theta)
+            set_positive_constant(self, "class_scales", theta, update=True)

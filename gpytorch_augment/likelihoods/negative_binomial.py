@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gpytorch
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
@@ -24,6 +23,7 @@ from .._numerics import (
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: the closed-form update keeps :math:`\log r` in this interval (a root beyond it is clipped to the bound)
@@ -89,9 +89,16 @@ class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import NegativeBinomialLogitLikelihood
         >>> likelihood = NegativeBinomialLogitLikelihood(total_count=2.5)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)   # also fits r in closed form
-        >>> likelihood(model(x_test)).mean                        # E[y* | data] = r E e^{f*}
+        >>> q_f = MultivariateNormal(torch.zeros(2), 0.01 * torch.eye(2))
+        >>> likelihood(q_f).mean.detach()                             # r E e^{f*} ≈ r e^{s/2}
+        tensor([2.5125, 2.5125])
+        >>> likelihood.update_hyperparameters(torch.tensor([1.0, 6.0]), None, q_f.mean, q_f.variance)  # fits r
+        >>> bool(likelihood.total_count > 0)
+        True
 
     :param total_count: initial :math:`r`.
     :param batch_shape: batch shape of :math:`r`.
@@ -99,21 +106,9 @@ class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
 
     def __init__(self, total_count: float = 1.0, batch_shape: torch.Size = torch.Size()) -> None:
         super().__init__()
-        self.register_parameter("raw_total_count", torch.nn.Parameter(torch.zeros(*batch_shape, 1)))
-        self.register_constraint("raw_total_count", gpytorch.constraints.Positive())
-        self.total_count = total_count
+        register_positive_constant(self, "total_count", total_count, batch_shape)
 
-    @property
-    def total_count(self) -> Tensor:
-        r"""The number of failures :math:`r`, shape ``(*batch_shape, 1)``."""
-        return self.raw_total_count_constraint.transform(self.raw_total_count)
-
-    @total_count.setter
-    def total_count(self, value: Tensor | float) -> None:
-        value = torch.as_tensor(value).to(self.raw_total_count)
-        if (value <= 0).any() or not torch.isfinite(value).all():
-            raise ValueError(f"total_count must be positive and finite; got {value}")
-        self.initialize(raw_total_count=self.raw_total_count_constraint.inverse_transform(value))
+    total_count = PositiveConstant(r"The number of failures :math:`r`, shape ``(*batch_shape, 1)``.")
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Counts must be finite non-negative integers."""
@@ -180,4 +175,5 @@ class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
         with torch.no_grad():
             c = pg_tilt_c(f_mean, f_var)
             sum_log_sigma_tilde = log_sigma_tilde(f_mean, c).sum(-1, keepdim=True)
-            self.total_count = solve_total_count(y.expand_as(f_mean), sum_log_sigma_tilde)
+            r = solve_total_count(y.expand_as(f_mean), sum_log_sigma_tilde)
+            set_positive_constant(self, "total_count", r, update=True)

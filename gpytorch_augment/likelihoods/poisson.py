@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gpytorch
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
@@ -23,6 +22,7 @@ from .._random import seeded_by
 from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
+from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 
@@ -60,9 +60,17 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import PoissonLogitLikelihood
         >>> likelihood = PoissonLogitLikelihood(rate_scale=10.0)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)    # also fits ξ in closed form
-        >>> likelihood(model(x_test)).mean                         # E[y* | data] = ξ E σ(f*)
+        >>> q_f = MultivariateNormal(torch.zeros(3), torch.eye(3))
+        >>> likelihood(q_f).mean.detach()                             # E[y* | data] = ξ E σ(f*), = ξ/2 here
+        tensor([5., 5., 5.])
+        >>> y = torch.tensor([2.0, 7.0, 4.0])
+        >>> likelihood.update_hyperparameters(y, None, q_f.mean, q_f.variance)   # closed-form ξ
+        >>> likelihood.rate_scale.shape
+        torch.Size([1])
 
     :param rate_scale: initial :math:`\xi`.
     :param rate_scale_prior: optional :math:`(a, b)` of a :math:`\mathrm{Ga}(a, b)` prior (shape, rate) on :math:`\xi`
@@ -77,31 +85,10 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         batch_shape: torch.Size = torch.Size(),
     ) -> None:
         super().__init__()
-        if rate_scale_prior is not None:
-            a, b = (float(v) for v in rate_scale_prior)
-            if not (a > 0 and b > 0):
-                raise ValueError(f"rate_scale_prior (a, b) must have a > 0 and b > 0; got {rate_scale_prior}")
-            rate_scale_prior = (a, b)
-        self.rate_scale_prior = rate_scale_prior
-        self.register_parameter("raw_rate_scale", torch.nn.Parameter(torch.zeros(*batch_shape, 1)))
-        self.register_constraint("raw_rate_scale", gpytorch.constraints.Positive())
-        self.rate_scale = rate_scale
+        self.rate_scale_prior = check_gamma_prior("rate_scale_prior", rate_scale_prior)
+        register_positive_constant(self, "rate_scale", rate_scale, batch_shape)
 
-    @property
-    def rate_scale(self) -> Tensor:
-        r"""The rate scale :math:`\xi` (maximal intensity), shape ``(*batch_shape, 1)``."""
-        return self.raw_rate_scale_constraint.transform(self.raw_rate_scale)
-
-    @rate_scale.setter
-    def rate_scale(self, value: Tensor | float) -> None:
-        value = torch.as_tensor(value).to(self.raw_rate_scale)
-        if (value <= 0).any() or not torch.isfinite(value).all():
-            raise ValueError(f"rate_scale must be positive and finite; got {value}")
-        raw = self.raw_rate_scale_constraint.inverse_transform(value)
-        if raw.shape == self.raw_rate_scale.shape:
-            self.initialize(raw_rate_scale=raw)
-        else:  # a shape other than the parameter's, e.g. one ξ per chain
-            self.raw_rate_scale.data = raw
+    rate_scale = PositiveConstant(r"The rate scale :math:`\xi` (maximal intensity), shape ``(*batch_shape, 1)``.")
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Counts must be finite non-negative integers."""
@@ -155,7 +142,7 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
         a, b = self.rate_scale_prior
         n = aux["n"]
         shape = a + (y + n).sum(-1, keepdim=True)
-        with torch.no_grad(), seeded_by(generator):
+        with torch.no_grad(), seeded_by(generator, y.device):
             draw = Gamma(shape, torch.full_like(shape, b + n.shape[-1])).sample()
         return {"rate_scale": draw}, None
 
@@ -199,4 +186,5 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
             return
         with torch.no_grad():
             c = pg_tilt_c(f_mean, f_var)
-            self.rate_scale = total / (-torch.expm1(log_sigma_tilde(f_mean, c))).sum(-1, keepdim=True)
+            xi = total / (-torch.expm1(log_sigma_tilde(f_mean, c))).sum(-1, keepdim=True)
+            set_positive_constant(self, "rate_scale", xi, update=True)

@@ -6,14 +6,15 @@ import math
 from typing import Any
 
 import torch
-from gpytorch.constraints import Positive
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Gamma, StudentT
 
 from .._numerics import expected_log1p_square, pg_tilt_c, safeguarded_newton, student_t_log_normaliser
+from .._random import draw_device
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.student_t_predictive import StudentTPredictive
+from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -52,9 +53,16 @@ class StudentTLikelihood(AugmentedLikelihood):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch.distributions import MultivariateNormal
+        >>> from gpytorch_augment import StudentTLikelihood
         >>> likelihood = StudentTLikelihood(df=4.0, scale=0.3)
-        >>> CAVI(model, likelihood, num_data=len(y)).fit(x, y)     # also fits sigma
-        >>> likelihood(model(x_test)).log_prob(y_test)               # StudentTPredictive
+        >>> q_f = MultivariateNormal(torch.zeros(2), 0.1 * torch.eye(2))
+        >>> y = torch.tensor([0.3, -1.0])
+        >>> likelihood(q_f).log_prob(y).shape                  # StudentTPredictive
+        torch.Size([2])
+        >>> likelihood.expected_log_prob(y, q_f) <= likelihood.log_marginal(y, q_f)   # Jensen
+        tensor([True, True])
 
     :param df: degrees of freedom :math:`\nu > 0`.
     :param scale: scale :math:`\sigma > 0`.
@@ -73,30 +81,11 @@ class StudentTLikelihood(AugmentedLikelihood):
     ) -> None:
         super().__init__()
         self.learn_scale = learn_scale
-        for name, learn in (("raw_scale", learn_scale), ("raw_df", learn_df)):
-            self.register_parameter(name, torch.nn.Parameter(torch.zeros(*batch_shape, 1), requires_grad=learn))
-            self.register_constraint(name, Positive())
-        self.scale, self.df = scale, df
+        register_positive_constant(self, "scale", scale, batch_shape, requires_grad=learn_scale)
+        register_positive_constant(self, "df", df, batch_shape, requires_grad=learn_df)
 
-    @property
-    def scale(self) -> Tensor:
-        r"""The scale :math:`\sigma`, shape ``(*batch_shape, 1)``."""
-        return self.raw_scale_constraint.transform(self.raw_scale)
-
-    @scale.setter
-    def scale(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_scale)
-        self.initialize(raw_scale=self.raw_scale_constraint.inverse_transform(value))
-
-    @property
-    def df(self) -> Tensor:
-        r"""The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``."""
-        return self.raw_df_constraint.transform(self.raw_df)
-
-    @df.setter
-    def df(self, value: float | Tensor) -> None:
-        value = torch.as_tensor(value).to(self.raw_df)
-        self.initialize(raw_df=self.raw_df_constraint.inverse_transform(value))
+    scale = PositiveConstant(r"The scale :math:`\sigma`, shape ``(*batch_shape, 1)``.")
+    df = PositiveConstant(r"The degrees of freedom :math:`\nu`, shape ``(*batch_shape, 1)``.")
 
     @property
     def _alpha(self) -> Tensor:
@@ -124,7 +113,8 @@ class StudentTLikelihood(AugmentedLikelihood):
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        return self.marginal(function_dist).log_prob(self.check_targets(observations, **kwargs))
+        y = self.check_observations(observations, function_dist, **kwargs)
+        return self.marginal(function_dist).log_prob(y)
 
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
@@ -139,7 +129,7 @@ class StudentTLikelihood(AugmentedLikelihood):
         :math:`f` is off by 0.1--0.4 nats at
         :math:`\sigma \le 0.1\sqrt s`.)
         """
-        y = self.check_targets(observations, **kwargs)
+        y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = function_dist.mean, function_dist.variance.clamp_min(0)
         expected_log1p = expected_log1p_square((y - mean) ** 2, var, self.df * self.scale**2)
         return self._log_t(torch.zeros_like(expected_log1p)) - self._alpha * expected_log1p
@@ -158,7 +148,8 @@ class StudentTLikelihood(AugmentedLikelihood):
         drawn directly from ``generator`` (a standard-gamma draw divided by the rate, clamped to the smallest
         normal float as ``torch.distributions.Gamma`` does), without the distribution objects and re-seeding."""
         rate = self._prior_rate() + (y - f) ** 2 / 2
-        omega = torch._standard_gamma(self._alpha.expand_as(rate).contiguous(), generator=generator) / rate
+        alpha = self._alpha.expand_as(rate).contiguous().to(draw_device(generator, rate.device))
+        omega = torch._standard_gamma(alpha, generator=generator).to(rate.device) / rate
         return {"omega": omega.clamp_(min=torch.finfo(omega.dtype).tiny)}
 
     def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -238,4 +229,4 @@ class StudentTLikelihood(AugmentedLikelihood):
         hi = torch.full_like(lo, float(r2.max().log()))
         start = 2 * self.scale.to(torch.float64).log()
         log_scale2 = safeguarded_newton(excess_and_slope, lo, hi, start, increasing=False)
-        self.scale = (log_scale2 / 2).exp().to(self.raw_scale)
+        set_positive_constant(self, "scale", (log_scale2 / 2).exp().to(self.raw_scale), update=True)

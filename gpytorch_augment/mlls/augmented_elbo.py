@@ -2,6 +2,8 @@ r"""The augmented evidence lower bound as a GPyTorch marginal log-likelihood."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import torch
@@ -27,9 +29,20 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
 
     Example::
 
-        >>> mll = AugmentedELBO(likelihood, model, num_data=y.numel())
+        >>> import torch
+        >>> from gpytorch_augment import AugmentedELBO, BernoulliLogitLikelihood
+        >>> from gpytorch_augment.testing import SVGP
+        >>> x, y = torch.linspace(-1, 1, 6).unsqueeze(-1), torch.tensor([0.0, 0, 1, 0, 1, 1])
+        >>> model, likelihood = SVGP(x[::2]), BernoulliLogitLikelihood()
+        >>> mll = AugmentedELBO(likelihood, model, num_data=6)
         >>> loss = -mll(model(x), y)
         >>> loss.backward()
+        >>> bool(torch.isfinite(loss)), model.covar_module.raw_outputscale.grad is not None
+        (True, True)
+
+    :param num_data: the total number of training points :math:`N` (a positive integer).
+    :param beta: weight of :math:`\mathrm{KL}(q(u)\Vert p(u))` (finite, :math:`\ge 0`).
+    :raises ValueError: naming ``num_data`` or ``beta`` if they break these rules.
     """
 
     likelihood: AugmentedLikelihood
@@ -37,7 +50,11 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
     def __init__(self, likelihood: AugmentedLikelihood, model: Any, num_data: int, beta: float = 1.0) -> None:
         if not isinstance(likelihood, AugmentedLikelihood):
             raise TypeError(f"AugmentedELBO needs an AugmentedLikelihood, got {type(likelihood).__name__}")
-        super().__init__(likelihood, model, num_data, beta=beta, combine_terms=True)
+        if isinstance(num_data, bool) or not isinstance(num_data, numbers.Integral) or int(num_data) <= 0:
+            raise ValueError(f"num_data must be a positive integer (the number of training points); got {num_data!r}")
+        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (0 <= float(beta) < math.inf):
+            raise ValueError(f"beta must be a finite number >= 0; got {beta!r}")
+        super().__init__(likelihood, model, int(num_data), beta=float(beta), combine_terms=True)
 
     def forward(
         self,
