@@ -18,15 +18,59 @@ from typing import Any, NamedTuple
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky
+from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from .linalg import tri_solve
 
-__all__ = ["PriorCache", "PriorTerms", "split_prior", "whiten_prior"]
+__all__ = ["PriorCache", "PriorFactorizationError", "PriorTerms", "prior_cholesky", "split_prior", "whiten_prior"]
 
 #: up to this many extra kernel entries, the prior at ``cat[Z, x]`` is evaluated as one dense block (one kernel call
 #: instead of two: cheaper for small batches, where the per-call overhead dominates)
 DENSE_PRIOR_ELEMENTS = 2**16
+
+
+class PriorFactorizationError(NotPSDError, ValueError):
+    """The prior covariance could not be factorised (not positive definite in floating point, even with jitter).
+
+    A ``NotPSDError`` (what GPyTorch raises) and a ``ValueError`` (bad settings, not a bug), whose message says which
+    matrix failed and what to do.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import PriorFactorizationError, prior_cholesky
+        >>> try:
+        ...     prior_cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]]), "K")
+        ... except PriorFactorizationError as err:
+        ...     print(str(err)[:44])
+        the prior covariance K is not positive defin
+    """
+
+
+def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I") -> Tensor:
+    """``psd_safe_cholesky(K)`` (GPyTorch's jitter retries), raising :class:`PriorFactorizationError` with advice
+    when the factorisation fails.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import prior_cholesky
+        >>> prior_cholesky(torch.eye(2, dtype=torch.float64))
+        tensor([[1., 0.],
+                [0., 1.]], dtype=torch.float64)
+    """
+    try:
+        return psd_safe_cholesky(K)
+    except NotPSDError as err:
+        scale = float(K.diagonal(dim1=-2, dim2=-1).abs().max()) if K.numel() else 0.0
+        raise PriorFactorizationError(
+            f"the prior covariance {what} is not positive definite in {K.dtype} (largest diagonal entry "
+            f"{scale:.3g}), even with GPyTorch's jitter: its kernel matrix is too ill-conditioned (a large "
+            f"outputscale, nearly duplicate inputs, a long lengthscale). Work in float64 (model.double() and "
+            f"float64 data), raise the jitter (the strategy's jitter_val / the sampler's jitter=), or rescale the "
+            f"kernel. ({err})"
+        ) from err
 
 
 class PriorTerms(NamedTuple):
@@ -87,7 +131,7 @@ def whiten_prior(
     mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in (mean, K_ZZ, K_ZX, k_diag))
     M = K_ZZ.shape[-1]
     eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
-    L = psd_safe_cholesky(K_ZZ + jitter * eye)
+    L = prior_cholesky(K_ZZ + jitter * eye)
     A = tri_solve(L, K_ZX)
     if data_jitter:
         k_diag = k_diag + jitter

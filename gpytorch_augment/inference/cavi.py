@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
@@ -24,7 +25,7 @@ from gpytorch.variational import IndependentMultitaskVariationalStrategy, Unwhit
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
-from .._validation import check_inputs_targets
+from .._validation import check_inputs_targets, check_nonempty, check_target_keywords, squeezed_targets
 from ..core import PriorTerms, WhitenedGaussian, natural_gradient
 from ..core.distributed import (
     all_gather_objects,
@@ -38,6 +39,7 @@ from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, val
 from ..mlls.augmented_elbo import AugmentedELBO
 from ..variational.cavi_variational_strategy import _CAVIMixin
 from ._batches import progress_bar, take
+from ._checks import check_batch_size, check_input_dim, check_latents
 from ._fit_config import FitConfig
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
 from .schedules import StepSchedule, make_schedule
@@ -133,8 +135,8 @@ class CAVI:
     ) -> None:
         if not isinstance(likelihood, AugmentedLikelihood):
             raise TypeError(f"CAVI needs an AugmentedLikelihood, got {type(likelihood).__name__}")
-        if int(num_data) <= 0:
-            raise ValueError(f"num_data must be a positive integer, got {num_data}")
+        if isinstance(num_data, bool) or not isinstance(num_data, (int, np.integer)) or int(num_data) <= 0:
+            raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
         if hyper_objective is not None:
             if not isinstance(hyper_objective, MarginalLogLikelihood):
                 raise TypeError(
@@ -148,6 +150,7 @@ class CAVI:
         self.step_size = None if step_size is None else make_schedule(step_size)
         self._minibatch_schedule: StepSchedule | None = None
         self.strategy = _cavi_strategy(model)
+        check_latents(model, self.strategy, likelihood)
         self.num_steps = 0
         #: the step size :math:`\rho` used by the last :meth:`step`
         self.last_step_size: float | None = None
@@ -181,8 +184,20 @@ class CAVI:
             raise ValueError(f"step size must be in (0, 1], got {rho} at step {self.num_steps}")
         return rho
 
+    def _checked_data(self, x: Tensor, y: Tensor, kwargs: dict[str, Any], where: str) -> Tensor:
+        """Validate a batch at a public entry point and return its targets (``(N, 1)`` squeezed to ``(N,)``):
+        keywords the likelihood takes, finite and aligned data, the model's batch shape and input dimension, and
+        at least one data point (with sharded data a rank may hold none)."""
+        check_target_keywords(self.likelihood, kwargs, where)
+        y = squeezed_targets(x, y)
+        self._check_inputs(x, y)
+        if not self.distributed:
+            check_nonempty(x, where)
+        return y
+
     def _check_inputs(self, x: Tensor, y: Tensor) -> None:
         check_inputs_targets(x, y)
+        check_input_dim(x, self.strategy.inducing_points)
         batch_shape = self.strategy._variational_distribution.batch_shape
         try:
             ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
@@ -250,7 +265,9 @@ class CAVI:
     ) -> Tensor:
         """:meth:`step`, optionally followed by one step of ``hyper_optimizer`` on the hyper objective of the same
         batch at the updated :math:`q(u)`, re-using the prior terms (one kernel evaluation and one Cholesky)."""
-        self._check_inputs(x, y)
+        y = self._checked_data(x, y, kwargs, "CAVI.step")
+        if not self.distributed:
+            check_batch_size(x.shape[-2], self.num_data, "CAVI.step")
         targets = self.likelihood.check_targets(y, **kwargs)
         if hyper_optimizer is not None and id(hyper_optimizer) not in self._checked_optimizers:
             self._check_hyper_optimizer(hyper_optimizer)
@@ -426,8 +443,7 @@ class CAVI:
         :math:`M\times` chunk cross-covariance under :math:`2^{22}` elements), so that no :math:`M\times N` matrix
         is ever formed for large :math:`N`.
         """
-        self._check_inputs(x, y)
-        y = self.likelihood.check_targets(y, **kwargs)
+        y = self.likelihood.check_targets(self._checked_data(x, y, kwargs, "CAVI.elbo"), **kwargs)
         num_data = y.shape[-1]
         if chunk_size is None:
             num_inducing = self.strategy.inducing_points.shape[-2]
@@ -546,11 +562,14 @@ class CAVI:
         :param progress: show a ``tqdm`` progress bar (per step, with the ELBO estimate and held-out metric).
         :returns: a :class:`CAVITrace`.
         """
+        if x is not None and y is not None:
+            y = squeezed_targets(x, y)
         config = FitConfig.build(
             self, x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, hyper_steps=hyper_steps,
             batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
             generator=generator, kwargs=kwargs,
         )  # fmt: skip
+        check_target_keywords(self.likelihood, kwargs, "CAVI.fit")
         bar = progress_bar(config.total_steps) if progress else None
         try:
             return self._run(config, callback, bar)

@@ -37,7 +37,7 @@ from torch import Tensor
 from ..._validation import check_finite
 from ...core import PriorCache, SufficientStatistics, WhitenedGaussian
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
-from ...core.prior import split_prior, whiten_prior
+from ...core.prior import prior_cholesky, split_prior, whiten_prior
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: dtype of every factorisation and of the chain state
@@ -139,7 +139,7 @@ class BlockedGibbsKernel:
             mean, covar = self._prior(x)
             K = covar.to_dense().to(dt)
             K = add_to_diagonal((K + K.mT) / 2, self.jitter)  # exactly symmetric (the f-draw reads either triangle)
-            L = psd_safe_cholesky(K)
+            L = prior_cholesky(K, "K + jitter I of the sampler")
             self._terms = GibbsPriorTerms(mu=mean.to(dt), L=L, A=L.mT.contiguous(), K=K)
         else:
             Z = self.inducing_points
