@@ -9,6 +9,8 @@ argument: never NaN, never a hang (each case runs under a ``signal.alarm`` timeo
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import re
 import signal
 import warnings
@@ -35,7 +37,8 @@ class Case:
     id: str
     run: Callable[[], Any]
     names: tuple[str, ...] = ()  #: an error message must match one of these (regular expressions)
-    xfail: str | None = None
+    must_fail: bool = False  #: a finite result is a silent failure (the input is wrong)
+    isolate: bool = False  #: run in a forked process (a hang inside C code ignores signals)
 
 
 CASES: list[Case] = []
@@ -44,8 +47,9 @@ CASES: list[Case] = []
 LIKELIHOOD_SIDE: dict[str, str] = {}
 
 
-def add(id: str, run: Callable[[], Any], names: tuple[str, ...] = ()) -> None:
-    CASES.append(Case(id, run, names))
+def add(id: str, run: Callable[[], Any], names: tuple[str, ...] = (), must_fail: bool = False,
+        isolate: bool = False) -> None:
+    CASES.append(Case(id, run, names, must_fail, isolate))
 
 
 # ------------------------------------------------------------------------------------------------ builders
@@ -165,7 +169,8 @@ for _lik in LIKELIHOODS:
             if _p == "num_data != N" and _entry == "elbo":
                 continue
             for _dt in (torch.float64, torch.float32) if _p in ("ok", "outputscale 1e6") else (torch.float64,):
-                add(f"CAVI.{_entry}-{_lik}-{_p}-{str(_dt)[6:]}", _cavi_call(_entry, _lik, _p, _dt), _names)
+                add(f"CAVI.{_entry}-{_lik}-{_p}-{str(_dt)[6:]}", _cavi_call(_entry, _lik, _p, _dt), _names,
+                    must_fail=_p in ("bad kwarg", "num_data != N") and not (_entry == "step" and _p != "bad kwarg"))
 
 
 def _cavi_ctor(perturb: str) -> Callable[[], Any]:
@@ -202,7 +207,7 @@ for _p, _names in {
     "one latent, two-latent model": ("latent",), "softmax, two-latent model": ("latent",),
     "gaussian likelihood": ("likelihood",), "exact model": ("variational_strategy", "model"),
 }.items():
-    add(f"CAVI()-{_p}", _cavi_ctor(_p), _names)
+    add(f"CAVI()-{_p}", _cavi_ctor(_p), _names, must_fail=True)
 
 
 def _fit_option(option: str) -> Callable[[], Any]:
@@ -298,11 +303,12 @@ GIBBS_PERTURB = {
 for _lik in LIKELIHOODS:
     for _p, _names in GIBBS_PERTURB.items():
         for _dt in (torch.float64, torch.float32) if _p in ("ok", "outputscale 1e6") else (torch.float64,):
-            add(f"Gibbs.sample-{_lik}-{_p}-{str(_dt)[6:]}", _gibbs("sample", _lik, _p, _dt), _names)
+            add(f"Gibbs.sample-{_lik}-{_p}-{str(_dt)[6:]}", _gibbs("sample", _lik, _p, _dt), _names,
+                must_fail=_p in ("bad kwarg", "jitter -1", "latents mismatch"), isolate=True)
 for _lik in ("bernoulli", "softmax", "hetero_gauss", "poisson"):
     for _entry in ("predict", "summary"):
         for _dt in (torch.float64, torch.float32):
-            add(f"GibbsSamples.{_entry}-{_lik}-{str(_dt)[6:]}", _gibbs(_entry, _lik, "ok", _dt))
+            add(f"GibbsSamples.{_entry}-{_lik}-{str(_dt)[6:]}", _gibbs(_entry, _lik, "ok", _dt), isolate=True)
 
 
 def _gibbs_option(option: str) -> Callable[[], Any]:
@@ -329,7 +335,8 @@ def _gibbs_option(option: str) -> Callable[[], Any]:
 for _o in ("num_samples=0", "warmup=-1", "thin=0", "num_chains=0", "seed='a'", "f_update='x'",
            "overrelaxation=1.0", "jitter=math.nan", "x_new=torch.zeros(3, 2)", "x_new=torch.full((3, 1), math.nan)",
            "x_new=torch.zeros(0, 1)", "sweep_f=torch.zeros(5)", "sweep_f=torch.full((8,), math.nan)"):
-    add(f"Gibbs-{_o}", _gibbs_option(_o), (_o.split("=")[0].replace("sweep_", ""),))
+    add(f"Gibbs-{_o}", _gibbs_option(_o), (_o.split("=")[0].replace("sweep_", ""),), must_fail="zeros(0" not in _o,
+        isolate=True)
 
 
 def _gibbs_exact_gp() -> Any:
@@ -349,7 +356,7 @@ def _gibbs_exact_gp() -> Any:
         return ga.GibbsSampler(Exact(x, y), ga.BernoulliLogitLikelihood(), x, y).sample(2, warmup=1, progress=False).f
 
 
-add("GibbsSampler-ExactGP model", _gibbs_exact_gp, ("GPPrior",))
+add("GibbsSampler-ExactGP model", _gibbs_exact_gp, ("GPPrior",), must_fail=True, isolate=True)
 
 
 # ------------------------------------------------------------------------------------------------ MLL, likelihoods
@@ -370,7 +377,7 @@ def _mll(perturb: str) -> Callable[[], Any]:
 
 
 for _p in ("ok", "num_data=0", "num_data=-1", "num_data=2.5", "num_data='10'", "y too short", "y nan"):
-    add(f"AugmentedELBO-{_p}", _mll(_p), ("num_data", "y", "observations", "target"))
+    add(f"AugmentedELBO-{_p}", _mll(_p), ("num_data", "y", "observations", "target"), must_fail=_p != "ok")
 
 
 def _lik_call(lik: str, entry: str, perturb: str) -> Callable[[], Any]:
@@ -398,7 +405,8 @@ for _lik in LIKELIHOODS:
     for _entry in ("expected_log_prob", "log_marginal"):
         for _p in ("ok", "mean nan", "mean 1e3", "y too short"):
             add(f"{_lik}.{_entry}-{_p}", _lik_call(_lik, _entry, _p), ("y", "observations", "mean", "function_dist",
-                                                                        "q\\(f\\)", "target"))
+                                                                        "q\\(f\\)", "target"),
+                must_fail=_p in ("mean nan", "y too short"))
 
 for _lik, _arg in (("laplace", "scale"), ("student_t", "scale"), ("student_t", "df"), ("negbin", "total_count"),
                    ("poisson", "rate_scale"), ("hetero_gauss", "max_precision")):
@@ -406,11 +414,12 @@ for _lik, _arg in (("laplace", "scale"), ("student_t", "scale"), ("student_t", "
         _cls = {"laplace": ga.LaplaceLikelihood, "student_t": ga.StudentTLikelihood,
                 "negbin": ga.NegativeBinomialLogitLikelihood, "poisson": ga.PoissonLogitLikelihood,
                 "hetero_gauss": ga.HeteroscedasticGaussianLikelihood}[_lik]
-        add(f"{_lik}({_arg}={_v})", (lambda c=_cls, a=_arg, v=_v: c(**{a: eval(v)})), (_arg,))
+        add(f"{_lik}({_arg}={_v})", (lambda c=_cls, a=_arg, v=_v: c(**{a: eval(v)})), (_arg,), must_fail=True)
 
 for _b, _c in (("1.0", "0.0"), ("1.0", "math.inf"), ("1.0", "1e300"), ("math.inf", "1.0"), ("0.0", "1.0"),
                ("-1.0", "1.0"), ("1.0", "math.nan"), ("1e4", "1e-8")):
-    add(f"PolyaGamma({_b}, {_c}).sample", (lambda b=_b, c=_c: ga.PolyaGamma(eval(b), eval(c)).sample((4,))), ("b", "c"))
+    add(f"PolyaGamma({_b}, {_c}).sample", (lambda b=_b, c=_c: ga.PolyaGamma(eval(b), eval(c)).sample((4,))), ("b", "c"),
+        must_fail=_b in ("math.inf", "-1.0") or _c in ("math.inf", "1e300", "math.nan"), isolate=True)
 
 
 # ------------------------------------------------------------------------------------------------ the runner
@@ -448,7 +457,30 @@ def _finite(out: Any) -> bool:
 
 def classify(case: Case) -> tuple[str, str]:
     """``(outcome, detail)``: outcome is ``finite``, ``clear`` (a ValueError/TypeError naming the argument),
-    ``unclear`` (one that does not), ``nan``, ``raw`` (any other exception) or ``hang``."""
+    ``unclear`` (one that does not), ``nan``, ``silent`` (a finite result for wrong input), ``raw`` (any other
+    exception) or ``hang``."""
+    if not case.isolate:
+        return _classify(case)
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_child, args=(case, sender), daemon=True)
+    process.start()
+    sender.close()
+    result = receiver.recv() if receiver.poll(TIMEOUT) else ("hang", f"no result after {TIMEOUT} s")
+    if process.is_alive():
+        process.kill()
+    process.join()
+    return result
+
+
+def _child(case: Case, sender: Any) -> None:
+    try:
+        sender.send(_classify(case))
+    finally:
+        os._exit(0)
+
+
+def _classify(case: Case) -> tuple[str, str]:
     try:
         with warnings.catch_warnings(), _alarm(TIMEOUT):
             warnings.simplefilter("ignore")
@@ -462,7 +494,9 @@ def classify(case: Case) -> tuple[str, str]:
         return "unclear", f"{type(err).__name__}: {msg}"
     except Exception as err:  # noqa: BLE001
         return "raw", f"{type(err).__name__}: {str(err)[:300]}"
-    return ("finite", "") if _finite(out) else ("nan", "non-finite result")
+    if not _finite(out):
+        return "nan", "non-finite result"
+    return ("silent", "a finite result for wrong input") if case.must_fail else ("finite", "")
 
 
 @pytest.fixture(autouse=True)
@@ -491,11 +525,18 @@ if __name__ == "__main__":
 
     torch.set_default_dtype(torch.float64)
     torch.set_num_threads(1)
+    import time
+
     counts: Counter[str] = Counter()
+    pattern = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
     for c in CASES:
+        if pattern not in c.id:
+            continue
         torch.manual_seed(0)
+        start = time.perf_counter()
         outcome, detail = classify(c)
         counts[outcome] += 1
-        if outcome not in ("finite", "clear") and "-v" in sys.argv:
-            print(f"{outcome:8s} {c.id}: {detail[:200]}")
-    print(f"cases {len(CASES)}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        seconds = time.perf_counter() - start
+        if (outcome not in ("finite", "clear") or seconds > 2) and "-v" in sys.argv:
+            print(f"{outcome:8s} {seconds:5.1f}s {c.id}: {detail[:200]}", flush=True)
+    print(f"cases {sum(counts.values())}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
