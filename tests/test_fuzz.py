@@ -28,7 +28,7 @@ import gpytorch_augment as ga
 from gpytorch_augment.testing.models import make_cavi_model
 
 #: seconds a case may run before it counts as a hang
-TIMEOUT = 10
+TIMEOUT = 5
 N, M = 8, 4
 
 
@@ -43,12 +43,25 @@ class Case:
 
 CASES: list[Case] = []
 
-#: cases that fail because of the likelihood side (another branch): removed once both are merged
-LIKELIHOOD_SIDE: dict[str, str] = {}
+#: cases that fail because of the likelihood side (another branch, issue 17): remove once both are merged
+LIKELIHOOD_SIDE_PATTERNS: dict[str, str] = {
+    r"softmax-outputscale 1e6": "logistic-softmax at |f| ~ 1e3: NaN elbo_terms and an opaque PolyaGamma b < 0 error",
+    r"^AugmentedELBO-num_data=": "AugmentedELBO accepts num_data <= 0 or non-integer (mlls/augmented_elbo.py)",
+    r"^(binomial|laplace|student_t)\.(expected_log_prob|log_marginal)-(y too short|mean nan)": (
+        "expected_log_prob/log_marginal skip check_observations (wrong-length y broadcast, NaN for NaN moments)"
+    ),
+    r"^(laplace|student_t)\((scale|df)=": "constants 0, inf, negative or NaN not validated in the constructor",
+    r"^PolyaGamma\((1\.0, (math\.inf|1e300)|math\.inf, 1\.0)\)": "PolyaGamma accepts b = inf / c = inf (sampler hangs)",
+}
 
 
-def add(id: str, run: Callable[[], Any], names: tuple[str, ...] = (), must_fail: bool = False,
-        isolate: bool = False) -> None:
+def _likelihood_side(case_id: str) -> str | None:
+    return next((why for pattern, why in LIKELIHOOD_SIDE_PATTERNS.items() if re.search(pattern, case_id)), None)
+
+
+def add(
+    id: str, run: Callable[[], Any], names: tuple[str, ...] = (), must_fail: bool = False, isolate: bool = False
+) -> None:
     CASES.append(Case(id, run, names, must_fail, isolate))
 
 
@@ -99,7 +112,7 @@ def _gibbs_prior(dtype: torch.dtype = torch.float64, batch: int = 1, outputscale
     model = ga.GPPrior(
         gpytorch.means.ZeroMean(batch_shape=shape),
         gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(batch_shape=shape), batch_shape=shape),
-    ) if hasattr(ga, "GPPrior") else _Prior(shape)
+    )
     model.covar_module.outputscale = outputscale
     return model.to(dtype)
 
@@ -108,7 +121,9 @@ class _Prior(gpytorch.Module):
     def __init__(self, shape: torch.Size) -> None:
         super().__init__()
         self.mean_module = gpytorch.means.ZeroMean(batch_shape=shape)
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(batch_shape=shape), batch_shape=shape)
+        self.covar_module = gpytorch.kernels.ScaleKernel(
+            gpytorch.kernels.RBFKernel(batch_shape=shape), batch_shape=shape
+        )
 
     def forward(self, x):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -123,8 +138,9 @@ def _with(t: torch.Tensor, index: int, value: float) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------ CAVI
 def _cavi_call(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callable[[], Any]:
     def run() -> Any:
-        model, likelihood, x, y, kw = _setup(lik, dtype, n=0 if perturb == "N=0" else N,
-                                             outputscale=1e6 if perturb == "outputscale 1e6" else None)
+        model, likelihood, x, y, kw = _setup(
+            lik, dtype, n=0 if perturb == "N=0" else N, outputscale=1e6 if perturb == "outputscale 1e6" else None
+        )
         num_data = max(y.shape[-1], 1)
         if perturb == "y nan":
             y = _with(y, 0, math.nan)
@@ -159,9 +175,19 @@ def _cavi_call(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callab
 
 
 CAVI_PERTURB = {
-    "ok": (), "y nan": ("y",), "y inf": ("y",), "y too short": ("y",), "y (N,1)": ("y",), "N=0": ("y", "x", "N"),
-    "x nan": ("x",), "x wrong D": ("x", "inducing"), "x 1-D": ("x",), "x float32": ("x", "dtype"),
-    "bad kwarg": ("learn_hyperparameter",), "num_data != N": ("num_data",), "outputscale 1e6": ("float64", "jitter"),
+    "ok": (),
+    "y nan": ("y",),
+    "y inf": ("y",),
+    "y too short": ("y",),
+    "y (N,1)": ("y",),
+    "N=0": ("y", "x", "N"),
+    "x nan": ("x",),
+    "x wrong D": ("x", "inducing"),
+    "x 1-D": ("x",),
+    "x float32": ("x", "dtype"),
+    "bad kwarg": ("learn_hyperparameter",),
+    "num_data != N": ("num_data",),
+    "outputscale 1e6": ("float64", "jitter"),
 }
 for _lik in LIKELIHOODS:
     for _p, _names in CAVI_PERTURB.items():
@@ -169,8 +195,12 @@ for _lik in LIKELIHOODS:
             if _p == "num_data != N" and _entry == "elbo":
                 continue
             for _dt in (torch.float64, torch.float32) if _p in ("ok", "outputscale 1e6") else (torch.float64,):
-                add(f"CAVI.{_entry}-{_lik}-{_p}-{str(_dt)[6:]}", _cavi_call(_entry, _lik, _p, _dt), _names,
-                    must_fail=_p in ("bad kwarg", "num_data != N") and not (_entry == "step" and _p != "bad kwarg"))
+                add(
+                    f"CAVI.{_entry}-{_lik}-{_p}-{str(_dt)[6:]}",
+                    _cavi_call(_entry, _lik, _p, _dt),
+                    _names,
+                    must_fail=_p in ("bad kwarg", "num_data != N") and not (_entry == "step" and _p != "bad kwarg"),
+                )
 
 
 def _cavi_ctor(perturb: str) -> Callable[[], Any]:
@@ -193,19 +223,32 @@ def _cavi_ctor(perturb: str) -> Callable[[], Any]:
         elif perturb == "exact model":
             model = _Prior(torch.Size())
         cavi = ga.CAVI(model, likelihood, **args)
-        return cavi.step(x, y if likelihood.num_latents == 1 or isinstance(likelihood, ga.LogisticSoftmaxLikelihood)
-                         else torch.linspace(-1, 1, N))
+        return cavi.step(
+            x,
+            y
+            if likelihood.num_latents == 1 or isinstance(likelihood, ga.LogisticSoftmaxLikelihood)
+            else torch.linspace(-1, 1, N),
+        )
 
     return run
 
 
 for _p, _names in {
-    "num_data=0": ("num_data",), "num_data=-3": ("num_data",), "num_data=2.5": ("num_data",),
-    "num_data='8'": ("num_data",), "num_data=math.inf": ("num_data",), "num_data=True": ("num_data",),
-    "step_size=0.0": ("step",), "step_size=2.0": ("step",), "step_size='bogus'": ("step",),
-    "step_size=math.nan": ("step",), "two latents, one-latent model": ("latent",),
-    "one latent, two-latent model": ("latent",), "softmax, two-latent model": ("latent",),
-    "gaussian likelihood": ("likelihood",), "exact model": ("variational_strategy", "model"),
+    "num_data=0": ("num_data",),
+    "num_data=-3": ("num_data",),
+    "num_data=2.5": ("num_data",),
+    "num_data='8'": ("num_data",),
+    "num_data=math.inf": ("num_data",),
+    "num_data=True": ("num_data",),
+    "step_size=0.0": ("step",),
+    "step_size=2.0": ("step",),
+    "step_size='bogus'": ("step",),
+    "step_size=math.nan": ("step",),
+    "two latents, one-latent model": ("latent",),
+    "one latent, two-latent model": ("latent",),
+    "softmax, two-latent model": ("latent",),
+    "gaussian likelihood": ("likelihood",),
+    "exact model": ("variational_strategy", "model"),
 }.items():
     add(f"CAVI()-{_p}", _cavi_ctor(_p), _names, must_fail=True)
 
@@ -220,8 +263,18 @@ def _fit_option(option: str) -> Callable[[], Any]:
     return run
 
 
-for _o in ("max_iter=0", "max_iter=2.5", "batch_size=0", "batch_size=2.5", "batch_size=3", "num_epochs=0",
-           "hyper_steps=0", "tol=math.nan", "convergence='x'", "generator=torch.Generator().manual_seed(0)"):
+for _o in (
+    "max_iter=0",
+    "max_iter=2.5",
+    "batch_size=0",
+    "batch_size=2.5",
+    "batch_size=3",
+    "num_epochs=0",
+    "hyper_steps=0",
+    "tol=math.nan",
+    "convergence='x'",
+    "generator=torch.Generator().manual_seed(0)",
+):
     add(f"CAVI.fit-{_o}", _fit_option(_o), (_o.split("=")[0], "tol"))
 
 
@@ -250,9 +303,16 @@ def _cavi_update(perturb: str) -> Callable[[], Any]:
     return run
 
 
-for _p, _names in {"ok": (), "h nan": ("h",), "lam negative": ("lam",), "lam inf": ("lam",),
-                   "h wrong length": ("h", "lam"), "step 0": ("step",), "step 2": ("step",),
-                   "x wrong D": ("x", "inducing")}.items():
+for _p, _names in {
+    "ok": (),
+    "h nan": ("h",),
+    "lam negative": ("lam",),
+    "lam inf": ("lam",),
+    "h wrong length": ("h", "lam"),
+    "step 0": ("step",),
+    "step 2": ("step",),
+    "x wrong D": ("x", "inducing"),
+}.items():
     add(f"cavi_update-{_p}", _cavi_update(_p), _names)
 
 
@@ -263,8 +323,11 @@ def _gibbs(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callable[[
         n = 0 if perturb == "N=0" else N
         x = torch.linspace(-2, 2, n, dtype=dtype).unsqueeze(-1)
         y, kw = _targets(lik, n, dtype)
-        model = _gibbs_prior(dtype, likelihood.num_latents if likelihood.num_latents > 1 else 1,
-                             1e6 if perturb == "outputscale 1e6" else 1.0)
+        model = _gibbs_prior(
+            dtype,
+            likelihood.num_latents if likelihood.num_latents > 1 else 1,
+            1e6 if perturb == "outputscale 1e6" else 1.0,
+        )
         args: dict[str, Any] = {}
         if perturb == "y nan":
             y = _with(y, 0, math.nan)
@@ -283,7 +346,7 @@ def _gibbs(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callable[[
         elif perturb == "jitter -1":
             args["jitter"] = -1.0
         elif perturb == "latents mismatch":
-            model = _gibbs_prior(dtype, 3)
+            model = _gibbs_prior(dtype, likelihood.num_latents + 1)
         sampler = ga.GibbsSampler(model, likelihood, x, y, **args, **kw)
         samples = sampler.sample(3, warmup=2, num_chains=2, seed=0, progress=False)
         if entry == "sample":
@@ -296,15 +359,29 @@ def _gibbs(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callable[[
 
 
 GIBBS_PERTURB = {
-    "ok": (), "y nan": ("y",), "y too short": ("y",), "y (N,1)": ("y",), "N=0": ("y", "x", "N"),
-    "x nan": ("x",), "inducing wrong D": ("inducing",), "inducing": (), "bad kwarg": ("learn_hyperparameter",),
-    "jitter -1": ("jitter",), "latents mismatch": ("latent", "batch"), "outputscale 1e6": ("float64", "jitter"),
+    "ok": (),
+    "y nan": ("y",),
+    "y too short": ("y",),
+    "y (N,1)": ("y",),
+    "N=0": ("y", "x", "N"),
+    "x nan": ("x",),
+    "inducing wrong D": ("inducing",),
+    "inducing": (),
+    "bad kwarg": ("learn_hyperparameter",),
+    "jitter -1": ("jitter",),
+    "latents mismatch": ("latent", "batch"),
+    "outputscale 1e6": ("float64", "jitter"),
 }
 for _lik in LIKELIHOODS:
     for _p, _names in GIBBS_PERTURB.items():
         for _dt in (torch.float64, torch.float32) if _p in ("ok", "outputscale 1e6") else (torch.float64,):
-            add(f"Gibbs.sample-{_lik}-{_p}-{str(_dt)[6:]}", _gibbs("sample", _lik, _p, _dt), _names,
-                must_fail=_p in ("bad kwarg", "jitter -1", "latents mismatch"), isolate=True)
+            add(
+                f"Gibbs.sample-{_lik}-{_p}-{str(_dt)[6:]}",
+                _gibbs("sample", _lik, _p, _dt),
+                _names,
+                must_fail=_p in ("bad kwarg", "jitter -1", "latents mismatch"),
+                isolate=True,
+            )
 for _lik in ("bernoulli", "softmax", "hetero_gauss", "poisson"):
     for _entry in ("predict", "summary"):
         for _dt in (torch.float64, torch.float32):
@@ -315,10 +392,17 @@ def _gibbs_option(option: str) -> Callable[[], Any]:
     def run() -> Any:
         x = torch.linspace(-2, 2, N).unsqueeze(-1)
         y, _ = _targets("bernoulli", N, torch.float64)
-        sampler = ga.GibbsSampler(_gibbs_prior(), ga.BernoulliLogitLikelihood(), x, y,
-                                  **({} if option.split("=")[0] in ("num_samples", "warmup", "thin", "num_chains",
-                                                                      "seed", "x_new", "sweep_f") else
-                                     {option.split("=")[0]: eval(option.split("=", 1)[1])}))
+        sampler = ga.GibbsSampler(
+            _gibbs_prior(),
+            ga.BernoulliLogitLikelihood(),
+            x,
+            y,
+            **(
+                {}
+                if option.split("=")[0] in ("num_samples", "warmup", "thin", "num_chains", "seed", "x_new", "sweep_f")
+                else {option.split("=")[0]: eval(option.split("=", 1)[1])}
+            ),
+        )
         name, value = option.split("=", 1)
         if name == "x_new":
             samples = sampler.sample(2, warmup=1, seed=0, progress=False)
@@ -332,11 +416,28 @@ def _gibbs_option(option: str) -> Callable[[], Any]:
     return run
 
 
-for _o in ("num_samples=0", "warmup=-1", "thin=0", "num_chains=0", "seed='a'", "f_update='x'",
-           "overrelaxation=1.0", "jitter=math.nan", "x_new=torch.zeros(3, 2)", "x_new=torch.full((3, 1), math.nan)",
-           "x_new=torch.zeros(0, 1)", "sweep_f=torch.zeros(5)", "sweep_f=torch.full((8,), math.nan)"):
-    add(f"Gibbs-{_o}", _gibbs_option(_o), (_o.split("=")[0].replace("sweep_", ""),), must_fail="zeros(0" not in _o,
-        isolate=True)
+for _o in (
+    "num_samples=0",
+    "warmup=-1",
+    "thin=0",
+    "num_chains=0",
+    "seed='a'",
+    "f_update='x'",
+    "overrelaxation=1.0",
+    "jitter=math.nan",
+    "x_new=torch.zeros(3, 2)",
+    "x_new=torch.full((3, 1), math.nan)",
+    "x_new=torch.zeros(0, 1)",
+    "sweep_f=torch.zeros(5)",
+    "sweep_f=torch.full((8,), math.nan)",
+):
+    add(
+        f"Gibbs-{_o}",
+        _gibbs_option(_o),
+        (_o.split("=")[0].replace("sweep_", ""),),
+        must_fail="zeros(0" not in _o,
+        isolate=True,
+    )
 
 
 def _gibbs_exact_gp() -> Any:
@@ -404,22 +505,48 @@ def _lik_call(lik: str, entry: str, perturb: str) -> Callable[[], Any]:
 for _lik in LIKELIHOODS:
     for _entry in ("expected_log_prob", "log_marginal"):
         for _p in ("ok", "mean nan", "mean 1e3", "y too short"):
-            add(f"{_lik}.{_entry}-{_p}", _lik_call(_lik, _entry, _p), ("y", "observations", "mean", "function_dist",
-                                                                        "q\\(f\\)", "target"),
-                must_fail=_p in ("mean nan", "y too short"))
+            add(
+                f"{_lik}.{_entry}-{_p}",
+                _lik_call(_lik, _entry, _p),
+                ("y", "observations", "mean", "function_dist", "q\\(f\\)", "target"),
+                must_fail=_p in ("mean nan", "y too short"),
+            )
 
-for _lik, _arg in (("laplace", "scale"), ("student_t", "scale"), ("student_t", "df"), ("negbin", "total_count"),
-                   ("poisson", "rate_scale"), ("hetero_gauss", "max_precision")):
+for _lik, _arg in (
+    ("laplace", "scale"),
+    ("student_t", "scale"),
+    ("student_t", "df"),
+    ("negbin", "total_count"),
+    ("poisson", "rate_scale"),
+    ("hetero_gauss", "max_precision"),
+):
     for _v in ("0.0", "-1.0", "math.inf", "math.nan"):
-        _cls = {"laplace": ga.LaplaceLikelihood, "student_t": ga.StudentTLikelihood,
-                "negbin": ga.NegativeBinomialLogitLikelihood, "poisson": ga.PoissonLogitLikelihood,
-                "hetero_gauss": ga.HeteroscedasticGaussianLikelihood}[_lik]
+        _cls = {
+            "laplace": ga.LaplaceLikelihood,
+            "student_t": ga.StudentTLikelihood,
+            "negbin": ga.NegativeBinomialLogitLikelihood,
+            "poisson": ga.PoissonLogitLikelihood,
+            "hetero_gauss": ga.HeteroscedasticGaussianLikelihood,
+        }[_lik]
         add(f"{_lik}({_arg}={_v})", (lambda c=_cls, a=_arg, v=_v: c(**{a: eval(v)})), (_arg,), must_fail=True)
 
-for _b, _c in (("1.0", "0.0"), ("1.0", "math.inf"), ("1.0", "1e300"), ("math.inf", "1.0"), ("0.0", "1.0"),
-               ("-1.0", "1.0"), ("1.0", "math.nan"), ("1e4", "1e-8")):
-    add(f"PolyaGamma({_b}, {_c}).sample", (lambda b=_b, c=_c: ga.PolyaGamma(eval(b), eval(c)).sample((4,))), ("b", "c"),
-        must_fail=_b in ("math.inf", "-1.0") or _c in ("math.inf", "1e300", "math.nan"), isolate=True)
+for _b, _c in (
+    ("1.0", "0.0"),
+    ("1.0", "math.inf"),
+    ("1.0", "1e300"),
+    ("math.inf", "1.0"),
+    ("0.0", "1.0"),
+    ("-1.0", "1.0"),
+    ("1.0", "math.nan"),
+    ("1e4", "1e-8"),
+):
+    add(
+        f"PolyaGamma({_b}, {_c}).sample",
+        (lambda b=_b, c=_c: ga.PolyaGamma(eval(b), eval(c)).sample((4,))),
+        ("b", "c"),
+        must_fail=_b in ("math.inf", "-1.0") or _c in ("math.inf", "1e300", "math.nan"),
+        isolate=True,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the runner
@@ -487,7 +614,7 @@ def _classify(case: Case) -> tuple[str, str]:
             out = case.run()
     except _Timeout:
         return "hang", f"no result after {TIMEOUT} s"
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, UserWarning) as err:  # a case may escalate a warning it expects to an error
         msg = str(err)
         if not case.names or any(re.search(n, msg, re.IGNORECASE) for n in case.names):
             return "clear", msg
@@ -509,7 +636,7 @@ def _defaults():
 
 
 def _param(case: Case) -> Any:
-    reason = LIKELIHOOD_SIDE.get(case.id)
+    reason = _likelihood_side(case.id)
     marks = [pytest.mark.xfail(strict=False, reason=f"likelihood side: {reason}")] if reason else []
     return pytest.param(case, id=case.id, marks=marks)
 
@@ -538,5 +665,6 @@ if __name__ == "__main__":
         counts[outcome] += 1
         seconds = time.perf_counter() - start
         if (outcome not in ("finite", "clear") or seconds > 2) and "-v" in sys.argv:
-            print(f"{outcome:8s} {seconds:5.1f}s {c.id}: {detail[:200]}", flush=True)
+            mark = "[xfail: likelihood side] " if _likelihood_side(c.id) else ""
+            print(f"{outcome:8s} {seconds:5.1f}s {mark}{c.id}: {detail[:200]}", flush=True)
     print(f"cases {sum(counts.values())}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

@@ -49,6 +49,7 @@ from linear_operator.settings import _linalg_dtype_cholesky
 from torch import Tensor
 
 from .._numerics import reverse_cholesky
+from .._validation import check_finite
 from ..core import NaturalParameters, PriorCache, PriorTerms, SufficientStatistics, WhitenedGaussian
 from ..core.linalg import mv, tri_solve
 from ..core.prior import split_prior, whiten_prior
@@ -240,8 +241,9 @@ class _CAVIMixin:
         ``h`` and ``lam`` have shape ``(*batch, N)`` (latent-major ``(T, N)`` for a batched strategy); for a
         mini-batch, pass them already multiplied by ``num_data / batch_size``.
         """
-        if not 0.0 < step <= 1.0:
-            raise ValueError(f"step must be in (0, 1], got {step}")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0.0 < step <= 1.0:
+            raise ValueError(f"step must be a number in (0, 1], got {step!r}")
+        self._check_update_arguments(x, h, lam)
         self.check_distribution()
         if terms is None:
             terms = self.cavi_terms(x)
@@ -250,6 +252,27 @@ class _CAVIMixin:
         q = target.factorize() if old is None else old.step(target, step)
         self.write_whitened(q, terms)
         return q
+
+
+    def _check_update_arguments(self, x: Tensor, h: Tensor, lam: Tensor) -> None:
+        """``ValueError`` unless ``x`` has the inducing inputs' dimension and ``h``, ``lam`` are finite, aligned with
+        the ``N`` points of ``x``, and ``lam >= 0``."""
+        check_finite("x", x)
+        check_finite("h", h)
+        check_finite("lam", lam)
+        Z = self.inducing_points
+        if x.dim() < 2 or x.shape[-1] != Z.shape[-1]:
+            raise ValueError(
+                f"x must have shape (N, D) with D = {Z.shape[-1]} (the inducing inputs'); got {tuple(x.shape)}"
+            )
+        n = x.shape[-2]
+        if h.dim() < 1 or lam.dim() < 1 or h.shape[-1] != n or lam.shape[-1] != n:
+            raise ValueError(
+                f"h and lam must have the N = {n} data points of x in their last dimension; got h of shape "
+                f"{tuple(h.shape)} and lam of shape {tuple(lam.shape)}"
+            )
+        if (lam < 0).any():
+            raise ValueError(f"lam (precisions) must be non-negative; found {lam.min().item()}")
 
 
 class CAVIVariationalStrategy(_CAVIMixin, VariationalStrategy):

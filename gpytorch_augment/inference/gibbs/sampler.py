@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +14,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..._validation import check_finite, check_inputs_targets
+from ..._validation import (
+    check_finite,
+    check_inputs_targets,
+    check_nonempty,
+    check_target_keywords,
+    squeezed_targets,
+)
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
@@ -94,12 +101,13 @@ class GibbsSampler(BlockedGibbsKernel):
     model's parameters and buffers with a snapshot and calls :meth:`refresh` itself when they changed in place;
     call :meth:`refresh` explicitly after any other change of the prior (e.g. a replaced module).
 
-    :param model: a GPyTorch model or module whose ``forward(x)`` returns the prior ``MultivariateNormal``
-        (a ``gpytorch.Module`` with a mean and a kernel, an ``ExactGP`` or an ``ApproximateGP``); only
-        ``model.forward`` is called, never ``model(x)``.
+    :param model: a GPyTorch model or module whose ``forward(x)`` returns the prior ``MultivariateNormal``:
+        preferably a :class:`~gpytorch_augment.GPPrior` (a mean and a kernel), or an ``ApproximateGP``; only
+        ``model.forward`` is called, never ``model(x)``. An ``ExactGP`` works but warns: its own ``model(x)`` is a
+        Gaussian-regression posterior unrelated to the draws (predict with :meth:`GibbsSamples.predict`).
     :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood`.
     :param x: training inputs ``(N, D)``.
-    :param y: training targets ``(N,)``.
+    :param y: training targets ``(N,)`` (a column ``(N, 1)`` is accepted and squeezed).
     :param inducing_points: optional ``(M, D)`` inducing inputs :math:`Z` (or ``(T, M, D)``).
     :param jitter: :math:`\epsilon` added to the diagonal of the prior covariance before factorising
         (default ``gpytorch.settings.variational_cholesky_jitter`` for float64, ``1e-6``).
@@ -148,7 +156,11 @@ class GibbsSampler(BlockedGibbsKernel):
             raise TypeError(f"GibbsSampler needs an AugmentedLikelihood, got {type(likelihood).__name__}")
         if not callable(getattr(model, "forward", None)):
             raise TypeError(f"model must define forward(x) returning the prior; got {type(model).__name__}")
+        check_target_keywords(likelihood, kwargs, "GibbsSampler")
+        y = squeezed_targets(x, y)
         check_inputs_targets(x, y)
+        check_nonempty(x, "GibbsSampler")
+        _warn_exact_gp(model)
         if y.dim() != 1:
             raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
         if x.dim() != 2 and not (x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents):
@@ -438,6 +450,19 @@ class GibbsSampler(BlockedGibbsKernel):
             progress=progress,
         )
         return GibbsSamples.cat([samples, more], dim="draw")
+def _warn_exact_gp(model: Any) -> None:
+    """Warn that an ``ExactGP`` only lends its prior to the sampler (its own calls give a Gaussian posterior)."""
+    if isinstance(model, gpytorch.models.ExactGP):
+        warnings.warn(
+            f"GibbsSampler got a gpytorch ExactGP ({type(model).__name__}): only its prior, model.forward(x), is "
+            "used. The ExactGP's own posterior, model(x) in eval mode and likelihood(model(x)), is a Gaussian-"
+            "regression posterior that ignores this sampler's likelihood and draws. Hold the prior in "
+            "gpytorch_augment.GPPrior(mean_module, covar_module) and predict with samples.predict(x_new).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _stack_hyper(values: list[Tensor], num_chains: int) -> Tensor:
     """Per-draw hyper-parameter values -> (chains, draws, ...): per-chain values (leading dimension = chains)
     keep their chain; shared values are repeated for every chain."""

@@ -2,12 +2,14 @@ r"""The draws of a Gibbs run: :class:`GibbsSamples` (storage, resume, diagnostic
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from gpytorch.utils.warnings import NumericalWarning
 from linear_operator.operators import DiagLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
@@ -268,7 +270,9 @@ class GibbsSamples:
         f_var = var + means.var(0, unbiased=False)
         eps = torch.randn(means.shape, generator=generator, dtype=LINALG_DTYPE, device=means.device)
         if joint:
-            Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
+            with warnings.catch_warnings():  # the conditional covariance is singular where x_new repeats or meets
+                warnings.simplefilter("ignore", NumericalWarning)  # the data: GPyTorch's added jitter is expected
+                Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
             f_draws = means + vecmat(eps, Lc.mT)
         else:
             f_draws = means + var.sqrt() * eps
@@ -293,9 +297,10 @@ class GibbsSamples:
                 "predict needs the GibbsSampler: rebuild with GibbsSamples.from_state_dict(state, sampler)"
             )
         check_finite("x_new", x_new)
-        if x_new.dim() != sampler.x.dim() or x_new.shape[-1] != sampler.x.shape[-1]:
+        if x_new.dim() != sampler.x.dim() or x_new.shape[-1] != sampler.x.shape[-1] or x_new.shape[-2] == 0:
             raise ValueError(
-                f"x_new must have shape (N*, D) with D = {sampler.x.shape[-1]}; got shape {tuple(x_new.shape)}"
+                f"x_new must have shape (N*, D) with N* >= 1 and D = {sampler.x.shape[-1]}; got shape "
+                f"{tuple(x_new.shape)}"
             )
         if sampler._params_changed():
             raise ValueError(
