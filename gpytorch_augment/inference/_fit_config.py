@@ -13,7 +13,7 @@ from torch.utils.data import DistributedSampler
 
 from .._validation import check_nonempty
 from ..core.distributed import all_gather_objects
-from ._batches import Batch, loader_batches, per_datum, tensor_batches
+from ._batches import Batch, ShuffleCursor, loader_batches, per_datum, tensor_batches
 from ._checks import check_full_batch
 from .convergence import CAVITrace, Convergence, RelativeChange
 
@@ -37,6 +37,7 @@ class FitConfig:
     num_batches: int | None
     check: StopRule
     sharded: bool = False
+    cursor: ShuffleCursor | None = None
 
     def epoch(self) -> Iterator[Batch]:
         """The batches of one epoch as ``(x, y, kwargs, is_last_batch_of_the_epoch)``; with sharded data every rank
@@ -44,7 +45,7 @@ class FitConfig:
         if self.data_loader is not None:
             return loader_batches(self.data_loader)
         assert self.x is not None and self.y is not None
-        batches = tensor_batches(self.x, self.y, self.batch_size, self.generator, self.kwargs)
+        batches = tensor_batches(self.x, self.y, self.batch_size, self.generator, self.kwargs, self.cursor)
         return padded(batches, self.num_batches, self.x, self.y, self.kwargs) if self.sharded else batches
 
     @property
@@ -96,6 +97,7 @@ class FitConfig:
             num_batches=num_batches,
             check=_stop_rule(convergence),
             sharded=sharded,
+            cursor=None if sharded else cavi._shuffle,
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,12 +34,12 @@ from ..core.distributed import (
     all_reduce_sum,
     broadcast_flag,
     is_distributed,
-    rank,
 )
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from ..mlls.augmented_elbo import AugmentedELBO
 from ..variational.cavi_variational_strategy import _CAVIMixin
-from ._batches import progress_bar, take
+from ._batches import ShuffleCursor, progress_bar, take
+from ._checkpoint import CheckpointMixin
 from ._checks import check_batch_size, check_input_dim, check_latents
 from ._fit_config import FitConfig
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
@@ -66,7 +67,7 @@ def _cavi_strategy(model: Any) -> _CAVIMixin:
     return strategy
 
 
-class CAVI:
+class CAVI(CheckpointMixin):
     r"""Closed-form coordinate ascent on the augmented ELBO, full-batch or stochastic.
 
     One :meth:`step` on a batch :math:`\mathcal B` of the data
@@ -161,6 +162,7 @@ class CAVI:
         self.process_group = process_group
         self._last_x: Tensor | None = None
         self._global_batch_size: int | None = None
+        self._shuffle = ShuffleCursor()  # where a shuffled mini-batch fit is in its epoch (checkpointed)
 
     @property
     def distributed(self) -> bool:
@@ -470,47 +472,6 @@ class CAVI:
             total, num_data = summed.reshape(total.shape), int(round(float(count.item())))
         return (total - kl) / num_data
 
-    # ------------------------------------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Everything a fit continues from: the model's and likelihood's state, the step count and the step-size
-        schedules' state (plain tensors and numbers: ``torch.load(..., weights_only=True)`` reads it). It holds no
-        rank-specific data, so a checkpoint loads on any number of processes."""
-        schedules = {}
-        for name, schedule in (("step_size", self.step_size), ("minibatch_schedule", self._minibatch_schedule)):
-            if isinstance(schedule, StepSchedule):
-                schedules[name] = schedule.state_dict()
-        return {
-            "model": self.model.state_dict(),
-            "likelihood": self.likelihood.state_dict(),
-            "num_steps": self.num_steps,
-            "last_step_size": self.last_step_size,
-            "schedules": schedules,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (the schedules must be of the same kinds)."""
-        self.model.load_state_dict(state["model"])
-        self.likelihood.load_state_dict(state["likelihood"])
-        self.num_steps = int(state["num_steps"])
-        self.last_step_size = state.get("last_step_size")
-        for name, schedule_state in state.get("schedules", {}).items():
-            if name == "minibatch_schedule" and self._minibatch_schedule is None:
-                self._minibatch_schedule = make_schedule("robbins-monro")
-            schedule = self.step_size if name == "step_size" else self._minibatch_schedule
-            if not isinstance(schedule, StepSchedule):
-                raise ValueError(f"the checkpoint holds a {name} schedule state but this CAVI has {schedule!r}")
-            schedule.load_state_dict(schedule_state)
-
-    def save_checkpoint(self, path: Any) -> None:
-        """``torch.save(self.state_dict(), path)`` on rank 0 only (every rank holds the same state), followed by a
-        barrier with sharded data so that no rank reads the file before it is written."""
-        if rank(self.process_group) == 0:
-            torch.save(self.state_dict(), path)
-        if self.distributed:
-            import torch.distributed as dist
-
-            dist.barrier(group=self.process_group)
-
     # ------------------------------------------------------------------------------------------------ fit
     def _check_hyper_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         variational = {id(p) for p in self.model.variational_parameters()}
@@ -604,6 +565,12 @@ class CAVI:
                     trace.converged = True
                     return trace
                 if config.max_iter is not None and trace.num_steps >= config.max_iter:
+                    warnings.warn(
+                        f"CAVI.fit stopped at max_iter={config.max_iter} steps before the convergence rule was met "
+                        "(trace.converged is False): raise max_iter or loosen the rule",
+                        UserWarning,
+                        stacklevel=3,
+                    )
                     return trace
             epoch += 1
         return trace
