@@ -115,12 +115,21 @@ class CAVI(CheckpointMixin):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+        >>> from gpytorch_augment.testing.models import SVGP
+        >>> x = torch.linspace(-2, 2, 20, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1) > 0).double()
+        >>> model, likelihood = SVGP(x[::4]).double(), BernoulliLogitLikelihood()
         >>> cavi = CAVI(model, likelihood, num_data=y.numel())
         >>> trace = cavi.fit(x, y)                  # full-batch CAVI to convergence
-        >>> trace.elbo[-1]                          # augmented ELBO per datum
+        >>> trace.converged, trace.elbo[-1] < 0     # augmented ELBO per datum
+        (True, True)
+        >>> from gpytorch_augment.inference.schedules import RobbinsMonro
         >>> cavi = CAVI(model, likelihood, num_data=y.numel(), step_size=RobbinsMonro(tau=1.0, kappa=0.6))
         >>> hyper = torch.optim.Adam(model.hyperparameters(), lr=0.01)
-        >>> trace = cavi.fit(x, y, batch_size=256, num_epochs=20, hyper_optimizer=hyper, progress=True)
+        >>> trace = cavi.fit(x, y, batch_size=8, num_epochs=2, hyper_optimizer=hyper, generator=torch.Generator())
+        >>> import gpytorch
         >>> true_elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())
         >>> cavi = CAVI(model, likelihood, num_data=y.numel(), hyper_objective=true_elbo)  # M-step on the true ELBO
     """

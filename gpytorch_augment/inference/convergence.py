@@ -104,11 +104,23 @@ class HeldOut(Convergence):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+        >>> from gpytorch_augment.testing.models import SVGP
+        >>> x = torch.linspace(-2, 2, 20, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1) > 0).double()
+        >>> x_test, y_test = x[1::2], y[1::2]
+        >>> model, likelihood = SVGP(x[::4]).double(), BernoulliLogitLikelihood()
+        >>> from gpytorch_augment import HeldOut
         >>> def test_nll():
         ...     model.eval(); likelihood.eval()
         ...     with torch.no_grad():
         ...         return -likelihood.log_marginal(y_test, model(x_test)).mean().item()
-        >>> trace = cavi.fit(x, y, batch_size=256, num_epochs=50, convergence=HeldOut(test_nll, window=3, patience=5))
+        >>> cavi = CAVI(model, likelihood, num_data=20)
+        >>> rule = HeldOut(test_nll, window=1, patience=2)
+        >>> trace = cavi.fit(x, y, batch_size=5, num_epochs=3, convergence=rule, generator=torch.Generator())
+        >>> len(trace.held_out) >= 1
+        True
     """
 
     def __init__(

@@ -14,8 +14,13 @@ A schedule is any object with ``__call__(t) -> rho`` (``t`` counts steps from 0)
 
 Example::
 
-    >>> cavi = CAVI(model, likelihood, num_data=N, step_size=RobbinsMonro(tau=10.0, kappa=0.7))
-    >>> cavi = CAVI(model, likelihood, num_data=N, step_size="adaptive")
+    >>> import torch
+    >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+    >>> from gpytorch_augment.inference.schedules import RobbinsMonro
+    >>> from gpytorch_augment.testing.models import SVGP
+    >>> model, likelihood = SVGP(torch.zeros(3, 1)), BernoulliLogitLikelihood()
+    >>> cavi = CAVI(model, likelihood, num_data=100, step_size=RobbinsMonro(tau=10.0, kappa=0.7))
+    >>> cavi = CAVI(model, likelihood, num_data=100, step_size="adaptive")
 """
 
 from __future__ import annotations
@@ -220,7 +225,8 @@ def make_schedule(spec: float | str | StepSchedule | Callable[[int], float], **k
 
     Example::
 
-        >>> make_schedule("robbins-monro", tau=10.0, kappa=0.7)(0)
+        >>> from gpytorch_augment.inference.schedules import make_schedule
+        >>> make_schedule("robbins-monro", tau=10.0, kappa=0.7)(0)  # doctest: +ELLIPSIS
         0.1995...
     """
     if isinstance(spec, str):

@@ -280,6 +280,8 @@ class CAVIVariationalStrategy(_CAVIMixin, VariationalStrategy):
 
     Example::
 
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import CAVIVariationalStrategy
         >>> class SVGP(gpytorch.models.ApproximateGP):
         ...     def __init__(self, Z):
         ...         q_u = gpytorch.variational.NaturalVariationalDistribution(Z.size(0))
@@ -288,6 +290,11 @@ class CAVIVariationalStrategy(_CAVIMixin, VariationalStrategy):
         ...         self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
         ...     def forward(self, x):
         ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+        >>> model = SVGP(torch.linspace(-1, 1, 4).unsqueeze(-1))
+        >>> x = torch.linspace(-1, 1, 6).unsqueeze(-1)
+        >>> q = model.variational_strategy.cavi_update(x, torch.zeros(6), torch.full((6,), 0.25))  # optimal q(u)
+        >>> model(x).mean.shape
+        torch.Size([6])
     """
 
     _data_jitter = True

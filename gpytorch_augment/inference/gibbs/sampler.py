@@ -126,19 +126,21 @@ class GibbsSampler(BlockedGibbsKernel):
 
     Example::
 
-        >>> class GP(gpytorch.Module):
-        ...     def __init__(self):
-        ...         super().__init__()
-        ...         self.mean_module = gpytorch.means.ZeroMean()
-        ...         self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
-        ...     def forward(self, x):
-        ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-        >>> sampler = GibbsSampler(GP(), BernoulliLogitLikelihood(), x, y)
-        >>> samples = sampler.sample(1000, warmup=200, num_chains=4, seed=0)
-        >>> samples.f.shape                      # (chains, draws, N)
-        >>> samples.summary().rhat.max()         # convergence check
-        >>> p = samples.predict(x_test).y_probs  # p(y* = 1 | data)
-        >>> more = sampler.resume(samples, 1000) # continue the same chains
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 10, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1) > 0).double()
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()))
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, y)
+        >>> samples = sampler.sample(50, warmup=20, num_chains=2, seed=0, progress=False)
+        >>> samples.f.shape                                  # (chains, draws, N)
+        torch.Size([2, 50, 10])
+        >>> bool(samples.summary().rhat.max() < 2)           # convergence check
+        True
+        >>> samples.predict(x[:3]).y_probs.shape             # p(y* = 1 | data)
+        torch.Size([3])
+        >>> sampler.resume(samples, 10, progress=False).f.shape  # continue the same chains
+        torch.Size([2, 60, 10])
     """
     def __init__(
         self,

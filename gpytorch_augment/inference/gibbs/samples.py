@@ -32,7 +32,8 @@ class GibbsPrediction(NamedTuple):
 
     The latent predictive is the mixture :math:`\frac1S\sum_s p(f_* \mid f^{(s)})` of GP conditionals.
 
-    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)``.
+    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)`` (latent-major, as :attr:`GibbsSamples.f`;
+        :meth:`to_multitask` gives GPyTorch's multitask layout ``(N*, T)``).
     :ivar f_var: mixture variance (conditional variance plus the spread of the conditional means).
     :ivar f_draws: one draw of :math:`f_*` per stored draw, ``(chains, draws, N*)`` / ``(chains, draws, T, N*)``.
     :ivar y_mean: predictive mean of :math:`y_*`, the average over draws of ``likelihood.marginal(...).mean``
@@ -46,6 +47,24 @@ class GibbsPrediction(NamedTuple):
     f_draws: Tensor
     y_mean: Tensor | None
     y_probs: Tensor | None
+
+    def to_multitask(self) -> GibbsPrediction:
+        r"""The latent fields in GPyTorch's multitask layout: ``f_mean``, ``f_var`` of shape ``(N*, T)`` and
+        ``f_draws`` of shape ``(chains, draws, N*, T)`` (as a ``MultitaskMultivariateNormal``'s mean); ``y_mean`` and
+        ``y_probs`` are unchanged. The fields of :meth:`GibbsSamples.predict` itself stay latent-major, ``(T, N*)``,
+        the layout of :attr:`GibbsSamples.f`. A single-latent prediction is returned as it is.
+
+        Example::
+
+            >>> import torch
+            >>> from gpytorch_augment.inference.gibbs.samples import GibbsPrediction
+            >>> p = GibbsPrediction(torch.zeros(2, 5), torch.ones(2, 5), torch.zeros(1, 3, 2, 5), None, None)
+            >>> p.to_multitask().f_mean.shape, p.to_multitask().f_draws.shape
+            (torch.Size([5, 2]), torch.Size([1, 3, 5, 2]))
+        """
+        if self.f_draws.dim() < 4:
+            return self
+        return self._replace(f_mean=self.f_mean.mT, f_var=self.f_var.mT, f_draws=self.f_draws.mT)
 
 
 class GibbsSummary(NamedTuple):
