@@ -87,4 +87,3 @@ class CheckpointMixin:
             import torch.distributed as dist
 
             dist.barrier(group=self.process_group)
-

@@ -253,7 +253,6 @@ class _CAVIMixin:
         self.write_whitened(q, terms)
         return q
 
-
     def _check_update_arguments(self, x: Tensor, h: Tensor, lam: Tensor) -> None:
         """``ValueError`` unless ``x`` has the inducing inputs' dimension and ``h``, ``lam`` are finite, aligned with
         the ``N`` points of ``x``, and ``lam >= 0``."""

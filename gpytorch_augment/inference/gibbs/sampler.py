@@ -452,6 +452,8 @@ class GibbsSampler(BlockedGibbsKernel):
             progress=progress,
         )
         return GibbsSamples.cat([samples, more], dim="draw")
+
+
 def _warn_exact_gp(model: Any) -> None:
     """Warn that an ``ExactGP`` only lends its prior to the sampler (its own calls give a Gaussian posterior)."""
     if isinstance(model, gpytorch.models.ExactGP):
