@@ -135,6 +135,18 @@ def _with(t: torch.Tensor, index: int, value: float) -> torch.Tensor:
     return t
 
 
+def _perturbed_data(perturb: str, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The data perturbations shared by the engines' cases (others are left to the caller)."""
+    changes = {
+        "y nan": lambda: (x, _with(y, 0, math.nan)),
+        "y inf": lambda: (x, _with(y, 0, math.inf)),
+        "y too short": lambda: (x, y[:-1]),
+        "y (N,1)": lambda: (x, y.unsqueeze(-1)),
+        "x nan": lambda: (_with(x, 0, math.nan), y),
+    }
+    return changes[perturb]() if perturb in changes else (x, y)
+
+
 # ------------------------------------------------------------------------------------------------ CAVI
 def _cavi_call(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callable[[], Any]:
     def run() -> Any:
@@ -142,17 +154,8 @@ def _cavi_call(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callab
             lik, dtype, n=0 if perturb == "N=0" else N, outputscale=1e6 if perturb == "outputscale 1e6" else None
         )
         num_data = max(y.shape[-1], 1)
-        if perturb == "y nan":
-            y = _with(y, 0, math.nan)
-        elif perturb == "y inf":
-            y = _with(y, 0, math.inf)
-        elif perturb == "y too short":
-            y = y[:-1]
-        elif perturb == "y (N,1)":
-            y = y.unsqueeze(-1)
-        elif perturb == "x nan":
-            x = _with(x, 0, math.nan)
-        elif perturb == "x wrong D":
+        x, y = _perturbed_data(perturb, x, y)
+        if perturb == "x wrong D":
             x = torch.cat([x, x], -1)
         elif perturb == "x 1-D":
             x = x.squeeze(-1)
@@ -329,15 +332,8 @@ def _gibbs(entry: str, lik: str, perturb: str, dtype: torch.dtype) -> Callable[[
             1e6 if perturb == "outputscale 1e6" else 1.0,
         )
         args: dict[str, Any] = {}
-        if perturb == "y nan":
-            y = _with(y, 0, math.nan)
-        elif perturb == "y too short":
-            y = y[:-1]
-        elif perturb == "y (N,1)":
-            y = y.unsqueeze(-1)
-        elif perturb == "x nan":
-            x = _with(x, 0, math.nan)
-        elif perturb == "inducing wrong D":
+        x, y = _perturbed_data(perturb, x, y)
+        if perturb == "inducing wrong D":
             args["inducing_points"] = torch.zeros(M, 2, dtype=dtype)
         elif perturb == "inducing":
             args["inducing_points"] = torch.linspace(-2, 2, M, dtype=dtype).unsqueeze(-1)
