@@ -74,7 +74,17 @@ def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I") -> Tensor:
 
 
 class PriorTerms(NamedTuple):
-    """Prior quantities at a set of inputs, in the linear-algebra dtype (``(*b)`` = batch or latent dimensions)."""
+    """Prior quantities at a set of inputs, in the linear-algebra dtype (``(*b)`` = batch or latent dimensions).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import split_prior, whiten_prior
+        >>> mean, K = torch.zeros(5, dtype=torch.float64), torch.eye(5, dtype=torch.float64)
+        >>> terms = whiten_prior(*split_prior(mean, K, num_inducing=2, dense=True), 1e-6, torch.float64)
+        >>> terms.L.shape, terms.A.shape, terms.k_diag.shape
+        (torch.Size([2, 2]), torch.Size([2, 3]), torch.Size([3]))
+    """
 
     L: Tensor  #: chol(K_ZZ + jitter I), (*b, M, M)
     A: Tensor  #: L^{-1} K_ZX, (*b, M, N)
@@ -103,7 +113,16 @@ def split_prior(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(mean, K_ZZ, K_ZX, diag K_XX)`` of the prior ``(mean, covar)`` at ``cat[Z, x]`` (``covar`` a linear
     operator). The kernel is evaluated once for the rows of ``Z`` plus the diagonal at ``x``, or as one dense block
-    (``dense``; default: when the extra entries are few, up to :data:`DENSE_PRIOR_ELEMENTS`)."""
+    (``dense``; default: when the extra entries are few, up to :data:`DENSE_PRIOR_ELEMENTS`).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import split_prior
+        >>> mean, K_ZZ, K_ZX, k_diag = split_prior(torch.zeros(5), torch.eye(5), num_inducing=2, dense=True)
+        >>> K_ZZ.shape, K_ZX.shape, k_diag.shape
+        (torch.Size([2, 2]), torch.Size([2, 3]), torch.Size([3]))
+    """
     M = num_inducing
     N = mean.shape[-1] - M
     if dense is None:
@@ -127,7 +146,17 @@ def whiten_prior(
 ) -> PriorTerms:
     r"""Whiten the prior blocks (``mean`` at ``cat[Z, x]``): :math:`L = \mathrm{chol}(K_{ZZ} + \epsilon I)` and
     :math:`A = L^{-1}K_{ZX}`, everything cast to ``dtype`` first. ``data_jitter`` adds :math:`\epsilon` to
-    :math:`\operatorname{diag}K_{XX}` as well (GPyTorch's whitened strategy does)."""
+    :math:`\operatorname{diag}K_{XX}` as well (GPyTorch's whitened strategy does).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import whiten_prior
+        >>> K_ZZ = torch.tensor([[4.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+        >>> terms = whiten_prior(torch.zeros(3), K_ZZ, torch.ones(2, 1), torch.ones(1), 0.0, torch.float64)
+        >>> terms.L.diagonal().tolist(), terms.A.squeeze(-1).tolist()
+        ([2.0, 1.0], [0.5, 1.0])
+    """
     mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in (mean, K_ZZ, K_ZX, k_diag))
     M = K_ZZ.shape[-1]
     eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
@@ -159,6 +188,19 @@ class PriorCache:
     same values, the flags compare equal and nobody wrote into the cached tensors; anything else is a miss. This is
     the one mechanism by which both engines notice a change of hyper-parameters (an optimizer step,
     ``load_state_dict``, moved inducing points, ``train()``/``eval()``, ...). Not pickled: a copy starts empty.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import PriorCache
+        >>> cache, x, w = PriorCache(), torch.zeros(3), torch.ones(2)
+        >>> cache.put([x], [w], (), (x + 1,))
+        >>> cache.get([x], [w], ())
+        (tensor([1., 1., 1.]),)
+        >>> w.add_(1.0)             # a parameter changed in place: the entry is stale
+        tensor([2., 2.])
+        >>> cache.get([x], [w], ()) is None
+        True
     """
 
     def __init__(self) -> None:

@@ -23,6 +23,13 @@ class CAVITrace:
     unbiased estimate for a mini-batch); ``time`` the training wall time in seconds after each step (held-out
     evaluations excluded); ``epoch`` the (0-based) pass over the data a step belongs to; ``step_size`` the
     :math:`\\rho_t` used.
+
+    Example::
+
+        >>> from gpytorch_augment import CAVITrace
+        >>> trace = CAVITrace(elbo=[-0.7, -0.6], epoch=[0, 0])
+        >>> trace.num_steps, trace.num_epochs, trace.converged
+        (2, 1, False)
     """
 
     elbo: list[float] = field(default_factory=list)
@@ -44,7 +51,17 @@ class CAVITrace:
 
 
 class Convergence:
-    """Base class of the stopping rules of :meth:`CAVI.fit`: :meth:`check` is called after every step."""
+    """Base class of the stopping rules of :meth:`CAVI.fit`: :meth:`check` is called after every step.
+
+    Example::
+
+        >>> from gpytorch_augment import CAVITrace, Convergence
+        >>> class AfterTen(Convergence):
+        ...     def check(self, trace, epoch_end):
+        ...         return trace.num_steps >= 10
+        >>> AfterTen().check(CAVITrace(elbo=[0.0] * 10), epoch_end=True)
+        True
+    """
 
     def reset(self) -> None:
         """Forget the state of a previous fit."""
@@ -64,6 +81,13 @@ class RelativeChange(Convergence):
 
     :param tol: the relative tolerance (ELBO per datum).
     :param window: the number of steps averaged on each side.
+
+    Example::
+
+        >>> from gpytorch_augment import CAVITrace, RelativeChange
+        >>> rule = RelativeChange(tol=1e-3)
+        >>> rule.check(CAVITrace(elbo=[-0.5, -0.4]), True), rule.check(CAVITrace(elbo=[-0.5, -0.4, -0.4]), True)
+        (False, True)
     """
 
     def __init__(self, tol: float = 1e-8, window: int = 1) -> None:

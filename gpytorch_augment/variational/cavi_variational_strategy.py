@@ -304,6 +304,23 @@ class UnwhitenedCAVIVariationalStrategy(_CAVIMixin, UnwhitenedVariationalStrateg
 
     :math:`q(u)` is stored directly; the update is computed in whitened coordinates and mapped back
     (:math:`S_u^{-1} = L^{-\top} C^\top C L^{-1}`, :math:`\theta_{1,u} = L^{-\top}\theta_{1,v} + S_u^{-1}\mu_Z`).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import UnwhitenedCAVIVariationalStrategy
+        >>> class SVGP(gpytorch.models.ApproximateGP):
+        ...     def __init__(self, Z):
+        ...         q_u = gpytorch.variational.CholeskyVariationalDistribution(Z.size(0))
+        ...         super().__init__(UnwhitenedCAVIVariationalStrategy(self, Z, q_u, learn_inducing_locations=False))
+        ...         self.mean_module = gpytorch.means.ZeroMean()
+        ...         self.covar_module = gpytorch.kernels.RBFKernel()
+        ...     def forward(self, x):
+        ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+        >>> model, x = SVGP(torch.linspace(-1, 1, 3).unsqueeze(-1)), torch.linspace(-1, 1, 5).unsqueeze(-1)
+        >>> _ = model.variational_strategy.cavi_update(x, torch.ones(5), torch.full((5,), 0.25))
+        >>> bool(model(x).mean.gt(0).all())      # positive potentials pull the mean up
+        True
     """
 
     _data_jitter = False

@@ -40,6 +40,18 @@ class GibbsPrediction(NamedTuple):
         (``None`` if the marginal distribution has no mean).
     :ivar y_probs: the average over draws of ``likelihood.marginal(...).probs`` where the distribution has
         ``probs`` (e.g. :math:`p(y_*=1)` for Bernoulli), else ``None``.
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
+        >>> pred = samples.predict(torch.zeros(3, 1, dtype=torch.float64))
+        >>> pred.f_mean.shape, pred.f_draws.shape, pred.y_probs.shape
+        (torch.Size([3]), torch.Size([2, 20, 3]), torch.Size([3]))
     """
 
     f_mean: Tensor
@@ -68,7 +80,20 @@ class GibbsPrediction(NamedTuple):
 
 
 class GibbsSummary(NamedTuple):
-    """Per-coordinate posterior summary and convergence diagnostics (Vehtari et al., 2021)."""
+    """Per-coordinate posterior summary and convergence diagnostics (Vehtari et al., 2021).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
+        >>> summary = samples.summary()
+        >>> summary.mean.shape, summary.rhat.shape
+        (torch.Size([8]), torch.Size([8]))
+    """
 
     mean: Tensor
     sd: Tensor
@@ -90,6 +115,20 @@ class GibbsSamples:
     :ivar last: the :class:`GibbsState` after the last sweep (see :meth:`last_state`).
     :ivar hyper: draws of the likelihood's sampled hyper-parameters, ``(chains, draws, ...)`` (empty unless the
         likelihood implements ``sample_hyperparameters``).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
+        >>> samples.num_chains, samples.num_draws, samples.f.shape
+        (2, 20, torch.Size([2, 20, 8]))
+        >>> from gpytorch_augment import GibbsSamples
+        >>> GibbsSamples.from_state_dict(samples.state_dict(), sampler=sampler).f.equal(samples.f)
+        True
     """
 
     f: Tensor
