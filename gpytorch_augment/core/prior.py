@@ -43,14 +43,14 @@ class PriorFactorizationError(NotPSDError, ValueError):
         >>> try:
         ...     prior_cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]]), "K")
         ... except PriorFactorizationError as err:
-        ...     print(str(err)[:44])
-        the prior covariance K is not positive defin
+        ...     print(str(err)[:23], "float64" in str(err), "jitter" in str(err))
+        the prior covariance K, True True
     """
 
 
-def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I") -> Tensor:
+def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I", source_dtype: torch.dtype | None = None) -> Tensor:
     """``psd_safe_cholesky(K)`` (GPyTorch's jitter retries), raising :class:`PriorFactorizationError` with advice
-    when the factorisation fails.
+    when the factorisation fails (``source_dtype``: the dtype the kernel was evaluated in, if not ``K``'s).
 
     Example::
 
@@ -64,8 +64,9 @@ def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I") -> Tensor:
         return psd_safe_cholesky(K)
     except NotPSDError as err:
         scale = float(K.diagonal(dim1=-2, dim2=-1).abs().max()) if K.numel() else 0.0
+        where = f"{K.dtype}" if source_dtype in (None, K.dtype) else f"{source_dtype} (factorised in {K.dtype})"
         raise PriorFactorizationError(
-            f"the prior covariance {what} is not positive definite in {K.dtype} (largest diagonal entry "
+            f"the prior covariance {what}, evaluated in {where}, is not positive definite (largest diagonal entry "
             f"{scale:.3g}), even with GPyTorch's jitter: its kernel matrix is too ill-conditioned (a large "
             f"outputscale, nearly duplicate inputs, a long lengthscale). Work in float64 (model.double() and "
             f"float64 data), raise the jitter (the strategy's jitter_val / the sampler's jitter=), or rescale the "
@@ -157,10 +158,11 @@ def whiten_prior(
         >>> terms.L.diagonal().tolist(), terms.A.squeeze(-1).tolist()
         ([2.0, 1.0], [0.5, 1.0])
     """
+    source_dtype = K_ZZ.dtype
     mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in (mean, K_ZZ, K_ZX, k_diag))
     M = K_ZZ.shape[-1]
     eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
-    L = prior_cholesky(K_ZZ + jitter * eye)
+    L = prior_cholesky(K_ZZ + jitter * eye, source_dtype=source_dtype)
     A = tri_solve(L, K_ZX)
     if data_jitter:
         k_diag = k_diag + jitter

@@ -139,7 +139,7 @@ class BlockedGibbsKernel:
             mean, covar = self._prior(x)
             K = covar.to_dense().to(dt)
             K = add_to_diagonal((K + K.mT) / 2, self.jitter)  # exactly symmetric (the f-draw reads either triangle)
-            L = prior_cholesky(K, "K + jitter I of the sampler")
+            L = prior_cholesky(K, "K + jitter I of the sampler", source_dtype=covar.dtype)
             self._terms = GibbsPriorTerms(mu=mean.to(dt), L=L, A=L.mT.contiguous(), K=K)
         else:
             Z = self.inducing_points
