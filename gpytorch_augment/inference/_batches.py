@@ -55,7 +55,7 @@ def loader_batches(data_loader: Any) -> Iterator[Batch]:
 @dataclass
 class ShuffleCursor:
     """Where a shuffled mini-batch fit is in its data: the permutation of the epoch under way (``None`` between
-    epochs), how many of its batches were handed out, and the shuffling generator's state after drawing it (so that
+    epochs), how many of its points were handed out, and the shuffling generator's state after drawing it (so that
     a fit reloaded from a checkpoint continues with the same batches)."""
 
     order: Tensor | None = None
@@ -99,11 +99,11 @@ def tensor_batches(
         cursor.order = torch.randperm(num_data, generator=generator, device=x.device)
         cursor.position, cursor.rng_state = 0, _rng_state(generator)
     order = cursor.order.to(x.device)
-    for start in range(cursor.position * batch_size, num_data, batch_size):
+    for start in range(cursor.position, num_data, batch_size):
         idx = order[start : start + batch_size]
         kb = {k: (take(v, idx) if per_datum(v, num_data) else v) for k, v in kwargs.items()}
         last = start + batch_size >= num_data
-        cursor.position += 1
+        cursor.position = start + idx.shape[0]
         if last:
             cursor.order, cursor.position = None, 0
         yield x[..., idx, :], take(y, idx), kb, last
