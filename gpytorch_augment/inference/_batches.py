@@ -72,8 +72,20 @@ class ShuffleCursor:
         self.rng_state = self.pending_rng_state = state.get("rng_state")
 
 
-def _rng_state(generator: torch.Generator | None) -> Tensor:
-    return generator.get_state() if generator is not None else torch.random.get_rng_state()
+def _rng_state(generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """The state of the generator the permutation is drawn from (``None``: torch's default one for ``device``)."""
+    if generator is not None:
+        return generator.get_state()
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.random.get_rng_state()
+
+
+def _set_rng_state(generator: torch.Generator | None, device: torch.device, state: Tensor) -> None:
+    if generator is not None:
+        generator.set_state(state)
+    elif device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.random.set_rng_state(state)
 
 
 def tensor_batches(
@@ -92,12 +104,14 @@ def tensor_batches(
         yield x, y, kwargs, True
         return
     cursor = ShuffleCursor() if cursor is None else cursor
+    # the permutation is drawn on the generator's device (a CPU generator with CUDA data works), then moved
+    device = torch.device(generator.device if generator is not None else x.device)
     if cursor.pending_rng_state is not None:
-        (generator.set_state if generator is not None else torch.random.set_rng_state)(cursor.pending_rng_state)
+        _set_rng_state(generator, device, cursor.pending_rng_state)
         cursor.pending_rng_state = None
     if cursor.order is None or cursor.order.shape[-1] != num_data:
-        cursor.order = torch.randperm(num_data, generator=generator, device=x.device)
-        cursor.position, cursor.rng_state = 0, _rng_state(generator)
+        cursor.order = torch.randperm(num_data, generator=generator, device=device).to(x.device)
+        cursor.position, cursor.rng_state = 0, _rng_state(generator, device)
     order = cursor.order.to(x.device)
     for start in range(cursor.position, num_data, batch_size):
         idx = order[start : start + batch_size]
