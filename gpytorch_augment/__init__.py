@@ -17,6 +17,7 @@ from .likelihoods import (
     StudentTLikelihood,
 )
 from .mlls import AugmentedELBO
+from .models import GPPrior
 from .variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 from .variational.inducing_points import greedy_variance, kmeans_plus_plus
 
@@ -35,6 +36,7 @@ __all__ = [
     "Convergence",
     "GibbsSampler",
     "GibbsSamples",
+    "GPPrior",
     "HeldOut",
     "LaplaceLikelihood",
     "LogisticSoftmaxLikelihood",

@@ -5,6 +5,10 @@ Each raises ``ValueError`` naming the offending argument and, where useful, an o
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -52,3 +56,81 @@ def check_counts(name: str, y: Tensor) -> Tensor:
     if bad.any():
         raise ValueError(f"{name} must be non-negative integer counts; found {y[bad].flatten()[0].item()}")
     return y
+
+
+def accepted_target_keywords(likelihood: Any) -> frozenset[str]:
+    """The per-datum keyword arguments ``likelihood.check_targets`` takes (e.g. ``trials`` of the binomial).
+
+    The named keyword parameters of ``check_targets`` (after the targets), plus the names a likelihood declares in an
+    optional class attribute ``target_keywords`` (for one that reads them from ``**kwargs``).
+
+    Example::
+
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, BinomialLogitLikelihood
+        >>> from gpytorch_augment._validation import accepted_target_keywords
+        >>> sorted(accepted_target_keywords(BinomialLogitLikelihood())), sorted(accepted_target_keywords(
+        ...     BernoulliLogitLikelihood()))
+        (['trials'], [])
+    """
+    names = set(getattr(likelihood, "target_keywords", ()) or ())
+    try:
+        parameters = list(inspect.signature(likelihood.check_targets).parameters.values())
+    except (TypeError, ValueError):  # no signature: rely on the declared names
+        return frozenset(names)
+    keyword_kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names.update(p.name for p in parameters[1:] if p.kind in keyword_kinds)
+    return frozenset(names)
+
+
+def check_target_keywords(likelihood: Any, kwargs: Mapping[str, Any], where: str) -> None:
+    """Raise ``TypeError`` naming every keyword of ``kwargs`` that ``likelihood`` does not take as per-datum data
+    (a mistyped option would otherwise be passed on and silently ignored).
+
+    Example::
+
+        >>> from gpytorch_augment import BernoulliLogitLikelihood
+        >>> from gpytorch_augment._validation import check_target_keywords
+        >>> check_target_keywords(BernoulliLogitLikelihood(), {"learn_hyperparameter": True}, "CAVI.fit")
+        Traceback (most recent call last):
+            ...
+        TypeError: CAVI.fit got unexpected keyword argument(s) ['learn_hyperparameter']: ...
+    """
+    unknown = sorted(set(kwargs) - accepted_target_keywords(likelihood))
+    if unknown:
+        accepted = sorted(accepted_target_keywords(likelihood))
+        raise TypeError(
+            f"{where} got unexpected keyword argument(s) {unknown}: extra keywords are per-datum data of the "
+            f"likelihood, and {type(likelihood).__name__} takes "
+            + (f"only {accepted}" if accepted else "none")
+            + " (check the spelling of the engine's own options)"
+        )
+
+
+def squeezed_targets(x: Tensor, y: Tensor) -> Tensor:
+    """Targets of shape ``(N, 1)`` (a column, as from a data frame) for inputs ``(N, D)`` become ``(N,)``; any other
+    ``y`` is returned unchanged.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import squeezed_targets
+        >>> squeezed_targets(torch.zeros(3, 2), torch.zeros(3, 1)).shape
+        torch.Size([3])
+    """
+    if (
+        isinstance(x, Tensor)
+        and isinstance(y, Tensor)
+        and x.dim() >= 2
+        and y.dim() == x.dim()
+        and y.shape[-1] == 1
+        and y.shape[-2] == x.shape[-2]
+        and x.shape[-2] != 1
+    ):
+        return y.squeeze(-1)
+    return y
+
+
+def check_nonempty(x: Tensor, where: str) -> None:
+    """Raise ``ValueError`` if the inputs ``x`` (``(..., N, D)``) hold no data points."""
+    if x.dim() >= 2 and x.shape[-2] == 0:
+        raise ValueError(f"{where} got no data: x has shape {tuple(x.shape)} (N = 0 data points)")

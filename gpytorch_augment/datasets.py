@@ -57,6 +57,14 @@ class Dataset:
             (zeros when ``standardize=False``).
         feature_std: ``(d,)`` training-set standard deviation the features
             were divided by (ones when ``standardize=False``).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.datasets import Dataset
+        >>> import dataclasses
+        >>> sorted(f.name for f in dataclasses.fields(Dataset))[:3]
+        ['classes', 'feature_mean', 'feature_std']
     """
 
     name: str

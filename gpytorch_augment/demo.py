@@ -71,13 +71,20 @@ class SparseGPClassifier(ApproximateGP):
 
     Example::
 
-        >>> model = SparseGPClassifier(kmeans_inducing_points(x, 50)).double()
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+        >>> from gpytorch_augment.demo import SparseGPClassifier, kmeans_inducing_points
+        >>> x = torch.linspace(-3, 3, 40, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1).sin() > 0).double()
+        >>> model = SparseGPClassifier(kmeans_inducing_points(x, 8)).double()
         >>> likelihood = BernoulliLogitLikelihood()
         >>> cavi = CAVI(model, likelihood, num_data=y.numel())
-        >>> trace = cavi.fit(x, y, max_iter=200,
+        >>> trace = cavi.fit(x, y, max_iter=20,
         ...                  hyper_optimizer=torch.optim.Adam(model.hyperparameters(), lr=0.05))
-        >>> model.eval()
-        >>> probs = likelihood(model(x_test)).probs       # p(y* = 1 | data)
+        >>> _ = model.eval()
+        >>> probs = likelihood(model(x[:5])).probs       # p(y* = 1 | data)
+        >>> probs.shape
+        torch.Size([5])
     """
 
     def __init__(self, inducing_points: Tensor, learn_inducing_locations: bool = False) -> None:
@@ -98,6 +105,14 @@ def kmeans_inducing_points(x: Tensor, num_inducing: int, seed: int = 0, max_iter
     seeding, then up to ``max_iter`` Lloyd iterations, stopping when no assignment changes) with a generator
     seeded by ``seed``, so the same ``seed`` always gives the same centres. Returns a ``(num_inducing, D)`` tensor
     with ``x``'s dtype and device.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.demo import kmeans_inducing_points
+        >>> x = torch.randn(100, 2, generator=torch.Generator().manual_seed(0))
+        >>> kmeans_inducing_points(x, 5).shape
+        torch.Size([5, 2])
     """
     generator = torch.Generator(device=getattr(x, "device", "cpu")).manual_seed(seed)
     return kmeans_plus_plus(x, num_inducing, generator, num_iters=max_iter)
@@ -124,7 +139,18 @@ class DemoResult:
 def predict_proba(
     model: SparseGPClassifier, likelihood: BernoulliLogitLikelihood, x: Tensor, chunk: int = 4096
 ) -> Tensor:
-    """:math:`p(y_* = 1 \\mid \\text{data})` at the rows of ``x`` (eval mode, in chunks)."""
+    """:math:`p(y_* = 1 \\mid \\text{data})` at the rows of ``x`` (eval mode, in chunks).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood
+        >>> from gpytorch_augment.demo import SparseGPClassifier, predict_proba
+        >>> model = SparseGPClassifier(torch.zeros(3, 1, dtype=torch.float64)).double()
+        >>> p = predict_proba(model, BernoulliLogitLikelihood(), torch.zeros(4, 1, dtype=torch.float64))
+        >>> [round(v, 2) for v in p.tolist()]          # the prior: 1/2
+        [0.5, 0.5, 0.5, 0.5]
+    """
     model.eval()
     likelihood.eval()
     return torch.cat([likelihood(model(xc)).probs for xc in x.split(chunk)])

@@ -12,15 +12,17 @@ hyper-parameter objectives do to the latent GP happens here, once:
 """
 
 from .gaussian import NaturalParameters, SufficientStatistics, WhitenedGaussian, natural_gradient
-from .prior import PriorCache, PriorTerms, split_prior, whiten_prior
+from .prior import PriorCache, PriorFactorizationError, PriorTerms, prior_cholesky, split_prior, whiten_prior
 
 __all__ = [
     "NaturalParameters",
     "PriorCache",
+    "PriorFactorizationError",
     "PriorTerms",
     "SufficientStatistics",
     "WhitenedGaussian",
     "natural_gradient",
+    "prior_cholesky",
     "split_prior",
     "whiten_prior",
 ]

@@ -34,7 +34,14 @@ T = TypeVar("T")
 
 
 class DistributedError(RuntimeError):
-    """A collective operation failed: another process probably failed, left, or timed out."""
+    """A collective operation failed: another process probably failed, left, or timed out.
+
+    Example::
+
+        >>> from gpytorch_augment.core.distributed import DistributedError
+        >>> issubclass(DistributedError, RuntimeError)
+        True
+    """
 
 
 def _dist() -> Any:
@@ -44,19 +51,40 @@ def _dist() -> Any:
 
 
 def is_distributed(group: Any = None) -> bool:
-    """Whether ``torch.distributed`` is initialised with more than one process in ``group`` (default group)."""
+    """Whether ``torch.distributed`` is initialised with more than one process in ``group`` (default group).
+
+    Example::
+
+        >>> from gpytorch_augment.core.distributed import is_distributed
+        >>> is_distributed()          # no torch.distributed process group here
+        False
+    """
     dist = _dist()
     return dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
 
 
 def world_size(group: Any = None) -> int:
-    """The number of processes of ``group`` (1 without ``torch.distributed``)."""
+    """The number of processes of ``group`` (1 without ``torch.distributed``).
+
+    Example::
+
+        >>> from gpytorch_augment.core.distributed import world_size
+        >>> world_size()
+        1
+    """
     dist = _dist()
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
 def rank(group: Any = None) -> int:
-    """This process's rank in ``group`` (0 without ``torch.distributed``)."""
+    """This process's rank in ``group`` (0 without ``torch.distributed``).
+
+    Example::
+
+        >>> from gpytorch_augment.core.distributed import rank
+        >>> rank()
+        0
+    """
     dist = _dist()
     return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
 
@@ -74,7 +102,15 @@ def _collective(name: str, fn: Callable[[], T]) -> T:
 def all_reduce_sum(tensors: Sequence[Tensor], group: Any = None) -> list[Tensor]:
     """The sums over ranks of ``tensors`` (any shapes, one dtype and device), by **one** flat all-reduce.
 
-    Returns new tensors (the inputs are not modified); without a multi-process group, the inputs themselves."""
+    Returns new tensors (the inputs are not modified); without a multi-process group, the inputs themselves.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core.distributed import all_reduce_sum
+        >>> all_reduce_sum([torch.ones(2)])[0].tolist()      # one process: the identity
+        [1.0, 1.0]
+    """
     if not is_distributed(group):
         return list(tensors)
     flat = torch.cat([t.reshape(-1) for t in tensors])
@@ -88,7 +124,18 @@ def all_reduce_sum(tensors: Sequence[Tensor], group: Any = None) -> list[Tensor]
 
 def all_reduce_gradients(params: Iterable[Tensor], weight: float, group: Any = None) -> None:
     r"""Replace every gradient by :math:`\sum_r w_r g_r` over ranks (``weight`` is this rank's :math:`w_r`), like
-    DDP's averaging with per-rank weights; a missing gradient counts as zero (and becomes a zero tensor)."""
+    DDP's averaging with per-rank weights; a missing gradient counts as zero (and becomes a zero tensor).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core.distributed import all_reduce_gradients
+        >>> p = torch.ones(2, requires_grad=True)
+        >>> p.sum().backward()
+        >>> all_reduce_gradients([p], weight=1.0)            # one process: unchanged
+        >>> p.grad.tolist()
+        [1.0, 1.0]
+    """
     if not is_distributed(group):
         return
     params = [p for p in params if p.requires_grad]
@@ -108,7 +155,14 @@ def collective_device(group: Any = None) -> torch.device:
 
 
 def broadcast_flag(flag: bool, group: Any = None, src: int = 0) -> bool:
-    """Rank ``src``'s ``flag`` on every rank (so that every rank takes the same decision)."""
+    """Rank ``src``'s ``flag`` on every rank (so that every rank takes the same decision).
+
+    Example::
+
+        >>> from gpytorch_augment.core.distributed import broadcast_flag
+        >>> broadcast_flag(True)
+        True
+    """
     if not is_distributed(group):
         return flag
     t = torch.tensor([1.0 if flag else 0.0], device=collective_device(group))
@@ -117,7 +171,14 @@ def broadcast_flag(flag: bool, group: Any = None, src: int = 0) -> bool:
 
 
 def all_gather_objects(obj: T, group: Any = None) -> list[T]:
-    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` without a multi-process group."""
+    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` without a multi-process group.
+
+    Example::
+
+        >>> from gpytorch_augment.core.distributed import all_gather_objects
+        >>> all_gather_objects({"n": 3})
+        [{'n': 3}]
+    """
     if not is_distributed(group):
         return [obj]
     out: list[Any] = [None] * world_size(group)

@@ -41,6 +41,15 @@ class SufficientStatistics(NamedTuple):
     Statistics of disjoint batches add (``+``); :meth:`scale` by :math:`N/|\mathcal B|` turns those of a mini-batch
     into an unbiased estimate of the full-data ones. A leading chain dimension (Gibbs) is an ordinary batch
     dimension.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import SufficientStatistics
+        >>> A, mu = torch.eye(2, 3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+        >>> stats = SufficientStatistics.from_batch(A, mu, h=torch.ones(3), lam=torch.full((3,), 0.5))
+        >>> stats.count, stats.precision.diagonal().tolist(), stats.scale(2.0).shift.tolist()
+        (3, [0.5, 0.5], [2.0, 2.0])
     """
 
     precision: Tensor
@@ -90,7 +99,17 @@ class SufficientStatistics(NamedTuple):
 
 
 class NaturalParameters(NamedTuple):
-    r"""A Gaussian over :math:`v` as :math:`(b, B)`: precision :math:`B` and :math:`b = B m`, unfactorised."""
+    r"""A Gaussian over :math:`v` as :math:`(b, B)`: precision :math:`B` and :math:`b = B m`, unfactorised.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import SufficientStatistics
+        >>> stats = SufficientStatistics(torch.eye(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64), 4)
+        >>> target = stats.natural()                      # B = I + S, b = s
+        >>> target.factorize().mean.round(decimals=12).tolist()   # B^{-1} b
+        [0.5, 0.5]
+    """
 
     b: Tensor
     B: Tensor
@@ -109,13 +128,33 @@ class NaturalParameters(NamedTuple):
 
 def natural_gradient(q: WhitenedGaussian, target: NaturalParameters) -> Tensor:
     r""":math:`\hat\theta - \theta` in whitened natural parameters, flattened: :math:`(\hat b - \theta_1,
-    -\tfrac12(\hat B - C^\top C))` -- the natural gradient of the ELBO at ``q`` for the target's statistics."""
+    -\tfrac12(\hat B - C^\top C))` -- the natural gradient of the ELBO at ``q`` for the target's statistics.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import SufficientStatistics, WhitenedGaussian, natural_gradient
+        >>> stats = SufficientStatistics(torch.eye(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64), 4)
+        >>> q = WhitenedGaussian.optimal(stats)
+        >>> float(natural_gradient(q, stats.natural()).abs().max()) < 1e-12   # zero at the optimum
+        True
+    """
     return torch.cat([(target.b - q.theta1).reshape(-1), (-0.5 * (target.B - q.C.mT @ q.C)).reshape(-1)])
 
 
 class WhitenedGaussian(NamedTuple):
     r""":math:`q(v)` as natural vector :math:`\theta_1` ``(*b, M)`` and lower :math:`C` ``(*b, M, M)`` with
-    :math:`S_v^{-1} = C^\top C`."""
+    :math:`S_v^{-1} = C^\top C`.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import SufficientStatistics, WhitenedGaussian
+        >>> stats = SufficientStatistics(torch.eye(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64), 4)
+        >>> q = WhitenedGaussian.optimal(stats)
+        >>> q.mean.round(decimals=12).tolist(), float(q.kl()) > 0
+        ([0.5, 0.5], True)
+    """
 
     theta1: Tensor
     C: Tensor

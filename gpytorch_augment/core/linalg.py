@@ -9,12 +9,28 @@ __all__ = ["add_to_diagonal", "mv", "tri_solve", "vecmat"]
 
 
 def tri_solve(L: Tensor, rhs: Tensor, upper: bool = False, left: bool = True) -> Tensor:
-    """:math:`L^{-1}\\,\\mathrm{rhs}` (or :math:`\\mathrm{rhs}\\,L^{-1}` with ``left=False``) for triangular ``L``."""
+    """:math:`L^{-1}\\,\\mathrm{rhs}` (or :math:`\\mathrm{rhs}\\,L^{-1}` with ``left=False``) for triangular ``L``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core.linalg import tri_solve
+        >>> tri_solve(torch.tensor([[2.0, 0.0], [1.0, 1.0]]), torch.tensor([[2.0], [2.0]])).squeeze(-1).tolist()
+        [1.0, 1.0]
+    """
     return solve_triangular(L, rhs, upper=upper, left=left)
 
 
 def mv(mat: Tensor, vec: Tensor) -> Tensor:
-    """Batched matrix-vector product ``mat @ vec``: ``(..., m, n) x (..., n) -> (..., m)``."""
+    """Batched matrix-vector product ``mat @ vec``: ``(..., m, n) x (..., n) -> (..., m)``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core.linalg import mv
+        >>> mv(torch.eye(2) * 3, torch.ones(2)).tolist()
+        [3.0, 3.0]
+    """
     return (mat @ vec.unsqueeze(-1)).squeeze(-1)
 
 
@@ -24,6 +40,13 @@ def vecmat(vec: Tensor, mat: Tensor) -> Tensor:
 
     One matrix-matrix product per latent serves every leading (chain) index at once, which is much faster than a
     batched matrix-vector product per chain (fastest with ``mat`` contiguous); :math:`Mv` is ``vecmat(v, M.mT)``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core.linalg import vecmat
+        >>> vecmat(torch.ones(5, 1, 2), torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]))[0].tolist()  # 5 chains, T = 1
+        [[4.0, 6.0]]
     """
     T, n, m = mat.shape
     if T == 1:
@@ -34,6 +57,14 @@ def vecmat(vec: Tensor, mat: Tensor) -> Tensor:
 
 
 def add_to_diagonal(mat: Tensor, value: float) -> Tensor:
-    """Add ``value`` to the diagonal of (a batch of) square matrices, in place; returns ``mat``."""
+    """Add ``value`` to the diagonal of (a batch of) square matrices, in place; returns ``mat``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core.linalg import add_to_diagonal
+        >>> add_to_diagonal(torch.zeros(2, 2), 1.5).diagonal().tolist()
+        [1.5, 1.5]
+    """
     mat.diagonal(dim1=-1, dim2=-2).add_(value)
     return mat

@@ -18,19 +18,74 @@ from typing import Any, NamedTuple
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky
+from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from .linalg import tri_solve
 
-__all__ = ["PriorCache", "PriorTerms", "split_prior", "whiten_prior"]
+__all__ = ["PriorCache", "PriorFactorizationError", "PriorTerms", "prior_cholesky", "split_prior", "whiten_prior"]
 
 #: up to this many extra kernel entries, the prior at ``cat[Z, x]`` is evaluated as one dense block (one kernel call
 #: instead of two: cheaper for small batches, where the per-call overhead dominates)
 DENSE_PRIOR_ELEMENTS = 2**16
 
 
+class PriorFactorizationError(NotPSDError, ValueError):
+    """The prior covariance could not be factorised (not positive definite in floating point, even with jitter).
+
+    A ``NotPSDError`` (what GPyTorch raises) and a ``ValueError`` (bad settings, not a bug), whose message says which
+    matrix failed and what to do.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import PriorFactorizationError, prior_cholesky
+        >>> try:
+        ...     prior_cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]]), "K")
+        ... except PriorFactorizationError as err:
+        ...     print(str(err)[:23], "float64" in str(err), "jitter" in str(err))
+        the prior covariance K, True True
+    """
+
+
+def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I", source_dtype: torch.dtype | None = None) -> Tensor:
+    """``psd_safe_cholesky(K)`` (GPyTorch's jitter retries), raising :class:`PriorFactorizationError` with advice
+    when the factorisation fails (``source_dtype``: the dtype the kernel was evaluated in, if not ``K``'s).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import prior_cholesky
+        >>> prior_cholesky(torch.eye(2, dtype=torch.float64))
+        tensor([[1., 0.],
+                [0., 1.]], dtype=torch.float64)
+    """
+    try:
+        return psd_safe_cholesky(K)
+    except NotPSDError as err:
+        scale = float(K.diagonal(dim1=-2, dim2=-1).abs().max()) if K.numel() else 0.0
+        where = f"{K.dtype}" if source_dtype in (None, K.dtype) else f"{source_dtype} (factorised in {K.dtype})"
+        raise PriorFactorizationError(
+            f"the prior covariance {what}, evaluated in {where}, is not positive definite (largest diagonal entry "
+            f"{scale:.3g}), even with GPyTorch's jitter: its kernel matrix is too ill-conditioned (a large "
+            f"outputscale, nearly duplicate inputs, a long lengthscale). Work in float64 (model.double() and "
+            f"float64 data), raise the jitter (the strategy's jitter_val / the sampler's jitter=), or rescale the "
+            f"kernel. ({err})"
+        ) from err
+
+
 class PriorTerms(NamedTuple):
-    """Prior quantities at a set of inputs, in the linear-algebra dtype (``(*b)`` = batch or latent dimensions)."""
+    """Prior quantities at a set of inputs, in the linear-algebra dtype (``(*b)`` = batch or latent dimensions).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import split_prior, whiten_prior
+        >>> mean, K = torch.zeros(5, dtype=torch.float64), torch.eye(5, dtype=torch.float64)
+        >>> terms = whiten_prior(*split_prior(mean, K, num_inducing=2, dense=True), 1e-6, torch.float64)
+        >>> terms.L.shape, terms.A.shape, terms.k_diag.shape
+        (torch.Size([2, 2]), torch.Size([2, 3]), torch.Size([3]))
+    """
 
     L: Tensor  #: :math:`\mathrm{chol}(K_{ZZ} + \epsilon I)`, ``(*b, M, M)``
     A: Tensor  #: :math:`L^{-1}K_{ZX}`, ``(*b, M, N)``
@@ -59,7 +114,16 @@ def split_prior(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(mean, K_ZZ, K_ZX, diag K_XX)`` of the prior ``(mean, covar)`` at ``cat[Z, x]`` (``covar`` a linear
     operator). The kernel is evaluated once for the rows of ``Z`` plus the diagonal at ``x``, or as one dense block
-    (``dense``; default: when the extra entries are few, up to :data:`DENSE_PRIOR_ELEMENTS`)."""
+    (``dense``; default: when the extra entries are few, up to :data:`DENSE_PRIOR_ELEMENTS`).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import split_prior
+        >>> mean, K_ZZ, K_ZX, k_diag = split_prior(torch.zeros(5), torch.eye(5), num_inducing=2, dense=True)
+        >>> K_ZZ.shape, K_ZX.shape, k_diag.shape
+        (torch.Size([2, 2]), torch.Size([2, 3]), torch.Size([3]))
+    """
     M = num_inducing
     N = mean.shape[-1] - M
     if dense is None:
@@ -83,11 +147,22 @@ def whiten_prior(
 ) -> PriorTerms:
     r"""Whiten the prior blocks (``mean`` at ``cat[Z, x]``): :math:`L = \mathrm{chol}(K_{ZZ} + \epsilon I)` and
     :math:`A = L^{-1}K_{ZX}`, everything cast to ``dtype`` first. ``data_jitter`` adds :math:`\epsilon` to
-    :math:`\operatorname{diag}K_{XX}` as well (GPyTorch's whitened strategy does)."""
+    :math:`\operatorname{diag}K_{XX}` as well (GPyTorch's whitened strategy does).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import whiten_prior
+        >>> K_ZZ = torch.tensor([[4.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+        >>> terms = whiten_prior(torch.zeros(3), K_ZZ, torch.ones(2, 1), torch.ones(1), 0.0, torch.float64)
+        >>> terms.L.diagonal().tolist(), terms.A.squeeze(-1).tolist()
+        ([2.0, 1.0], [0.5, 1.0])
+    """
+    source_dtype = K_ZZ.dtype
     mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in (mean, K_ZZ, K_ZX, k_diag))
     M = K_ZZ.shape[-1]
     eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
-    L = psd_safe_cholesky(K_ZZ + jitter * eye)
+    L = prior_cholesky(K_ZZ + jitter * eye, source_dtype=source_dtype)
     A = tri_solve(L, K_ZX)
     if data_jitter:
         k_diag = k_diag + jitter
@@ -115,6 +190,19 @@ class PriorCache:
     same values, the flags compare equal and nobody wrote into the cached tensors; anything else is a miss. This is
     the one mechanism by which both engines notice a change of hyper-parameters (an optimizer step,
     ``load_state_dict``, moved inducing points, ``train()``/``eval()``, ...). Not pickled: a copy starts empty.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import PriorCache
+        >>> cache, x, w = PriorCache(), torch.zeros(3), torch.ones(2)
+        >>> cache.put([x], [w], (), (x + 1,))
+        >>> cache.get([x], [w], ())
+        (tensor([1., 1., 1.]),)
+        >>> w.add_(1.0)             # a parameter changed in place: the entry is stale
+        tensor([2., 2.])
+        >>> cache.get([x], [w], ()) is None
+        True
     """
 
     def __init__(self) -> None:

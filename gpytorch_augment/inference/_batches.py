@@ -4,6 +4,7 @@ tensors, or the batches of a torch ``DataLoader``."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -51,22 +52,75 @@ def loader_batches(data_loader: Any) -> Iterator[Batch]:
         batch = following
 
 
+@dataclass
+class ShuffleCursor:
+    """Where a shuffled mini-batch fit is in its data: the permutation of the epoch under way (``None`` between
+    epochs), how many of its points were handed out, and the shuffling generator's state after drawing it (so that
+    a fit reloaded from a checkpoint continues with the same batches)."""
+
+    order: Tensor | None = None
+    position: int = 0
+    rng_state: Tensor | None = None
+    #: a generator state from a checkpoint, to be set on the shuffling generator when the next fit starts
+    pending_rng_state: Tensor | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"order": self.order, "position": self.position, "rng_state": self.rng_state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.order, self.position = state.get("order"), int(state.get("position", 0))
+        self.rng_state = self.pending_rng_state = state.get("rng_state")
+
+
+def _rng_state(generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """The state of the generator the permutation is drawn from (``None``: torch's default one for ``device``)."""
+    if generator is not None:
+        return generator.get_state()
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.random.get_rng_state()
+
+
+def _set_rng_state(generator: torch.Generator | None, device: torch.device, state: Tensor) -> None:
+    if generator is not None:
+        generator.set_state(state)
+    elif device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.random.set_rng_state(state)
+
+
 def tensor_batches(
-    x: Tensor, y: Tensor, batch_size: int | None, generator: torch.Generator | None, kwargs: dict[str, Any]
+    x: Tensor,
+    y: Tensor,
+    batch_size: int | None,
+    generator: torch.Generator | None,
+    kwargs: dict[str, Any],
+    cursor: ShuffleCursor | None = None,
 ) -> Iterator[Batch]:
-    """One epoch over ``(x, y)``: the full batch, or a fresh random permutation (drawn from ``generator``) in
-    batches of ``batch_size``; per-datum keyword data are sliced along with ``y``."""
+    """One epoch over ``(x, y)``: the full batch, or a fresh random permutation (drawn from ``generator``, default
+    torch's global generator) in batches of ``batch_size``; per-datum keyword data are sliced along with ``y``.
+    With a ``cursor``, an epoch left unfinished continues where it stopped and the cursor follows the batches."""
     num_data = y.shape[-1]
     if batch_size is None or batch_size >= num_data:
         yield x, y, kwargs, True
         return
+    cursor = ShuffleCursor() if cursor is None else cursor
     # the permutation is drawn on the generator's device (a CPU generator with CUDA data works), then moved
-    device = generator.device if generator is not None else x.device
-    order = torch.randperm(num_data, generator=generator, device=device).to(x.device)
-    for start in range(0, num_data, batch_size):
+    device = torch.device(generator.device if generator is not None else x.device)
+    if cursor.pending_rng_state is not None:
+        _set_rng_state(generator, device, cursor.pending_rng_state)
+        cursor.pending_rng_state = None
+    if cursor.order is None or cursor.order.shape[-1] != num_data:
+        cursor.order = torch.randperm(num_data, generator=generator, device=device).to(x.device)
+        cursor.position, cursor.rng_state = 0, _rng_state(generator, device)
+    order = cursor.order.to(x.device)
+    for start in range(cursor.position, num_data, batch_size):
         idx = order[start : start + batch_size]
         kb = {k: (take(v, idx) if per_datum(v, num_data) else v) for k, v in kwargs.items()}
-        yield x[..., idx, :], take(y, idx), kb, start + batch_size >= num_data
+        last = start + batch_size >= num_data
+        cursor.position = start + idx.shape[0]
+        if last:
+            cursor.order, cursor.position = None, 0
+        yield x[..., idx, :], take(y, idx), kb, last
 
 
 def progress_bar(total: int | None, desc: str = "CAVI", unit: str = "step") -> Any:

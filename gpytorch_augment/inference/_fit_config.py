@@ -11,8 +11,10 @@ import torch
 from torch import Tensor
 from torch.utils.data import DistributedSampler
 
+from .._validation import check_nonempty
 from ..core.distributed import all_gather_objects
-from ._batches import Batch, loader_batches, per_datum, tensor_batches
+from ._batches import Batch, ShuffleCursor, loader_batches, per_datum, tensor_batches
+from ._checks import check_full_batch
 from .convergence import CAVITrace, Convergence, RelativeChange
 
 StopRule = Callable[[CAVITrace, bool], bool]
@@ -35,6 +37,7 @@ class FitConfig:
     num_batches: int | None
     check: StopRule
     sharded: bool = False
+    cursor: ShuffleCursor | None = None
 
     def epoch(self) -> Iterator[Batch]:
         """The batches of one epoch as ``(x, y, kwargs, is_last_batch_of_the_epoch)``; with sharded data every rank
@@ -42,7 +45,7 @@ class FitConfig:
         if self.data_loader is not None:
             return loader_batches(self.data_loader)
         assert self.x is not None and self.y is not None
-        batches = tensor_batches(self.x, self.y, self.batch_size, self.generator, self.kwargs)
+        batches = tensor_batches(self.x, self.y, self.batch_size, self.generator, self.kwargs, self.cursor)
         return padded(batches, self.num_batches, self.x, self.y, self.kwargs) if self.sharded else batches
 
     @property
@@ -94,6 +97,7 @@ class FitConfig:
             num_batches=num_batches,
             check=_stop_rule(convergence),
             sharded=sharded,
+            cursor=None if sharded else cavi._shuffle,
         )
 
 
@@ -159,7 +163,11 @@ def _check_tensors(
     if x is None or y is None:
         raise ValueError("fit needs the data: x and y, or a data_loader")
     cavi._check_inputs(x, y)
+    if not sharded:
+        check_nonempty(x, "CAVI.fit")
     if batch_size is None:
+        sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
+        check_full_batch(sum(sizes), cavi.num_data, sharded)
         return None, 1
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or int(batch_size) < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}")

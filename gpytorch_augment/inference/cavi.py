@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
@@ -24,7 +26,7 @@ from gpytorch.variational import IndependentMultitaskVariationalStrategy, Unwhit
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
-from .._validation import check_inputs_targets
+from .._validation import check_inputs_targets, check_nonempty, check_target_keywords, squeezed_targets
 from ..core import PriorTerms, WhitenedGaussian, natural_gradient
 from ..core.distributed import (
     all_gather_objects,
@@ -32,12 +34,13 @@ from ..core.distributed import (
     all_reduce_sum,
     broadcast_flag,
     is_distributed,
-    rank,
 )
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from ..mlls.augmented_elbo import AugmentedELBO
 from ..variational.cavi_variational_strategy import _CAVIMixin
-from ._batches import progress_bar, take
+from ._batches import ShuffleCursor, progress_bar, take
+from ._checkpoint import CheckpointMixin
+from ._checks import check_batch_size, check_input_dim, check_latents
 from ._fit_config import FitConfig
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
 from .schedules import StepSchedule, make_schedule
@@ -64,7 +67,7 @@ def _cavi_strategy(model: Any) -> _CAVIMixin:
     return strategy
 
 
-class CAVI:
+class CAVI(CheckpointMixin):
     r"""Closed-form coordinate ascent on the augmented ELBO, full-batch or stochastic.
 
     One :meth:`step` on a batch :math:`\mathcal B` of the data
@@ -112,12 +115,21 @@ class CAVI:
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+        >>> from gpytorch_augment.testing.models import SVGP
+        >>> x = torch.linspace(-2, 2, 20, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1) > 0).double()
+        >>> model, likelihood = SVGP(x[::4]).double(), BernoulliLogitLikelihood()
         >>> cavi = CAVI(model, likelihood, num_data=y.numel())
         >>> trace = cavi.fit(x, y)                  # full-batch CAVI to convergence
-        >>> trace.elbo[-1]                          # augmented ELBO per datum
+        >>> trace.converged, trace.elbo[-1] < 0     # augmented ELBO per datum
+        (True, True)
+        >>> from gpytorch_augment.inference.schedules import RobbinsMonro
         >>> cavi = CAVI(model, likelihood, num_data=y.numel(), step_size=RobbinsMonro(tau=1.0, kappa=0.6))
         >>> hyper = torch.optim.Adam(model.hyperparameters(), lr=0.01)
-        >>> trace = cavi.fit(x, y, batch_size=256, num_epochs=20, hyper_optimizer=hyper, progress=True)
+        >>> trace = cavi.fit(x, y, batch_size=8, num_epochs=2, hyper_optimizer=hyper, generator=torch.Generator())
+        >>> import gpytorch
         >>> true_elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())
         >>> cavi = CAVI(model, likelihood, num_data=y.numel(), hyper_objective=true_elbo)  # M-step on the true ELBO
     """
@@ -133,8 +145,8 @@ class CAVI:
     ) -> None:
         if not isinstance(likelihood, AugmentedLikelihood):
             raise TypeError(f"CAVI needs an AugmentedLikelihood, got {type(likelihood).__name__}")
-        if int(num_data) <= 0:
-            raise ValueError(f"num_data must be a positive integer, got {num_data}")
+        if isinstance(num_data, bool) or not isinstance(num_data, (int, np.integer)) or int(num_data) <= 0:
+            raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
         if hyper_objective is not None:
             if not isinstance(hyper_objective, MarginalLogLikelihood):
                 raise TypeError(
@@ -148,6 +160,7 @@ class CAVI:
         self.step_size = None if step_size is None else make_schedule(step_size)
         self._minibatch_schedule: StepSchedule | None = None
         self.strategy = _cavi_strategy(model)
+        check_latents(model, self.strategy, likelihood)
         self.num_steps = 0
         #: the step size :math:`\rho` used by the last :meth:`step`
         self.last_step_size: float | None = None
@@ -158,6 +171,7 @@ class CAVI:
         self.process_group = process_group
         self._last_x: Tensor | None = None
         self._global_batch_size: int | None = None
+        self._shuffle = ShuffleCursor()  # where a shuffled mini-batch fit is in its epoch (checkpointed)
 
     @property
     def distributed(self) -> bool:
@@ -181,8 +195,20 @@ class CAVI:
             raise ValueError(f"step size must be in (0, 1], got {rho} at step {self.num_steps}")
         return rho
 
+    def _checked_data(self, x: Tensor, y: Tensor, kwargs: dict[str, Any], where: str) -> Tensor:
+        """Validate a batch at a public entry point and return its targets (``(N, 1)`` squeezed to ``(N,)``):
+        keywords the likelihood takes, finite and aligned data, the model's batch shape and input dimension, and
+        at least one data point (with sharded data a rank may hold none)."""
+        check_target_keywords(self.likelihood, kwargs, where)
+        y = squeezed_targets(x, y)
+        self._check_inputs(x, y)
+        if not self.distributed:
+            check_nonempty(x, where)
+        return y
+
     def _check_inputs(self, x: Tensor, y: Tensor) -> None:
         check_inputs_targets(x, y)
+        check_input_dim(x, self.strategy.inducing_points)
         batch_shape = self.strategy._variational_distribution.batch_shape
         try:
             ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
@@ -250,7 +276,9 @@ class CAVI:
     ) -> Tensor:
         """:meth:`step`, optionally followed by one step of ``hyper_optimizer`` on the hyper objective of the same
         batch at the updated :math:`q(u)`, re-using the prior terms (one kernel evaluation and one Cholesky)."""
-        self._check_inputs(x, y)
+        y = self._checked_data(x, y, kwargs, "CAVI.step")
+        if not self.distributed:
+            check_batch_size(x.shape[-2], self.num_data, "CAVI.step")
         targets = self.likelihood.check_targets(y, **kwargs)
         if hyper_optimizer is not None and id(hyper_optimizer) not in self._checked_optimizers:
             self._check_hyper_optimizer(hyper_optimizer)
@@ -427,8 +455,7 @@ class CAVI:
         :math:`M\times` chunk cross-covariance under :math:`2^{22}` elements), so that no :math:`M\times N` matrix
         is ever formed for large :math:`N`.
         """
-        self._check_inputs(x, y)
-        y = self.likelihood.check_targets(y, **kwargs)
+        y = self.likelihood.check_targets(self._checked_data(x, y, kwargs, "CAVI.elbo"), **kwargs)
         num_data = y.shape[-1]
         if chunk_size is None:
             num_inducing = self.strategy.inducing_points.shape[-2]
@@ -454,47 +481,6 @@ class CAVI:
             summed, count = all_reduce_sum([total.reshape(-1), count], self.process_group)
             total, num_data = summed.reshape(total.shape), int(round(float(count.item())))
         return (total - kl) / num_data
-
-    # ------------------------------------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Everything a fit continues from: the model's and likelihood's state, the step count and the step-size
-        schedules' state (plain tensors and numbers: ``torch.load(..., weights_only=True)`` reads it). It holds no
-        rank-specific data, so a checkpoint loads on any number of processes."""
-        schedules = {}
-        for name, schedule in (("step_size", self.step_size), ("minibatch_schedule", self._minibatch_schedule)):
-            if isinstance(schedule, StepSchedule):
-                schedules[name] = schedule.state_dict()
-        return {
-            "model": self.model.state_dict(),
-            "likelihood": self.likelihood.state_dict(),
-            "num_steps": self.num_steps,
-            "last_step_size": self.last_step_size,
-            "schedules": schedules,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (the schedules must be of the same kinds)."""
-        self.model.load_state_dict(state["model"])
-        self.likelihood.load_state_dict(state["likelihood"])
-        self.num_steps = int(state["num_steps"])
-        self.last_step_size = state.get("last_step_size")
-        for name, schedule_state in state.get("schedules", {}).items():
-            if name == "minibatch_schedule" and self._minibatch_schedule is None:
-                self._minibatch_schedule = make_schedule("robbins-monro")
-            schedule = self.step_size if name == "step_size" else self._minibatch_schedule
-            if not isinstance(schedule, StepSchedule):
-                raise ValueError(f"the checkpoint holds a {name} schedule state but this CAVI has {schedule!r}")
-            schedule.load_state_dict(schedule_state)
-
-    def save_checkpoint(self, path: Any) -> None:
-        """``torch.save(self.state_dict(), path)`` on rank 0 only (every rank holds the same state), followed by a
-        barrier with sharded data so that no rank reads the file before it is written."""
-        if rank(self.process_group) == 0:
-            torch.save(self.state_dict(), path)
-        if self.distributed:
-            import torch.distributed as dist
-
-            dist.barrier(group=self.process_group)
 
     # ------------------------------------------------------------------------------------------------ fit
     def _check_hyper_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -547,11 +533,14 @@ class CAVI:
         :param progress: show a ``tqdm`` progress bar (per step, with the ELBO estimate and held-out metric).
         :returns: a :class:`CAVITrace`.
         """
+        if x is not None and y is not None:
+            y = squeezed_targets(x, y)
         config = FitConfig.build(
             self, x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, hyper_steps=hyper_steps,
             batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
             generator=generator, kwargs=kwargs,
         )  # fmt: skip
+        check_target_keywords(self.likelihood, kwargs, "CAVI.fit")
         bar = progress_bar(config.total_steps) if progress else None
         try:
             return self._run(config, callback, bar)
@@ -586,6 +575,12 @@ class CAVI:
                     trace.converged = True
                     return trace
                 if config.max_iter is not None and trace.num_steps >= config.max_iter:
+                    warnings.warn(
+                        f"CAVI.fit stopped at max_iter={config.max_iter} steps before the convergence rule was met "
+                        "(trace.converged is False): raise max_iter or loosen the rule",
+                        UserWarning,
+                        stacklevel=3,
+                    )
                     return trace
             epoch += 1
         return trace

@@ -23,6 +23,13 @@ class CAVITrace:
     unbiased estimate for a mini-batch); ``time`` the training wall time in seconds after each step (held-out
     evaluations excluded); ``epoch`` the (0-based) pass over the data a step belongs to; ``step_size`` the
     :math:`\\rho_t` used.
+
+    Example::
+
+        >>> from gpytorch_augment import CAVITrace
+        >>> trace = CAVITrace(elbo=[-0.7, -0.6], epoch=[0, 0])
+        >>> trace.num_steps, trace.num_epochs, trace.converged
+        (2, 1, False)
     """
 
     elbo: list[float] = field(default_factory=list)
@@ -44,7 +51,17 @@ class CAVITrace:
 
 
 class Convergence:
-    """Base class of the stopping rules of :meth:`CAVI.fit`: :meth:`check` is called after every step."""
+    """Base class of the stopping rules of :meth:`CAVI.fit`: :meth:`check` is called after every step.
+
+    Example::
+
+        >>> from gpytorch_augment import CAVITrace, Convergence
+        >>> class AfterTen(Convergence):
+        ...     def check(self, trace, epoch_end):
+        ...         return trace.num_steps >= 10
+        >>> AfterTen().check(CAVITrace(elbo=[0.0] * 10), epoch_end=True)
+        True
+    """
 
     def reset(self) -> None:
         """Forget the state of a previous fit."""
@@ -64,6 +81,13 @@ class RelativeChange(Convergence):
 
     :param tol: the relative tolerance (ELBO per datum).
     :param window: the number of steps averaged on each side.
+
+    Example::
+
+        >>> from gpytorch_augment import CAVITrace, RelativeChange
+        >>> rule = RelativeChange(tol=1e-3)
+        >>> rule.check(CAVITrace(elbo=[-0.5, -0.4]), True), rule.check(CAVITrace(elbo=[-0.5, -0.4, -0.4]), True)
+        (False, True)
     """
 
     def __init__(self, tol: float = 1e-8, window: int = 1) -> None:
@@ -104,11 +128,23 @@ class HeldOut(Convergence):
 
     Example::
 
+        >>> import torch
+        >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+        >>> from gpytorch_augment.testing.models import SVGP
+        >>> x = torch.linspace(-2, 2, 20, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1) > 0).double()
+        >>> x_test, y_test = x[1::2], y[1::2]
+        >>> model, likelihood = SVGP(x[::4]).double(), BernoulliLogitLikelihood()
+        >>> from gpytorch_augment import HeldOut
         >>> def test_nll():
         ...     model.eval(); likelihood.eval()
         ...     with torch.no_grad():
         ...         return -likelihood.log_marginal(y_test, model(x_test)).mean().item()
-        >>> trace = cavi.fit(x, y, batch_size=256, num_epochs=50, convergence=HeldOut(test_nll, window=3, patience=5))
+        >>> cavi = CAVI(model, likelihood, num_data=20)
+        >>> rule = HeldOut(test_nll, window=1, patience=2)
+        >>> trace = cavi.fit(x, y, batch_size=5, num_epochs=3, convergence=rule, generator=torch.Generator())
+        >>> len(trace.held_out) >= 1
+        True
     """
 
     def __init__(

@@ -87,6 +87,14 @@ def rank_normalized_rhat(x: np.ndarray) -> np.ndarray:
     :math:`\max(\hat R_{\rm bulk}, \hat R_{\rm tail})`, the bulk value computed on rank-normalised split chains
     and the tail value on the rank-normalised :math:`|x - \mathrm{median}(x)|` (Vehtari, Gelman, Simpson,
     Carpenter and Bürkner, 2021). Constant coordinates give NaN.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from gpytorch_augment.inference.diagnostics import rank_normalized_rhat
+        >>> draws = np.random.default_rng(0).normal(size=(4, 200, 2))
+        >>> bool((rank_normalized_rhat(draws) < 1.05).all())
+        True
     """
     split = _split_chains(np.asarray(x, dtype=np.float64))
     bulk = _rhat_basic(_z_scale(split))
@@ -99,7 +107,16 @@ def rank_normalized_rhat(x: np.ndarray) -> np.ndarray:
 
 
 def bulk_ess(x: np.ndarray) -> np.ndarray:
-    """Bulk effective sample size of draws ``x`` of shape (chains, draws, K), per coordinate."""
+    """Bulk effective sample size of draws ``x`` of shape (chains, draws, K), per coordinate.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from gpytorch_augment.inference.diagnostics import bulk_ess
+        >>> draws = np.random.default_rng(0).normal(size=(4, 200, 2))   # independent draws: ESS near 800
+        >>> bool((bulk_ess(draws) > 500).all())
+        True
+    """
     z = _z_scale(_split_chains(np.asarray(x, dtype=np.float64)))
     acov = _autocov(z)
     chain_mean = z.mean(axis=1)

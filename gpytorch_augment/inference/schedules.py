@@ -14,8 +14,13 @@ A schedule is any object with ``__call__(t) -> rho`` (``t`` counts steps from 0)
 
 Example::
 
-    >>> cavi = CAVI(model, likelihood, num_data=N, step_size=RobbinsMonro(tau=10.0, kappa=0.7))
-    >>> cavi = CAVI(model, likelihood, num_data=N, step_size="adaptive")
+    >>> import torch
+    >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+    >>> from gpytorch_augment.inference.schedules import RobbinsMonro
+    >>> from gpytorch_augment.testing.models import SVGP
+    >>> model, likelihood = SVGP(torch.zeros(3, 1)), BernoulliLogitLikelihood()
+    >>> cavi = CAVI(model, likelihood, num_data=100, step_size=RobbinsMonro(tau=10.0, kappa=0.7))
+    >>> cavi = CAVI(model, likelihood, num_data=100, step_size="adaptive")
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ class StepSchedule:
 
     Subclasses that need the noisy natural gradient set :attr:`uses_gradient` and implement :meth:`observe`
     (and :meth:`initialize`); the CAVI driver then calls them with :math:`\\hat g_t` before ``schedule(t)``.
+
+    Example::
+
+        >>> from gpytorch_augment.inference.schedules import RobbinsMonro, StepSchedule
+        >>> isinstance(RobbinsMonro(), StepSchedule), RobbinsMonro(tau=1.0, kappa=0.75).state_dict()
+        (True, {'tau': 1.0, 'kappa': 0.75})
     """
 
     #: whether the driver must pass the natural gradient to :meth:`observe` before each ``__call__``
@@ -64,6 +75,12 @@ class ConstantStep(StepSchedule):
     r""":math:`\rho_t = \rho`. With the full data and :math:`\rho = 1` this is exact coordinate ascent.
 
     :param rho: the step size, in (0, 1].
+
+    Example::
+
+        >>> from gpytorch_augment.inference.schedules import ConstantStep
+        >>> ConstantStep(0.5)(100)
+        0.5
     """
 
     def __init__(self, rho: float = 1.0) -> None:
@@ -87,6 +104,12 @@ class RobbinsMonro(StepSchedule):
 
     :param tau: the delay :math:`\tau \ge 0`.
     :param kappa: the forgetting rate :math:`\kappa \in (0.5, 1]`.
+
+    Example::
+
+        >>> from gpytorch_augment.inference.schedules import RobbinsMonro
+        >>> [round(RobbinsMonro(tau=1.0, kappa=1.0)(t), 3) for t in range(3)]
+        [1.0, 0.5, 0.333]
     """
 
     def __init__(self, tau: float = 1.0, kappa: float = 0.75) -> None:
@@ -131,6 +154,15 @@ class AdaptiveStep(StepSchedule):
     :param num_init: number of sub-batches of the first batch used to initialise the averages (at least 2).
     :param tau_init: the initial window :math:`\tau_1 \ge 1` (default ``num_init``).
     :param min_step: lower clip of :math:`\rho_t` (it is 0 only at an exact stationary point).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.inference.schedules import AdaptiveStep
+        >>> schedule = AdaptiveStep()
+        >>> schedule.initialize(torch.ones(4, 3, dtype=torch.float64))   # identical gradient samples
+        >>> schedule(0)
+        1.0
     """
 
     uses_gradient = True
@@ -220,7 +252,8 @@ def make_schedule(spec: float | str | StepSchedule | Callable[[int], float], **k
 
     Example::
 
-        >>> make_schedule("robbins-monro", tau=10.0, kappa=0.7)(0)
+        >>> from gpytorch_augment.inference.schedules import make_schedule
+        >>> make_schedule("robbins-monro", tau=10.0, kappa=0.7)(0)  # doctest: +ELLIPSIS
         0.1995...
     """
     if isinstance(spec, str):

@@ -49,6 +49,7 @@ from linear_operator.settings import _linalg_dtype_cholesky
 from torch import Tensor
 
 from .._numerics import reverse_cholesky
+from .._validation import check_finite
 from ..core import NaturalParameters, PriorCache, PriorTerms, SufficientStatistics, WhitenedGaussian
 from ..core.linalg import mv, tri_solve
 from ..core.prior import split_prior, whiten_prior
@@ -245,8 +246,9 @@ class _CAVIMixin:
         ``h`` and ``lam`` have shape ``(*batch, N)`` (latent-major ``(T, N)`` for a batched strategy); for a
         mini-batch, pass them already multiplied by ``num_data / batch_size``.
         """
-        if not 0.0 < step <= 1.0:
-            raise ValueError(f"step must be in (0, 1], got {step}")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0.0 < step <= 1.0:
+            raise ValueError(f"step must be a number in (0, 1], got {step!r}")
+        self._check_update_arguments(x, h, lam)
         self.check_distribution()
         if terms is None:
             terms = self.cavi_terms(x)
@@ -256,12 +258,34 @@ class _CAVIMixin:
         self.write_whitened(q, terms)
         return q
 
+    def _check_update_arguments(self, x: Tensor, h: Tensor, lam: Tensor) -> None:
+        """``ValueError`` unless ``x`` has the inducing inputs' dimension and ``h``, ``lam`` are finite, aligned with
+        the ``N`` points of ``x``, and ``lam >= 0``."""
+        check_finite("x", x)
+        check_finite("h", h)
+        check_finite("lam", lam)
+        Z = self.inducing_points
+        if x.dim() < 2 or x.shape[-1] != Z.shape[-1]:
+            raise ValueError(
+                f"x must have shape (N, D) with D = {Z.shape[-1]} (the inducing inputs'); got {tuple(x.shape)}"
+            )
+        n = x.shape[-2]
+        if h.dim() < 1 or lam.dim() < 1 or h.shape[-1] != n or lam.shape[-1] != n:
+            raise ValueError(
+                f"h and lam must have the N = {n} data points of x in their last dimension; got h of shape "
+                f"{tuple(h.shape)} and lam of shape {tuple(lam.shape)}"
+            )
+        if (lam < 0).any():
+            raise ValueError(f"lam (precisions) must be non-negative; found {lam.min().item()}")
+
 
 class CAVIVariationalStrategy(_CAVIMixin, VariationalStrategy):
     r"""GPyTorch's whitened ``VariationalStrategy`` plus :meth:`cavi_update`.
 
     Example::
 
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import CAVIVariationalStrategy
         >>> class SVGP(gpytorch.models.ApproximateGP):
         ...     def __init__(self, Z):
         ...         q_u = gpytorch.variational.NaturalVariationalDistribution(Z.size(0))
@@ -270,6 +294,11 @@ class CAVIVariationalStrategy(_CAVIMixin, VariationalStrategy):
         ...         self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
         ...     def forward(self, x):
         ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+        >>> model = SVGP(torch.linspace(-1, 1, 4).unsqueeze(-1))
+        >>> x = torch.linspace(-1, 1, 6).unsqueeze(-1)
+        >>> q = model.variational_strategy.cavi_update(x, torch.zeros(6), torch.full((6,), 0.25))  # optimal q(u)
+        >>> model(x).mean.shape
+        torch.Size([6])
     """
 
     _data_jitter = True
@@ -280,6 +309,23 @@ class UnwhitenedCAVIVariationalStrategy(_CAVIMixin, UnwhitenedVariationalStrateg
 
     :math:`q(u)` is stored directly; the update is computed in whitened coordinates and mapped back
     (:math:`S_u^{-1} = L^{-\top} C^\top C L^{-1}`, :math:`\theta_{1,u} = L^{-\top}\theta_{1,v} + S_u^{-1}\mu_Z`).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import UnwhitenedCAVIVariationalStrategy
+        >>> class SVGP(gpytorch.models.ApproximateGP):
+        ...     def __init__(self, Z):
+        ...         q_u = gpytorch.variational.CholeskyVariationalDistribution(Z.size(0))
+        ...         super().__init__(UnwhitenedCAVIVariationalStrategy(self, Z, q_u, learn_inducing_locations=False))
+        ...         self.mean_module = gpytorch.means.ZeroMean()
+        ...         self.covar_module = gpytorch.kernels.RBFKernel()
+        ...     def forward(self, x):
+        ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+        >>> model, x = SVGP(torch.linspace(-1, 1, 3).unsqueeze(-1)), torch.linspace(-1, 1, 5).unsqueeze(-1)
+        >>> _ = model.variational_strategy.cavi_update(x, torch.ones(5), torch.full((5,), 0.25))
+        >>> bool(model(x).mean.gt(0).all())      # positive potentials pull the mean up
+        True
     """
 
     _data_jitter = False

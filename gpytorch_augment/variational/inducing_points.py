@@ -17,8 +17,13 @@ piece (``greedy_variance`` does keep the :math:`N\times M` incremental Cholesky 
 
 Example::
 
-    >>> Z = kmeans_plus_plus(x, 100, generator=torch.Generator().manual_seed(0))
-    >>> Z = greedy_variance(x, 100, model.covar_module)
+    >>> import gpytorch, torch
+    >>> from gpytorch_augment import greedy_variance, kmeans_plus_plus
+    >>> x = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
+    >>> kmeans_plus_plus(x, 10, generator=torch.Generator().manual_seed(0)).shape
+    torch.Size([10, 2])
+    >>> greedy_variance(x, 10, gpytorch.kernels.RBFKernel()).shape
+    torch.Size([10, 2])
 """
 
 from __future__ import annotations
@@ -103,8 +108,14 @@ def kmeans_plus_plus(
 
     Example::
 
-        >>> Z = kmeans_plus_plus(x_train, 100, generator=torch.Generator().manual_seed(0))
+        >>> import torch
+        >>> from gpytorch_augment import kmeans_plus_plus
+        >>> from gpytorch_augment.testing.models import SVGP
+        >>> x_train = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
+        >>> Z = kmeans_plus_plus(x_train, 10, generator=torch.Generator().manual_seed(0))
         >>> model = SVGP(Z)
+        >>> Z.shape
+        torch.Size([10, 2])
     """
     num_inducing = _check_points(x, num_inducing)
     if isinstance(num_iters, bool) or int(num_iters) < 0:
@@ -199,8 +210,13 @@ def greedy_variance(
 
     Example::
 
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import greedy_variance
+        >>> x_train = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
         >>> kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
-        >>> Z = greedy_variance(x_train, 100, kernel, generator=torch.Generator().manual_seed(0))
+        >>> Z = greedy_variance(x_train, 10, kernel, generator=torch.Generator().manual_seed(0))
+        >>> Z.shape
+        torch.Size([10, 2])
     """
     num_inducing = _check_points(x, num_inducing)
     if not callable(kernel):

@@ -39,7 +39,7 @@ from torch import Tensor
 from ..._validation import check_finite
 from ...core import PriorCache, SufficientStatistics, WhitenedGaussian
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
-from ...core.prior import split_prior, whiten_prior
+from ...core.prior import prior_cholesky, split_prior, whiten_prior
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: default dtype of every factorisation and of the chain state (``GibbsSampler(linalg_dtype=...)`` overrides it)
@@ -157,7 +157,7 @@ class BlockedGibbsKernel:
             mean, covar = self._prior(x)
             K = covar.to_dense().to(dt)
             K = add_to_diagonal((K + K.mT) / 2, self.jitter)  # exactly symmetric (the f-draw reads either triangle)
-            L = psd_safe_cholesky(K)
+            L = prior_cholesky(K, "K + jitter I of the sampler", source_dtype=covar.dtype)
             self._terms = GibbsPriorTerms(mu=mean.to(dt), L=L, A=L.mT.contiguous(), K=K)
         else:
             Z = self.inducing_points

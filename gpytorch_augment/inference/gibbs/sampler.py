@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +15,13 @@ import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
-from ..._validation import check_finite, check_inputs_targets
+from ..._validation import (
+    check_finite,
+    check_inputs_targets,
+    check_nonempty,
+    check_target_keywords,
+    squeezed_targets,
+)
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
@@ -122,12 +129,13 @@ class GibbsSampler(BlockedGibbsKernel):
     model's parameters and buffers with a snapshot and calls :meth:`refresh` itself when they changed in place;
     call :meth:`refresh` explicitly after any other change of the prior (e.g. a replaced module).
 
-    :param model: a GPyTorch model or module whose ``forward(x)`` returns the prior ``MultivariateNormal``
-        (a ``gpytorch.Module`` with a mean and a kernel, an ``ExactGP`` or an ``ApproximateGP``); only
-        ``model.forward`` is called, never ``model(x)``.
+    :param model: a GPyTorch model or module whose ``forward(x)`` returns the prior ``MultivariateNormal``:
+        preferably a :class:`~gpytorch_augment.GPPrior` (a mean and a kernel), or an ``ApproximateGP``; only
+        ``model.forward`` is called, never ``model(x)``. An ``ExactGP`` works but warns: its own ``model(x)`` is a
+        Gaussian-regression posterior unrelated to the draws (predict with :meth:`GibbsSamples.predict`).
     :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood`.
     :param x: training inputs ``(N, D)``.
-    :param y: training targets ``(N,)``.
+    :param y: training targets ``(N,)`` (a column ``(N, 1)`` is accepted and squeezed).
     :param inducing_points: optional ``(M, D)`` inducing inputs :math:`Z` (or ``(T, M, D)``).
     :param alpha: the Rényi/Power-EP :math:`\alpha \in [0, 1]` of the inducing-point sampler (default 0, Titsias;
         1 is FITC; see above). Needs ``inducing_points`` unless 0.
@@ -152,19 +160,21 @@ class GibbsSampler(BlockedGibbsKernel):
 
     Example::
 
-        >>> class GP(gpytorch.Module):
-        ...     def __init__(self):
-        ...         super().__init__()
-        ...         self.mean_module = gpytorch.means.ZeroMean()
-        ...         self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
-        ...     def forward(self, x):
-        ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-        >>> sampler = GibbsSampler(GP(), BernoulliLogitLikelihood(), x, y)
-        >>> samples = sampler.sample(1000, warmup=200, num_chains=4, seed=0)
-        >>> samples.f.shape                      # (chains, draws, N)
-        >>> samples.summary().rhat.max()         # convergence check
-        >>> p = samples.predict(x_test).y_probs  # p(y* = 1 | data)
-        >>> more = sampler.resume(samples, 1000) # continue the same chains
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 10, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1) > 0).double()
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()))
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, y)
+        >>> samples = sampler.sample(50, warmup=20, num_chains=2, seed=0, progress=False)
+        >>> samples.f.shape                                  # (chains, draws, N)
+        torch.Size([2, 50, 10])
+        >>> bool(samples.summary().rhat.max() < 2)           # convergence check
+        True
+        >>> samples.predict(x[:3]).y_probs.shape             # p(y* = 1 | data)
+        torch.Size([3])
+        >>> sampler.resume(samples, 10, progress=False).f.shape  # continue the same chains
+        torch.Size([2, 60, 10])
     """
     def __init__(
         self,
@@ -187,7 +197,11 @@ class GibbsSampler(BlockedGibbsKernel):
             raise TypeError(f"GibbsSampler needs an AugmentedLikelihood, got {type(likelihood).__name__}")
         if not callable(getattr(model, "forward", None)):
             raise TypeError(f"model must define forward(x) returning the prior; got {type(model).__name__}")
+        check_target_keywords(likelihood, kwargs, "GibbsSampler")
+        y = squeezed_targets(x, y)
         check_inputs_targets(x, y)
+        check_nonempty(x, "GibbsSampler")
+        _warn_exact_gp(model)
         if y.dim() != 1:
             raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
         if x.dim() != 2 and not (x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents):
@@ -501,6 +515,8 @@ class GibbsSampler(BlockedGibbsKernel):
             progress=progress,
         )
         return GibbsSamples.cat([samples, more], dim="draw")
+
+
 def _check_alpha(alpha: Any, sparse: bool) -> float:
     """``alpha`` as a float in [0, 1], or a ``ValueError`` naming it."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
@@ -513,6 +529,19 @@ def _check_alpha(alpha: Any, sparse: bool) -> float:
             "inducing-point model (the exact sampler has no approximation to tune)"
         )
     return float(alpha)
+
+
+def _warn_exact_gp(model: Any) -> None:
+    """Warn that an ``ExactGP`` only lends its prior to the sampler (its own calls give a Gaussian posterior)."""
+    if isinstance(model, gpytorch.models.ExactGP):
+        warnings.warn(
+            f"GibbsSampler got a gpytorch ExactGP ({type(model).__name__}): only its prior, model.forward(x), is "
+            "used. The ExactGP's own posterior, model(x) in eval mode and likelihood(model(x)), is a Gaussian-"
+            "regression posterior that ignores this sampler's likelihood and draws. Hold the prior in "
+            "gpytorch_augment.GPPrior(mean_module, covar_module) and predict with samples.predict(x_new).",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _stack_hyper(values: list[Tensor], num_chains: int) -> Tensor:

@@ -2,12 +2,14 @@ r"""The draws of a Gibbs run: :class:`GibbsSamples` (storage, resume, diagnostic
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from gpytorch.utils.warnings import NumericalWarning
 from linear_operator.operators import DiagLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
@@ -29,13 +31,26 @@ class GibbsPrediction(NamedTuple):
 
     The latent predictive is the mixture :math:`\frac1S\sum_s p(f_* \mid f^{(s)})` of GP conditionals.
 
-    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)``.
+    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)`` (latent-major, as :attr:`GibbsSamples.f`;
+        :meth:`to_multitask` gives GPyTorch's multitask layout ``(N*, T)``).
     :ivar f_var: mixture variance (conditional variance plus the spread of the conditional means).
     :ivar f_draws: one draw of :math:`f_*` per stored draw, ``(chains, draws, N*)`` / ``(chains, draws, T, N*)``.
     :ivar y_mean: predictive mean of :math:`y_*`, the average over draws of ``likelihood.marginal(...).mean``
         (``None`` if the marginal distribution has no mean).
     :ivar y_probs: the average over draws of ``likelihood.marginal(...).probs`` where the distribution has
         ``probs`` (e.g. :math:`p(y_*=1)` for Bernoulli), else ``None``.
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
+        >>> pred = samples.predict(torch.zeros(3, 1, dtype=torch.float64))
+        >>> pred.f_mean.shape, pred.f_draws.shape, pred.y_probs.shape
+        (torch.Size([3]), torch.Size([2, 20, 3]), torch.Size([3]))
     """
 
     f_mean: Tensor
@@ -44,9 +59,40 @@ class GibbsPrediction(NamedTuple):
     y_mean: Tensor | None
     y_probs: Tensor | None
 
+    def to_multitask(self) -> GibbsPrediction:
+        r"""The latent fields in GPyTorch's multitask layout: ``f_mean``, ``f_var`` of shape ``(N*, T)`` and
+        ``f_draws`` of shape ``(chains, draws, N*, T)`` (as a ``MultitaskMultivariateNormal``'s mean); ``y_mean`` and
+        ``y_probs`` are unchanged. The fields of :meth:`GibbsSamples.predict` itself stay latent-major, ``(T, N*)``,
+        the layout of :attr:`GibbsSamples.f`. A single-latent prediction is returned as it is.
+
+        Example::
+
+            >>> import torch
+            >>> from gpytorch_augment.inference.gibbs.samples import GibbsPrediction
+            >>> p = GibbsPrediction(torch.zeros(2, 5), torch.ones(2, 5), torch.zeros(1, 3, 2, 5), None, None)
+            >>> p.to_multitask().f_mean.shape, p.to_multitask().f_draws.shape
+            (torch.Size([5, 2]), torch.Size([1, 3, 5, 2]))
+        """
+        if self.f_draws.dim() < 4:
+            return self
+        return self._replace(f_mean=self.f_mean.mT, f_var=self.f_var.mT, f_draws=self.f_draws.mT)
+
 
 class GibbsSummary(NamedTuple):
-    """Per-coordinate posterior summary and convergence diagnostics (Vehtari et al., 2021)."""
+    """Per-coordinate posterior summary and convergence diagnostics (Vehtari et al., 2021).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
+        >>> summary = samples.summary()
+        >>> summary.mean.shape, summary.rhat.shape
+        (torch.Size([8]), torch.Size([8]))
+    """
 
     mean: Tensor
     sd: Tensor
@@ -68,6 +114,20 @@ class GibbsSamples:
     :ivar last: the :class:`GibbsState` after the last sweep (see :meth:`last_state`).
     :ivar hyper: draws of the likelihood's sampled hyper-parameters, ``(chains, draws, ...)`` (empty unless the
         likelihood implements ``sample_hyperparameters``).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
+        >>> samples.num_chains, samples.num_draws, samples.f.shape
+        (2, 20, torch.Size([2, 20, 8]))
+        >>> from gpytorch_augment import GibbsSamples
+        >>> GibbsSamples.from_state_dict(samples.state_dict(), sampler=sampler).f.equal(samples.f)
+        True
     """
 
     f: Tensor
@@ -267,7 +327,9 @@ class GibbsSamples:
         f_var = var + means.var(0, unbiased=False)
         eps = torch.randn(means.shape, generator=generator, dtype=means.dtype, device=means.device)
         if joint:
-            Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
+            with warnings.catch_warnings():  # the conditional covariance is singular where x_new repeats or meets
+                warnings.simplefilter("ignore", NumericalWarning)  # the data: GPyTorch's added jitter is expected
+                Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
             f_draws = means + vecmat(eps, Lc.mT)
         else:
             f_draws = means + var.sqrt() * eps
@@ -292,9 +354,10 @@ class GibbsSamples:
                 "predict needs the GibbsSampler: rebuild with GibbsSamples.from_state_dict(state, sampler)"
             )
         check_finite("x_new", x_new)
-        if x_new.dim() != sampler.x.dim() or x_new.shape[-1] != sampler.x.shape[-1]:
+        if x_new.dim() != sampler.x.dim() or x_new.shape[-1] != sampler.x.shape[-1] or x_new.shape[-2] == 0:
             raise ValueError(
-                f"x_new must have shape (N*, D) with D = {sampler.x.shape[-1]}; got shape {tuple(x_new.shape)}"
+                f"x_new must have shape (N*, D) with N* >= 1 and D = {sampler.x.shape[-1]}; got shape "
+                f"{tuple(x_new.shape)}"
             )
         if sampler._params_changed():
             raise ValueError(

@@ -24,6 +24,14 @@ class GibbsState:
     :ivar num_sweeps: sweeps run so far (warm-up included).
     :ivar hyper: the likelihood's sampled hyper-parameters after the sweep (empty unless the likelihood
         implements ``sample_hyperparameters``); restored into the likelihood when the state is used as ``init``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.inference.gibbs.state import GibbsState
+        >>> state = GibbsState(f=torch.zeros(2, 5), num_sweeps=10)
+        >>> GibbsState.from_state_dict(state.state_dict()).num_sweeps
+        10
     """
 
     f: Tensor
