@@ -29,15 +29,7 @@ N, M = 8, 4
 CASES: list[Case] = []
 
 #: cases that fail because of the likelihood side (another branch, issue 17): remove once both are merged
-LIKELIHOOD_SIDE_PATTERNS: dict[str, str] = {
-    r"softmax-outputscale 1e6": "logistic-softmax at |f| ~ 1e3: NaN elbo_terms and an opaque PolyaGamma b < 0 error",
-    r"^AugmentedELBO-num_data=": "AugmentedELBO accepts num_data <= 0 or non-integer (mlls/augmented_elbo.py)",
-    r"^(binomial|laplace|student_t)\.(expected_log_prob|log_marginal)-(y too short|mean nan)": (
-        "expected_log_prob/log_marginal skip check_observations (wrong-length y broadcast, NaN for NaN moments)"
-    ),
-    r"^(laplace|student_t)\((scale|df)=": "constants 0, inf, negative or NaN not validated in the constructor",
-    r"^PolyaGamma\((1\.0, (math\.inf|1e300)|math\.inf, 1\.0)\)": "PolyaGamma accepts b = inf / c = inf (sampler hangs)",
-}
+LIKELIHOOD_SIDE_PATTERNS: dict[str, str] = {}  # cases still failing for a likelihood-side reason (none left)
 
 
 def _likelihood_side(case_id: str) -> str | None:
@@ -175,7 +167,7 @@ CAVI_PERTURB = {
     "x float32": ("x", "dtype"),
     "bad kwarg": ("learn_hyperparameter",),
     "num_data != N": ("num_data",),
-    "outputscale 1e6": ("float64", "jitter"),
+    "outputscale 1e6": ("float64", "jitter", "latent"),
 }
 for _lik in LIKELIHOODS:
     for _p, _names in CAVI_PERTURB.items():
@@ -351,7 +343,7 @@ GIBBS_PERTURB = {
     "bad kwarg": ("learn_hyperparameter",),
     "jitter -1": ("jitter",),
     "latents mismatch": ("latent", "batch"),
-    "outputscale 1e6": ("float64", "jitter"),
+    "outputscale 1e6": ("float64", "jitter", "latent"),
 }
 for _lik in LIKELIHOODS:
     for _p, _names in GIBBS_PERTURB.items():
@@ -525,7 +517,7 @@ for _b, _c in (
         f"PolyaGamma({_b}, {_c}).sample",
         (lambda b=_b, c=_c: ga.PolyaGamma(eval(b), eval(c)).sample((4,))),
         ("b", "c"),
-        must_fail=_b in ("math.inf", "-1.0") or _c in ("math.inf", "1e300", "math.nan"),
+        must_fail=_b in ("math.inf", "-1.0") or _c in ("math.inf", "math.nan"),  # c = 1e300: finite, tiny draws
         isolate=True,
     )
 

@@ -92,7 +92,12 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
         y = check_counts("successes y", y)
         if y.dim() == 0:
             raise ValueError("successes y must have shape (N,) (or (*batch, N)); got a scalar")
-        y, trials = torch.broadcast_tensors(y, trials.to(y))
+        try:
+            y, trials = torch.broadcast_tensors(y, trials.to(y))
+        except RuntimeError as err:
+            raise ValueError(
+                f"successes y of shape {tuple(y.shape)} and trials of shape {tuple(trials.shape)} do not match"
+            ) from err
         too_many = y > trials
         if too_many.any():
             i = too_many.nonzero()[0].tolist()
