@@ -72,6 +72,12 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: :func:`validated_latent_blocks`.
     latent_blocks: Sequence[Sequence[int]] | None = None
 
+    #: Names of per-datum keyword data (e.g. binomial ``trials``) a likelihood reads from ``**kwargs`` rather than
+    #: from named parameters of :meth:`check_targets`. The engines accept exactly the named parameters of
+    #: :meth:`check_targets` plus these, and reject any other keyword with a ``TypeError`` naming it (a mistyped
+    #: option would otherwise be passed on and silently ignored).
+    target_keywords: tuple[str, ...] = ()
+
     def __init__(self) -> None:
         super().__init__()
         self.q_aux: AuxDict | None = None

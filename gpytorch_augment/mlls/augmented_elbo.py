@@ -11,6 +11,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls._approximate_mll import _ApproximateMarginalLogLikelihood
 from torch import Tensor
 
+from .._validation import check_target_keywords
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 
 
@@ -55,6 +56,11 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (0 <= float(beta) < math.inf):
             raise ValueError(f"beta must be a finite number >= 0; got {beta!r}")
         super().__init__(likelihood, model, int(num_data), beta=float(beta), combine_terms=True)
+        strategy = _cavi_strategy_or_none(model)
+        if strategy is not None:  # a CAVI model: one latent GP per latent of the likelihood
+            from ..inference._checks import check_latents  # (inference imports this module)
+
+            check_latents(model, strategy, likelihood)
 
     def forward(
         self,
@@ -84,7 +90,20 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         return log_likelihood - kl_divergence + log_prior - added_loss
 
     def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
+        check_target_keywords(self.likelihood, kwargs, "AugmentedELBO")
+        if target.dim() == 2 and target.shape[-1] == 1 and self.likelihood.num_latents == 1:
+            target = target.squeeze(-1)  # a column of targets, as from a data frame
         y = self.likelihood.check_observations(target, variational_dist_f, **kwargs)
         mean, var = variational_dist_f.mean, variational_dist_f.variance
         q_aux = self.likelihood.aux_posterior(y, mean.detach(), var.detach())
         return self.likelihood.elbo_terms(y, q_aux, mean, var).sum(-1)
+
+
+def _cavi_strategy_or_none(model: Any) -> Any:
+    """The model's CAVI strategy (unwrapping GPyTorch's multitask wrapper), or ``None`` for any other model."""
+    from ..variational.cavi_variational_strategy import _CAVIMixin
+
+    strategy = getattr(model, "variational_strategy", None)
+    strategy = getattr(strategy, "base_variational_strategy", strategy)
+    return strategy if isinstance(strategy, _CAVIMixin) else None
+
