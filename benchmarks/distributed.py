@@ -125,7 +125,7 @@ def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str)
     model = Model(Z)
     cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=n, step_size=settings["step_size"])
     per_half = batch // 2
-    times = []
+    times, cpu_times = [], []
     for t in range(steps):
         xs, ys = [], []
         for r, (x, y) in zip(mine, parts):
@@ -133,13 +133,15 @@ def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str)
             xs.append(x[rows])
             ys.append(y[rows])
         xb, yb = torch.cat(xs), torch.cat(ys)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         cavi.step(xb, yb)
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     result = {
         "rank": rank,
         "world": world,
         "step_times": times,
+        "step_cpu_times": cpu_times,
         "collective_time": collective_time[0],
         "rss_before_data_mb": rss_before,
         "rss_after_data_mb": rss_data,
@@ -180,9 +182,11 @@ def summarise(runs: dict[int, list[dict[str, Any]]], settings: dict[str, Any]) -
         step = sum(per_step) / len(per_step)
         epoch_steps = settings["n"] / settings["batch"]
         total = sum(sum(r["step_times"][warm:]) for r in ranks) / len(ranks)
+        cpu_step = max(sum(r["step_cpu_times"][warm:]) / len(r["step_cpu_times"][warm:]) for r in ranks)
         layouts[world] = {
             "processes": world,
             "time_per_step_s": step,
+            "cpu_time_per_step_s": cpu_step,
             "time_per_epoch_s": step * epoch_steps,
             "epoch_extrapolated": settings["steps"] < epoch_steps,
             "throughput_points_per_s": settings["batch"] / step,
@@ -200,6 +204,8 @@ def summarise(runs: dict[int, list[dict[str, Any]]], settings: dict[str, Any]) -
     return {
         "layouts": {str(k): v for k, v in layouts.items()},
         "throughput_ratio": two["throughput_points_per_s"] / one["throughput_points_per_s"],
+        # each process on a core of its own: a step costs the busiest rank's CPU time
+        "cpu_throughput_ratio": one["cpu_time_per_step_s"] / two["cpu_time_per_step_s"],
         "memory_ratio": two["peak_rss_mb"] / one["peak_rss_mb"],
         "memory_ratio_above_start": two["peak_above_start_mb"] / one["peak_above_start_mb"],
         "max_relative_q_difference": q_diff,
@@ -214,6 +220,7 @@ def markdown(result: dict[str, Any]) -> str:
             [
                 lay["processes"],
                 f"{lay['time_per_step_s'] * 1e3:.1f} ms",
+                f"{lay['cpu_time_per_step_s'] * 1e3:.1f} ms",
                 f"{lay['time_per_epoch_s']:.1f} s" + (" (extrap.)" if lay["epoch_extrapolated"] else ""),
                 f"{lay['throughput_points_per_s']:,.0f}",
                 f"{100 * lay['all_reduce_share']:.1f} %",
@@ -222,8 +229,8 @@ def markdown(result: dict[str, Any]) -> str:
             ]
         )
     table = common.markdown_table(
-        ["processes", "time / step", "time / epoch", "points / s", "all-reduce share", "peak RSS / process",
-         "peak above start"],
+        ["processes", "time / step", "CPU time / step (busiest rank)", "time / epoch", "points / s",
+         "all-reduce share", "peak RSS / process", "peak above start"],
         rows,
     )  # fmt: skip
     tp, mem = r["throughput_ratio"], r["memory_ratio"]
@@ -239,7 +246,10 @@ def markdown(result: dict[str, Any]) -> str:
             "",
             table,
             "",
-            f"- Throughput, 2 processes ÷ 1: **{tp:.2f}×** (target ≥ 1.7×: {'met' if tp >= 1.7 else 'missed'}).",
+            f"- Throughput, 2 processes ÷ 1 (wall clock): **{tp:.2f}×** (target ≥ 1.7×: "
+            f"{'met' if tp >= 1.7 else 'missed'}). With a core free for each process, a step would cost the busiest "
+            f"rank's CPU time: ratio {r['cpu_throughput_ratio']:.2f}× (secondary figure, labelled; the wall-clock "
+            "ratio is only meaningful when the machine has two idle cores).",
             f"- Peak memory per process, 2 ÷ 1: **{mem:.2f}×** (target ≤ 0.6×: {'met' if mem <= 0.6 else 'missed'}); "
             f"above each process's footprint before the data: {r['memory_ratio_above_start']:.2f}×.",
             f"- Final q(u), 2 processes vs 1: largest relative difference {r['max_relative_q_difference']:.1e}.",
