@@ -37,6 +37,7 @@ import os
 import resource
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -279,12 +280,11 @@ def main(argv: list[str] | None = None) -> None:
         "step_size": 0.05,
     }
     out = common.output_dir(args.output_dir, args.quick)
-    tmp = out / "distributed_workers"
-    tmp.mkdir(parents=True, exist_ok=True)
     runs = {}
-    for world in (1, 2):
-        print(f"{world} process(es): {steps} steps of {args.batch_size:,} points out of {n:,} ...", flush=True)
-        runs[world] = run_layout(world, settings, tmp)
+    with tempfile.TemporaryDirectory() as tmp:  # the workers' measurements and final q(u)
+        for world in (1, 2):
+            print(f"{world} process(es): {steps} steps of {args.batch_size:,} points out of {n:,} ...", flush=True)
+            runs[world] = run_layout(world, settings, Path(tmp))
     result = {
         "settings": settings,
         "machine": common.close_machine_info(machine),
