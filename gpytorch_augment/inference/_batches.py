@@ -1,14 +1,18 @@
-"""How :meth:`CAVI.fit <gpytorch_augment.CAVI.fit>` walks through the data: full batch, shuffled mini-batches of
-tensors, or the batches of a torch ``DataLoader``."""
+"""How :meth:`CAVI.fit <gpytorch_augment.CAVI.fit>` walks through the data (full batch, shuffled mini-batches of
+tensors, or the batches of a torch ``DataLoader``) and keeps its clock and progress bar."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from .convergence import CAVITrace
 
 Batch = tuple[Tensor, Tensor, dict[str, Any], bool]
 
@@ -131,3 +135,30 @@ def progress_bar(total: int | None, desc: str = "CAVI", unit: str = "step") -> A
     except ImportError:
         from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit=unit, mininterval=0.5)
+
+
+class Clock:
+    """Training wall time: :meth:`elapsed` excludes the time spent inside :meth:`paused` blocks."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._paused = 0.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start - self._paused
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        before = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - before
+
+
+def show_progress(bar: Any, trace: CAVITrace) -> None:
+    postfix = {"elbo": f"{trace.elbo[-1]:.4f}", "epoch": trace.epoch[-1]}
+    if trace.held_out:
+        postfix["held_out"] = f"{trace.held_out[-1]:.4f}"
+    bar.set_postfix(postfix, refresh=False)
+    bar.update(1)

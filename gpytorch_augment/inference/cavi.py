@@ -12,7 +12,6 @@ only ever touches its batch: its cost is :math:`O(|\mathcal B| M^2 + M^3)`, inde
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,7 +37,7 @@ from ..core.distributed import (
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from ..mlls.augmented_elbo import AugmentedELBO
 from ..variational.cavi_variational_strategy import _CAVIMixin
-from ._batches import ShuffleCursor, progress_bar, take
+from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
 from ._checks import check_batch_size, check_input_dim, check_latents
 from ._fit_config import FitConfig
@@ -551,7 +550,7 @@ class CAVI(CheckpointMixin):
     def _run(self, config: FitConfig, callback: Callable[[int, float], Any] | None, bar: Any) -> CAVITrace:
         """The loop of :meth:`fit`: steps, hyper-parameter steps, the trace, the stopping rule and the caps."""
         trace = CAVITrace()
-        clock = _Clock()
+        clock = Clock()
         epoch = 0
         while config.num_epochs is None or epoch < config.num_epochs:
             for xb, yb, kb, epoch_end in config.epoch():
@@ -570,7 +569,7 @@ class CAVI(CheckpointMixin):
                 with clock.paused():
                     done = self._check_convergence(config, trace, epoch_end)
                 if bar is not None:
-                    _show_progress(bar, trace)
+                    show_progress(bar, trace)
                 if done:
                     trace.converged = True
                     return trace
@@ -594,30 +593,3 @@ class CAVI(CheckpointMixin):
             self.model.train(modes[0])
             self.likelihood.train(modes[1])
         return broadcast_flag(done, self.process_group)  # with sharded data: rank 0 decides for every rank
-
-
-class _Clock:
-    """Training wall time: :meth:`elapsed` excludes the time spent inside :meth:`paused` blocks."""
-
-    def __init__(self) -> None:
-        self._start = time.perf_counter()
-        self._paused = 0.0
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self._start - self._paused
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        before = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._paused += time.perf_counter() - before
-
-
-def _show_progress(bar: Any, trace: CAVITrace) -> None:
-    postfix = {"elbo": f"{trace.elbo[-1]:.4f}", "epoch": trace.epoch[-1]}
-    if trace.held_out:
-        postfix["held_out"] = f"{trace.held_out[-1]:.4f}"
-    bar.set_postfix(postfix, refresh=False)
-    bar.update(1)

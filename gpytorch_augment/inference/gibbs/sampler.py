@@ -25,6 +25,7 @@ from ..._validation import (
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
+from .recorder import Recorder
 from .samples import GibbsSamples
 from .state import GibbsState
 
@@ -433,7 +434,7 @@ class GibbsSampler(BlockedGibbsKernel):
         f = self._from_storage(state.f, num_chains) if state is not None else self._initial_f(num_chains, generator)
         constants = self._initial_constants(state)
         aux: AuxDict = dict(state.aux) if state is not None else {}
-        record = _Recorder(self, num_chains, num_samples)
+        record = Recorder(self, num_chains, num_samples)
         start = time.perf_counter()
         f, aux, v, constants = self._run_chains(f, constants, generator, warmup, thin, record, progress)
         elapsed = time.perf_counter() - start
@@ -471,7 +472,7 @@ class GibbsSampler(BlockedGibbsKernel):
         generator: torch.Generator,
         warmup: int,
         thin: int,
-        record: _Recorder,
+        record: Recorder,
         progress: bool,
     ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor]]:
         """``warmup + num_samples * thin`` sweeps from the internal latents ``f`` and the chains' sampled
@@ -544,13 +545,7 @@ def _warn_exact_gp(model: Any) -> None:
         )
 
 
-def _stack_hyper(values: list[Tensor], num_chains: int) -> Tensor:
-    """Per-draw hyper-parameter values -> (chains, draws, ...): per-chain values (leading dimension = chains)
-    keep their chain; shared values are repeated for every chain."""
-    stacked = torch.stack([torch.as_tensor(v) for v in values], dim=0)  # (draws, *shape)
-    if stacked.dim() >= 2 and stacked.shape[1] == num_chains:
-        return stacked.movedim(0, 1)
-    return stacked.unsqueeze(0).expand((num_chains,) + stacked.shape)
+
 
 
 def _progress_bar(total: int, enabled: bool):
@@ -574,55 +569,8 @@ def _initial_state(init: GibbsState | Mapping[str, Any] | Tensor | None) -> Gibb
     return GibbsState(f=init)
 
 
-class _Recorder:
-    """Preallocated storage for the kept draws of a run (latents, inducing values, Ω, sampled constants)."""
-
-    def __init__(self, sampler: GibbsSampler, num_chains: int, num_samples: int) -> None:
-        self.sampler = sampler
-        self.num_chains, self.num_samples = num_chains, num_samples
-        T, N = sampler.num_latents, sampler.num_data
-        kw = {"dtype": sampler.dtype, "device": sampler.device}
-        self.f = torch.empty((num_chains, num_samples, T, N), **kw)
-        self.u = None
-        if sampler.is_sparse:
-            self.u = torch.empty((num_chains, num_samples, T, sampler.terms.L.shape[-1]), **kw)
-        self.aux: dict[str, Tensor] = {}
-        self.hyper: dict[str, list[Tensor]] = {}
-        self.kept = 0
-
-    def keep(self, f: Tensor, aux: AuxDict, v: Tensor | None, constants: Mapping[str, Tensor]) -> None:
-        sampler, k = self.sampler, self.kept
-        self.f[:, k] = f.to(sampler.dtype)
-        if self.u is not None:
-            self.u[:, k] = sampler._u_from_v(v).to(sampler.dtype)
-        for name, value in aux.items():
-            value = sampler._chain_batched(value, self.num_chains)
-            if name not in self.aux:
-                self.aux[name] = torch.empty(
-                    (self.num_chains, self.num_samples) + value.shape[1:], dtype=value.dtype, device=value.device
-                )
-            self.aux[name][:, k] = value
-        for name, value in sampler._hyper_snapshot(constants).items():
-            self.hyper.setdefault(name, []).append(value)
-        self.kept += 1
-
-    def samples(self, **settings: Any) -> GibbsSamples:
-        sampler = self.sampler
-        return GibbsSamples(
-            f=sampler._to_storage(self.f),
-            aux=self.aux,
-            u=sampler._to_storage(self.u) if self.u is not None else None,
-            f_update=sampler.f_update if not sampler.is_sparse else "sparse",
-            jitter=sampler.jitter,
-            hyper={k: _stack_hyper(v, self.num_chains) for k, v in self.hyper.items()},
-            sampler=sampler,
-            **settings,
-        )
-
-
 def rank_seed(seed: int, rank: int, world_size: int) -> int:
     """The seed of rank ``rank`` of ``world_size`` processes sampling with ``seed``
     (``numpy.random.SeedSequence(seed).spawn(world_size)[rank]``, as a 62-bit integer)."""
     child = np.random.SeedSequence(int(seed)).spawn(int(world_size))[int(rank)]
     return int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(2))
-
