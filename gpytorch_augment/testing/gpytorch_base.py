@@ -30,8 +30,11 @@ to ``Distribution.log_prob``, which takes none). Otherwise GPyTorch's helpers ru
 
 Usage (``unittest`` style, as GPyTorch's own tests)::
 
+    >>> import unittest
+    >>> from gpytorch_augment.testing import GPyTorchLikelihoodTestCase
+    >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
     >>> class TestMyLikelihoodGPyTorch(GPyTorchLikelihoodTestCase, unittest.TestCase):
-    ...     case = MY_CASE
+    ...     case = BERNOULLI_CASE
 
 :class:`~gpytorch_augment.testing.suite.AugmentedLikelihoodTestCase` runs the same three tests for its case.
 """
