@@ -120,7 +120,16 @@ def kmeans_inducing_points(x: Tensor, num_inducing: int, seed: int = 0, max_iter
 
 @dataclass
 class DemoResult:
-    """What :func:`main` measured (all per-datum quantities are averages over the data)."""
+    """What :func:`main` measured (all per-datum quantities are averages over the data).
+
+    Example::
+
+        >>> from gpytorch_augment.demo import DemoResult
+        >>> r = DemoResult(n_train=400, n_test=1060, num_inducing=50, num_steps=38, fit_time=2.4, test_error=0.1075,
+        ...                test_nll=0.289, elbo=-0.398, lengthscale=0.59, outputscale=1.6, out=None)
+        >>> r.num_inducing, r.out
+        (50, None)
+    """
 
     n_train: int
     n_test: int
@@ -306,7 +315,19 @@ def _report(result: DemoResult, joint: CAVITrace, polish: CAVITrace, fast: bool)
 
 
 def main(argv: Sequence[str] | None = None) -> DemoResult:
-    """Run the demo (``argv`` as for the command line; ``None`` reads ``sys.argv``) and return its numbers."""
+    """Run the demo (``argv`` as for the command line; ``None`` reads ``sys.argv``) and return its numbers.
+
+    Example::
+
+        >>> from gpytorch_augment.demo import main
+        >>> result = main(["--fast", "--no-plot"])  # doctest: +ELLIPSIS
+        gpytorch-augment demo (fast mode): sparse logistic GP classifier on KEEL 'banana', fitted by CAVI
+        ...
+        >>> result.n_train, result.n_test, result.out
+        (400, 1060, None)
+        >>> bool(result.test_error < 0.2)
+        True
+    """
     args = _parser().parse_args(argv)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)

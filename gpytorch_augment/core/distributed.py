@@ -148,7 +148,20 @@ def all_reduce_gradients(params: Iterable[Tensor], weight: float, group: Any = N
 
 
 def collective_device(group: Any = None) -> torch.device:
-    """Where the group's collectives take tensors: the current CUDA device for NCCL, the CPU otherwise."""
+    """Where the group's collectives take tensors: the current CUDA device for NCCL, the CPU otherwise.
+
+    It needs an initialised process group (``torch.distributed.init_process_group``), so the example shows
+    the single-process case, where no collective (and hence no device) is needed.
+
+    Example::
+
+        >>> from gpytorch_augment.core.distributed import all_reduce_sum, is_distributed, rank, world_size
+        >>> is_distributed(), world_size(), rank()          # a single process: no group, no collectives
+        (False, 1, 0)
+        >>> import torch
+        >>> all_reduce_sum([torch.tensor([1.0, 2.0])])      # so every collective is the identity
+        [tensor([1., 2.])]
+    """
     if _dist().get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

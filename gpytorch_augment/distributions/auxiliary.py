@@ -38,6 +38,17 @@ class AuxiliaryDistribution:
 
     :param factors: ``name=factor`` in sampling order; a factor is a distribution or a callable
         ``aux_so_far -> distribution`` (for hierarchical augmentations).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.distributions import PolyaGamma
+        >>> from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
+        >>> b, c = torch.ones(3, dtype=torch.float64), torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+        >>> q = AuxiliaryDistribution(omega=PolyaGamma(b, c))
+        >>> draw = q.sample()
+        >>> draw["omega"].shape, q.log_prob(draw).shape
+        (torch.Size([3]), torch.Size([3]))
     """
 
     def __init__(self, **factors: Factor) -> None:

@@ -28,7 +28,18 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 class InverseGamma(_TorchInverseGamma):
     r"""torch's inverse Gamma, :math:`\frac{b^a}{\Gamma(a)} x^{-a-1} e^{-b/x}` (concentration :math:`a`, rate
-    :math:`b`), with a ``log_prob`` that stays finite for tiny :math:`x` (see the module docstring)."""
+    :math:`b`), with a ``log_prob`` that stays finite for tiny :math:`x` (see the module docstring).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.distributions import InverseGamma
+        >>> d = InverseGamma(torch.tensor(3.0, dtype=torch.float64), torch.tensor(4.0, dtype=torch.float64))
+        >>> float(d.mean)                                   # rate / (concentration - 1)
+        2.0
+        >>> bool(torch.isfinite(d.log_prob(torch.tensor(1e-300, dtype=torch.float64))))
+        True
+    """
 
     def expand(self, batch_shape: torch.Size, _instance: InverseGamma | None = None) -> InverseGamma:
         return super().expand(batch_shape, _instance=self._get_checked_instance(InverseGamma, _instance))

@@ -26,6 +26,17 @@ class NegativeMultinomial(Distribution):
     over-parametrised logistic-softmax augmentation; such a measure cannot be sampled.
 
     Sampling: :math:`G \sim \mathrm{Ga}(1, \text{rate } p_0)`, then :math:`n_j \sim \mathrm{Po}(G p_j)` independently.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.distributions import NegativeMultinomial
+        >>> log_probs = torch.tensor([0.2, 0.3], dtype=torch.float64).log()
+        >>> d = NegativeMultinomial(log_probs, log_p0=torch.tensor(0.5, dtype=torch.float64).log())
+        >>> d.sample((4,)).shape
+        torch.Size([4, 2])
+        >>> round(float(d.log_prob(torch.zeros(2, dtype=torch.float64)).exp()), 6)   # NM(0 | 1, p) = p0
+        0.5
     """
 
     arg_constraints: dict = {}

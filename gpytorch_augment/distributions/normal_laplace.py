@@ -25,6 +25,17 @@ class NormalLaplace(Distribution):
     evaluated in log space: a term with a positive erfc argument :math:`a` is written
     :math:`\log\operatorname{erfcx}(a) - d^2/(2s)`, so nothing overflows for large :math:`|d|`.
     Mean :math:`m`, variance :math:`s + 2\beta^2`.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.distributions import NormalLaplace
+        >>> f64 = {"dtype": torch.float64}
+        >>> d = NormalLaplace(torch.zeros(3, **f64), torch.full((3,), 0.5, **f64), torch.ones(3, **f64))
+        >>> bool(torch.isfinite(d.log_prob(torch.tensor([0.0, 1.0, 200.0], **f64))).all())  # no overflow far out
+        True
+        >>> d.sample((2,)).shape
+        torch.Size([2, 3])
     """
 
     arg_constraints = {

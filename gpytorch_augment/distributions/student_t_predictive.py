@@ -34,6 +34,18 @@ class StudentTPredictive(Distribution):
     :param loc: latent mean :math:`m`.
     :param variance: latent variance :math:`s`.
     :param scale: t scale :math:`\sigma`.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.distributions import StudentTPredictive
+        >>> f64 = {"dtype": torch.float64}
+        >>> d = StudentTPredictive(torch.tensor(4.0, **f64), torch.tensor(0.0, **f64), torch.tensor(1.0, **f64),
+        ...                        torch.tensor(0.5, **f64))
+        >>> round(float(d.variance), 6)                     # s + nu sigma^2 / (nu - 2)
+        1.5
+        >>> bool(torch.isfinite(d.log_prob(torch.tensor([0.0, 3.0], **f64))).all()), d.sample((5,)).shape
+        (True, torch.Size([5]))
     """
 
     arg_constraints = {
