@@ -61,6 +61,20 @@ class AugmentedLikelihood(Likelihood, ABC):
 
     State written by the engines, for inspection: ``q_aux`` (the latest optimal :math:`q(\Omega)`
     parameters) and ``aux`` (the latest Gibbs draw of :math:`\Omega`).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment import AugmentedLikelihood, BernoulliLogitLikelihood
+        >>> lik = BernoulliLogitLikelihood().double()
+        >>> isinstance(lik, AugmentedLikelihood), lik.num_latents
+        (True, 1)
+        >>> y = lik.check_targets(torch.tensor([1.0, 0.0], dtype=torch.float64))
+        >>> f = torch.tensor([0.5, -1.0], dtype=torch.float64)
+        >>> aux = lik.sample_aux(y, f, generator=torch.Generator().manual_seed(0))
+        >>> log_c = lik.augmented_log_prob(y, aux, f) - lik.aux_conditional(y, f).log_prob(aux)
+        >>> torch.allclose(log_c, lik.log_prob_at(y, f))   # tilt / conditional recovers p(y | f)
+        True
     """
 
     #: number of latent GPs :math:`T`
@@ -287,6 +301,13 @@ def validated_latent_blocks(likelihood: AugmentedLikelihood) -> list[list[int]] 
     blocks are a single block.
 
     :raises ValueError: if the blocks are not a partition of the latents ``0..T-1``.
+
+    Example::
+
+        >>> from gpytorch_augment import BernoulliLogitLikelihood
+        >>> from gpytorch_augment.likelihoods.augmented_likelihood import validated_latent_blocks
+        >>> print(validated_latent_blocks(BernoulliLogitLikelihood()))   # one latent: nothing to split
+        None
     """
     blocks, T = likelihood.latent_blocks, int(likelihood.num_latents)
     if blocks is None or T == 1:

@@ -81,6 +81,16 @@ def maximise_class_scales(
     :param max_iter: most gradient evaluations.
     :param tol: relative tolerance on :math:`\phi`.
     :returns: :math:`\theta`, shape ``(K,)``, float64 on the device of ``a``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.likelihoods.logistic_softmax import maximise_class_scales
+        >>> a = torch.tensor([[1.0, 0.5], [0.2, 1.0], [0.7, 0.7]], dtype=torch.float64)
+        >>> counts = torch.tensor([2.0, 1.0], dtype=torch.float64)
+        >>> theta = maximise_class_scales(a, counts, init=torch.ones(2, dtype=torch.float64))
+        >>> theta.shape, round(float(theta.mean()), 6)      # without a prior: normalised to mean 1
+        (torch.Size([2]), 1.0)
     """
     a64, counts, init = (t.detach().to(device="cpu", dtype=torch.float64) for t in (a, counts, init))
     alpha, beta = (1.0, 0.0) if prior is None else (float(prior[0]), float(prior[1]))

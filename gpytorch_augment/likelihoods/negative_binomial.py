@@ -43,6 +43,17 @@ def solve_total_count(y: Tensor, sum_log_sigma_tilde: Tensor, iterations: int = 
     ``LOG_TOTAL_COUNT_BOUNDS``.
     Vectorised over leading dimensions; ``sum_log_sigma_tilde`` has shape ``(*batch, 1)``. Roots outside the
     bounds are returned as the nearest bound.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.likelihoods.negative_binomial import solve_total_count
+        >>> y = torch.tensor([[0.0, 3.0, 5.0, 2.0]], dtype=torch.float64)
+        >>> S = torch.tensor([[-2.0]], dtype=torch.float64)                  # S < 0, shape (*batch, 1)
+        >>> r = solve_total_count(y, S)
+        >>> g = (torch.digamma(y + r) - torch.digamma(r)).sum(-1, keepdim=True) + S   # g(r*) = 0
+        >>> r.shape, bool(g.abs().max() < 1e-8)
+        (torch.Size([1, 1]), True)
     """
     y = y.unsqueeze(-2)  # (*batch, 1, N) against r of shape (*batch, 1, 1)
 

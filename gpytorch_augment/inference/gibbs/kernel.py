@@ -54,6 +54,17 @@ class GibbsPriorTerms(NamedTuple):
     Sparse model: ``mu`` = μ_X (T, N), ``mu_Z`` (T, M), ``L`` = chol(K_ZZ + jitter I) (T, M, M),
     ``A`` = L⁻¹ K_ZX (T, M, N) (the core's whitened prior terms), ``d`` the variances of :math:`p(f_i \mid u)`
     (T, N) (:func:`conditional_variances`); ``K`` is ``None``.
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 5, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> terms = sampler.terms                            # exact model, one latent: T = 1, N = 5
+        >>> terms.mu.shape, terms.L.shape, terms.K.shape, terms.d is None
+        (torch.Size([1, 5]), torch.Size([1, 5, 5]), torch.Size([1, 5, 5]), True)
     """
 
     mu: Tensor
@@ -71,7 +82,16 @@ def conditional_variances(k_diag: Tensor, a_sq: Tensor, jitter: float) -> Tensor
     Rule: factorising :math:`K_{ZZ} + \epsilon I` makes :math:`\lVert a_i\rVert^2` fall short of the Nyström diagonal
     :math:`q_{ii}` by at most :math:`\epsilon`, so the shifted value is within :math:`\epsilon` of the exact
     :math:`d_i`, never negative, and 0 where :math:`x_i` is an inducing input (:math:`d_i = 0` in exact arithmetic):
-    with :math:`Z = X` the sparse sweep is the exact (whitened) sweep, draw for draw."""
+    with :math:`Z = X` the sparse sweep is the exact (whitened) sweep, draw for draw.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.inference.gibbs.kernel import conditional_variances
+        >>> k_diag, a_sq = torch.tensor([1.0, 1.0, 2.0]), torch.tensor([0.5, 1.0, 2.5])
+        >>> conditional_variances(k_diag, a_sq, jitter=1e-6)  # never negative
+        tensor([0.5000, 0.0000, 0.0000])
+    """
     return (k_diag - a_sq - jitter).clamp_min(0.0)
 
 
@@ -82,6 +102,17 @@ class BlockedGibbsKernel:
     Attributes set by the driver before :meth:`refresh`: ``model``, ``likelihood``, ``x``, ``y`` (canonical
     targets), ``inducing_points``, ``jitter``, ``alpha``, ``f_update``, ``overrelaxation``, ``num_latents``, ``dtype``,
     ``device`` and ``_blocks``.
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 5, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> from gpytorch_augment.inference.gibbs.kernel import BlockedGibbsKernel
+        >>> isinstance(sampler, BlockedGibbsKernel), sampler.is_sparse, sampler.num_data
+        (True, False, 5)
     """
 
     model: Any

@@ -16,7 +16,20 @@ if TYPE_CHECKING:
 
 
 class Recorder:
-    """Preallocated storage for the kept draws of a run (latents, inducing values, Ω, sampled constants)."""
+    """Preallocated storage for the kept draws of a run (latents, inducing values, Ω, sampled constants).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> x = torch.linspace(-2, 2, 5, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+        >>> from gpytorch_augment.inference.gibbs.recorder import Recorder
+        >>> rec = Recorder(sampler, num_chains=2, num_samples=3)
+        >>> rec.f.shape, rec.u is None, rec.kept             # (chains, draws, T, N); no inducing values
+        (torch.Size([2, 3, 1, 5]), True, 0)
+    """
 
     def __init__(self, sampler: GibbsSampler, num_chains: int, num_samples: int) -> None:
         self.sampler = sampler

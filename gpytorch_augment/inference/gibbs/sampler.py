@@ -571,6 +571,16 @@ def _initial_state(init: GibbsState | Mapping[str, Any] | Tensor | None) -> Gibb
 
 def rank_seed(seed: int, rank: int, world_size: int) -> int:
     """The seed of rank ``rank`` of ``world_size`` processes sampling with ``seed``
-    (``numpy.random.SeedSequence(seed).spawn(world_size)[rank]``, as a 62-bit integer)."""
+    (``numpy.random.SeedSequence(seed).spawn(world_size)[rank]``, as a 62-bit integer).
+
+    Example::
+
+        >>> from gpytorch_augment.inference.gibbs.sampler import rank_seed
+        >>> seeds = [rank_seed(0, r, world_size=4) for r in range(4)]
+        >>> len(set(seeds)), all(0 <= s < 2**62 for s in seeds)   # distinct, 62-bit
+        (4, True)
+        >>> rank_seed(0, 2, world_size=4) == seeds[2]              # reproducible
+        True
+    """
     child = np.random.SeedSequence(int(seed)).spawn(int(world_size))[int(rank)]
     return int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(2))
