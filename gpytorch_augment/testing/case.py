@@ -27,7 +27,19 @@ def _no_kwargs(shape: torch.Size, generator: torch.Generator) -> dict[str, Tenso
 
 
 def gauss_hermite_expected_log_lik(likelihood: AugmentedLikelihood, y: Tensor, m: Tensor, s: Tensor) -> Tensor:
-    r""":math:`E_{\mathcal N(m, s)} \log p(y\mid f)` per datum by 100-node Gauss--Hermite (one latent)."""
+    r""":math:`E_{\mathcal N(m, s)} \log p(y\mid f)` per datum by 100-node Gauss--Hermite (one latent).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import gauss_hermite_expected_log_lik
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> lik = BERNOULLI_CASE.make()
+        >>> y = lik.check_targets(torch.tensor([1.0, 0.0], dtype=torch.float64))
+        >>> m, s = torch.tensor([0.5, -1.0], dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+        >>> bool((gauss_hermite_expected_log_lik(lik, y, m, s) < lik.log_prob_at(y, m)).all())  # Jensen
+        True
+    """
     if likelihood.num_latents != 1:
         raise NotImplementedError("1-D Gauss--Hermite is for one latent: give the case its own expected_log_lik")
     nodes, weights = gauss_hermite(m, s, 100)
@@ -36,7 +48,16 @@ def gauss_hermite_expected_log_lik(likelihood: AugmentedLikelihood, y: Tensor, m
 
 def log_pg_laplace(b: Tensor, t: Tensor) -> Tensor:
     r""":math:`\log E_{\mathrm{PG}(b,0)} e^{-t\omega} = -b\log\cosh\sqrt{t/2}` (``augmentations.md`` §2.3),
-    for ``t >= 0``."""
+    for ``t >= 0``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import log_pg_laplace
+        >>> b, t = torch.ones(3, dtype=torch.float64), torch.tensor([0.0, 1.0, 8.0], dtype=torch.float64)
+        >>> log_pg_laplace(b, t)                              # -log cosh(sqrt(t / 2))
+        tensor([-0.0000, -0.2316, -1.3250], dtype=torch.float64)
+    """
     return -b * log_cosh((t.clamp_min(0) / 2).sqrt())
 
 
@@ -76,6 +97,17 @@ class LikelihoodCase:
       ``{name: (closed_form, per_draw_values)}`` for further §12 (d) comparisons (e.g. :math:`E\log\omega`);
       ``extras["gpytorch_covariance_scale"]`` and ``extras["gpytorch_skip"]`` configure GPyTorch's likelihood
       tests (:mod:`gpytorch_augment.testing.gpytorch_base`).
+
+    Example::
+
+        >>> import dataclasses
+        >>> from gpytorch_augment.testing import LikelihoodCase
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> isinstance(BERNOULLI_CASE, LikelihoodCase), BERNOULLI_CASE.num_latents, BERNOULLI_CASE.f_bound
+        (True, 1, 4.0)
+        >>> quick = dataclasses.replace(BERNOULLI_CASE, name="quick", mc_samples=2_000)   # a variant
+        >>> quick, quick.mc_samples
+        (quick, 2000)
     """
 
     name: str
@@ -117,6 +149,15 @@ def marginalise_single_pg(likelihood: AugmentedLikelihood, y: Tensor, f: Tensor)
     log-tilt from :math:`\omega=0` to :math:`\omega=1`; the prior's :math:`b` comes from ``aux_prior``. With one
     ``omega`` per latent (prior ``Independent(PolyaGamma(b, 0), 1)`` with ``b`` of shape ``(N, T)``) the latents
     are integrated one at a time.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import marginalise_single_pg, protocol_data
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> d = protocol_data(BERNOULLI_CASE, n=5)
+        >>> torch.allclose(marginalise_single_pg(d.likelihood, d.y, d.f), d.likelihood.log_prob_at(d.y, d.f))
+        True
     """
     prior = likelihood.aux_prior(y).factors["omega"]
     if isinstance(prior, torch.distributions.Independent):  # one omega per latent, summed into one value per datum

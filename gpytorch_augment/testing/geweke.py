@@ -59,6 +59,15 @@ class ExplicitPrior(gpytorch.Module):
 
     :param mu: ``(n,)``, or ``(T, n)`` for a batch of ``T`` latent priors.
     :param K: ``(n, n)``, or ``(T, n, n)``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import ExplicitPrior, tiny_prior
+        >>> mu, K = tiny_prior(1)
+        >>> p = ExplicitPrior(mu, K)(torch.tensor([[0.0], [2.0], [2.0]]))   # points 0, 2, 2
+        >>> p.mean.shape, torch.equal(p.mean, mu[[0, 2, 2]])
+        (torch.Size([3]), True)
     """
 
     def __init__(self, mu: Tensor, K: Tensor) -> None:
@@ -74,7 +83,16 @@ class ExplicitPrior(gpytorch.Module):
 
 
 def tiny_prior(num_latents: int, seed: int = 0, num_points: int = NUM_POINTS) -> tuple[Tensor, Tensor]:
-    """An explicit, well-conditioned prior (mean, covariance) with a non-zero mean, one per latent for ``T > 1``."""
+    """An explicit, well-conditioned prior (mean, covariance) with a non-zero mean, one per latent for ``T > 1``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import tiny_prior
+        >>> mu, K = tiny_prior(2)
+        >>> mu.shape, K.shape, bool((torch.linalg.eigvalsh(K) > 0).all())
+        (torch.Size([2, 3]), torch.Size([2, 3, 3]), True)
+    """
     g = torch.Generator().manual_seed(seed)
     shape = (num_latents,) if num_latents > 1 else ()
     A = torch.randn(shape + (num_points, num_points), generator=g)
@@ -142,6 +160,18 @@ def geweke_z(
     :param num_inducing: see ``inducing``.
     :return: one z-score per test function; a test function constant in both simulators (e.g. :math:`y_i` with
         zero binomial trials) has :math:`z = 0`.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import geweke_z
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> with torch.random.fork_rng():
+        ...     _ = torch.manual_seed(0)
+        ...     z = geweke_z(BERNOULLI_CASE.make(), BERNOULLI_CASE.sample_targets, num_chains=200, num_sweeps=30,
+        ...                  burn_in=5, num_reference=5_000)
+        >>> z.shape, bool(z.abs().max() <= 4.5)              # f, f^2, y, f*y at 3 points
+        (torch.Size([12]), True)
     """
     T = likelihood.num_latents
     mu, K = tiny_prior(T, seed=seed)
@@ -188,6 +218,18 @@ def geweke_z(
 
 def violation_geweke(case: LikelihoodCase, z_tol: float = Z_TOL, **kwargs) -> dict[str, float]:
     """§12 (g) as a ``violation_*`` check: ``{"max |z|": max |z| / z_tol}`` for :func:`geweke_z` on ``case``
-    (``kwargs`` go to :func:`geweke_z`)."""
+    (``kwargs`` go to :func:`geweke_z`).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import violation_geweke
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> with torch.random.fork_rng():
+        ...     _ = torch.manual_seed(0)
+        ...     ratios = violation_geweke(BERNOULLI_CASE, num_chains=200, num_sweeps=30, burn_in=5, num_reference=5_000)
+        >>> list(ratios), ratios["max |z|"] <= 1
+        (['max |z|'], True)
+    """
     z = geweke_z(case.make(), case.sample_targets, make_kwargs=case.make_kwargs, **kwargs)
     return {"max |z|": float(z.abs().max()) / z_tol}

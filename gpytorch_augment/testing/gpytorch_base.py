@@ -86,6 +86,16 @@ class GPyTorchLikelihoodTestCase(BaseLikelihoodTestCase):
     """GPyTorch's ``BaseLikelihoodTestCase`` for the likelihood of :attr:`case` (see the module docstring).
 
     Subclass it together with ``unittest.TestCase`` and set :attr:`case`.
+
+    Example::
+
+        >>> import unittest
+        >>> from gpytorch_augment.testing.gpytorch_base import GPyTorchLikelihoodTestCase
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> class BernoulliTests(GPyTorchLikelihoodTestCase, unittest.TestCase):
+        ...     case = BERNOULLI_CASE
+        >>> BernoulliTests("test_nonbatch").run().wasSuccessful()
+        True
     """
 
     #: the registered likelihood
@@ -197,6 +207,15 @@ class GPyTorchLikelihoodTestCase(BaseLikelihoodTestCase):
 
 def gpytorch_test_case(case: LikelihoodCase) -> type[unittest.TestCase]:
     """A ``unittest.TestCase`` class running GPyTorch's likelihood tests on ``case`` (not collected by pytest on
-    its own: its name does not start with ``Test``)."""
+    its own: its name does not start with ``Test``).
+
+    Example::
+
+        >>> from gpytorch_augment.testing.gpytorch_base import gpytorch_test_case
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> tests = gpytorch_test_case(BERNOULLI_CASE)
+        >>> tests.__name__, tests("test_batch").run().wasSuccessful()
+        ('GPyTorchLikelihoodTests_bernoulli_example', True)
+    """
     name = "GPyTorchLikelihoodTests_" + "".join(c if c.isalnum() else "_" for c in case.name)
     return type(name, (GPyTorchLikelihoodTestCase, unittest.TestCase), {"case": case, "__test__": False})

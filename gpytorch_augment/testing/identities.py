@@ -40,7 +40,14 @@ Ratios = dict[str, float]
 
 
 def worst(ratios: Ratios) -> float:
-    """The largest ratio of a ``violation_*`` result (the identity holds iff it is ``<= 1``)."""
+    """The largest ratio of a ``violation_*`` result (the identity holds iff it is ``<= 1``).
+
+    Example::
+
+        >>> from gpytorch_augment.testing import worst
+        >>> worst({"equals log p(y|f)": 0.2, "constant across draws": 0.7})   # <= 1: the identity holds
+        0.7
+    """
     return max(ratios.values())
 
 
@@ -58,7 +65,16 @@ def violation_aux_conditional(
     draws: int = 5,
 ) -> Ratios:
     r"""§12 (a): :math:`\log C^{(k)} = \text{aug-loglik}(\Omega^{(k)}) - \log p(\Omega^{(k)}\mid y,f)` for draws
-    :math:`\Omega^{(k)}\sim p(\Omega\mid y,f)` agree with each other and with :math:`\log p(y\mid f)`."""
+    :math:`\Omega^{(k)}\sim p(\Omega\mid y,f)` agree with each other and with :math:`\log p(y\mid f)`.
+
+    Example::
+
+        >>> from gpytorch_augment.testing import protocol_data, violation_aux_conditional, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> d = protocol_data(BERNOULLI_CASE, n=5)
+        >>> worst(violation_aux_conditional(d.likelihood, d.y, d.f, d.generator)) <= 1
+        True
+    """
     log_p = likelihood.log_prob_at(y, f)
     conditional = likelihood.aux_conditional(y, f)
     log_c = torch.stack(
@@ -95,7 +111,23 @@ def violation_f_conditional_exact(
     -\log\mathcal N(f^{(k)}\mid\mu_f,\Sigma_f)`
     is the same for every draw :math:`f^{(k)}\sim\mathcal N(\mu_f,\Sigma_f)` and equals
     :math:`\sum_i\log C_i+\frac12\mu_f^\top\Sigma_f^{-1}\mu_f-\frac12\mu_0^\top K^{-1}\mu_0
-    +\frac12\log|\Sigma_f|-\frac12\log|K|`."""
+    +\frac12\log|\Sigma_f|-\frac12\log|K|`.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import protocol_data, violation_f_conditional_exact, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> previous = torch.get_default_dtype()
+        >>> torch.set_default_dtype(torch.float64)           # the recipes draw in the default dtype
+        >>> d = protocol_data(BERNOULLI_CASE, n=5)
+        >>> with torch.random.fork_rng():
+        ...     _ = torch.manual_seed(0)
+        ...     ratios = violation_f_conditional_exact(d.likelihood, d.y, d.f, d.generator)
+        >>> torch.set_default_dtype(previous)
+        >>> worst(ratios) <= 1
+        True
+    """
     n = y.shape[-1]
     K, mu0 = _prior_recipe(n, generator)
     aux = likelihood.sample_aux(y, f, generator=generator)
@@ -149,7 +181,22 @@ def violation_f_conditional_sparse(
 ) -> Ratios:
     r"""§12 (b), sparse: for fixed :math:`\Omega`, the global step maximises
     :math:`E_{q(u)p(f\mid u)}[\text{log-tilt}]-\mathrm{KL}(q(u)\Vert p(u))`: no random perturbation of the
-    CAVI :math:`q(u)` (its whitened mean and Cholesky factor) increases it."""
+    CAVI :math:`q(u)` (its whitened mean and Cholesky factor) increases it.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import protocol_data, violation_f_conditional_sparse, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> previous = torch.get_default_dtype()
+        >>> torch.set_default_dtype(torch.float64)           # the recipes draw in the default dtype
+        >>> d = protocol_data(BERNOULLI_CASE, n=5)
+        >>> x, Z = torch.linspace(-3, 3, 5).unsqueeze(-1), torch.linspace(-2, 2, 3).unsqueeze(-1)
+        >>> ratios = violation_f_conditional_sparse(d.likelihood, x, d.y, d.f, Z, d.generator, perturbations=5)
+        >>> torch.set_default_dtype(previous)
+        >>> worst(ratios) <= 1
+        True
+    """
     model = make_cavi_model(likelihood.num_latents, Z)
     strategy = model.variational_strategy
     strategy = getattr(strategy, "base_variational_strategy", strategy)
@@ -182,7 +229,16 @@ def violation_f_conditional_sparse(
 
 # ================================================================================================ (c)
 def violation_marginalisation(case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Tensor, f: Tensor) -> Ratios:
-    r"""§12 (c): :math:`\log\int\text{tilt}\cdot p(\Omega\mid y)\,d\Omega=\log p(y\mid f)`, without sampling."""
+    r"""§12 (c): :math:`\log\int\text{tilt}\cdot p(\Omega\mid y)\,d\Omega=\log p(y\mid f)`, without sampling.
+
+    Example::
+
+        >>> from gpytorch_augment.testing import protocol_data, violation_marginalisation, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> d = protocol_data(BERNOULLI_CASE, n=5)
+        >>> worst(violation_marginalisation(BERNOULLI_CASE, d.likelihood, d.y, d.f)) <= 1
+        True
+    """
     marginal = case.marginalise(likelihood, y, f)
     return {"marginal = log p(y|f)": _max((marginal - likelihood.log_prob_at(y, f)).abs() / case.marginalise_atol)}
 
@@ -192,7 +248,21 @@ def violation_monte_carlo(
     case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Tensor, m: Tensor, s: Tensor, generator: torch.Generator
 ) -> Ratios:
     r"""§12 (d): closed-form expected log-tilt, :math:`\bar h`, :math:`\bar\lambda` and auxiliary KL against the
-    means of :math:`S` draws :math:`(f_i,\Omega_i)\sim q(f_i)q^*(\Omega_i)`; tolerance :math:`5\widehat{SE}+10^{-8}`."""
+    means of :math:`S` draws :math:`(f_i,\Omega_i)\sim q(f_i)q^*(\Omega_i)`; tolerance :math:`5\widehat{SE}+10^{-8}`.
+
+    Example::
+
+        >>> import dataclasses, torch
+        >>> from gpytorch_augment.testing import protocol_data, violation_monte_carlo, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> case = dataclasses.replace(BERNOULLI_CASE, mc_samples=4_000, mc_kl_samples=1_000)   # quick
+        >>> d = protocol_data(case, n=3)
+        >>> with torch.random.fork_rng():
+        ...     _ = torch.manual_seed(0)
+        ...     ratios = violation_monte_carlo(case, d.likelihood, d.y, d.m, d.s, d.generator)
+        >>> worst(ratios) <= 1
+        True
+    """
     S = case.mc_samples
     q_aux = likelihood.aux_posterior(y, m, s)
     y_S = y.expand(S, *y.shape)
@@ -249,7 +319,16 @@ def violation_stationarity(
 ) -> Ratios:
     r"""§12 (e): :math:`q^*(\Omega)` is a stationary point (a maximum) of :math:`\ell_i`, :math:`\ell_i(q^*)=\ell_i^*`,
     and autograd of :math:`\ell_i^*` returns :math:`\bar\lambda=-2\partial_s\ell^*`,
-    :math:`\bar h=\partial_m\ell^*+\bar\lambda m`."""
+    :math:`\bar h=\partial_m\ell^*+\bar\lambda m`.
+
+    Example::
+
+        >>> from gpytorch_augment.testing import protocol_data, violation_stationarity, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> d = protocol_data(BERNOULLI_CASE, n=5)
+        >>> worst(violation_stationarity(d.likelihood, d.y, d.m, d.s, d.generator)) <= 1
+        True
+    """
     q_star = likelihood.aux_posterior(y, m, s)
     ell_star = likelihood.elbo_terms(y, q_star, m, s)
     data_dims = m.dim() if likelihood.num_latents == 1 else m.dim() - 1
@@ -285,7 +364,16 @@ def violation_stationarity(
 # ================================================================================================ (f)
 def violation_bound(case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Tensor, m: Tensor, s: Tensor) -> Ratios:
     r"""§12 (f): :math:`\ell_i^*\le E_{q(f_i)}\log p(y_i\mid f_i)+10^{-8}` (the case's ``expected_log_lik``,
-    100-node Gauss--Hermite by default), and :math:`\ell_i^*=\log p(y_i\mid m_i)` at :math:`s_i=0`."""
+    100-node Gauss--Hermite by default), and :math:`\ell_i^*=\log p(y_i\mid m_i)` at :math:`s_i=0`.
+
+    Example::
+
+        >>> from gpytorch_augment.testing import protocol_data, violation_bound, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> d = protocol_data(BERNOULLI_CASE, n=5)
+        >>> worst(violation_bound(BERNOULLI_CASE, d.likelihood, d.y, d.m, d.s)) <= 1
+        True
+    """
     ell = likelihood.collapsed_bound(y, m, s)
     rhs = case.expected_log_lik(likelihood, y, m, s)
     tight = likelihood.collapsed_bound(y, m, torch.zeros_like(s))
@@ -298,7 +386,21 @@ def violation_bound(case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Te
 
 def violation_bound_gp(likelihood: AugmentedLikelihood, data: SimpleNamespace, Z: Tensor, sweeps: int = 2) -> Ratios:
     r"""§12 (f) for a whole GP: augmented ELBO :math:`\le E_q\log p(y\mid f)-\mathrm{KL}` (GPyTorch's
-    ``VariationalELBO`` with the true expected log-likelihood), at the prior :math:`q(u)` and after CAVI sweeps."""
+    ``VariationalELBO`` with the true expected log-likelihood), at the prior :math:`q(u)` and after CAVI sweeps.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import gp_data, violation_bound_gp, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> previous = torch.get_default_dtype()
+        >>> torch.set_default_dtype(torch.float64)           # the recipes draw in the default dtype
+        >>> data = gp_data(BERNOULLI_CASE, n=8)
+        >>> ratios = violation_bound_gp(data.likelihood, data, Z=data.x)
+        >>> torch.set_default_dtype(previous)
+        >>> worst(ratios) <= 1
+        True
+    """
     model = make_cavi_model(likelihood.num_latents, Z)
     cavi = CAVI(model, likelihood, num_data=data.y.shape[-1])
     true_elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=data.y.shape[-1])
@@ -326,7 +428,21 @@ def violation_cavi_monotone(
     r"""§12 (h): over ``sweeps`` full-batch CAVI sweeps the augmented (collapsed) ELBO ``CAVI.elbo`` never
     decreases (:math:`\mathcal L_{t+1}\ge\mathcal L_t-\text{rtol}\,|\mathcal L_t|`) and converges
     (:math:`|\mathcal L_{50}-\mathcal L_{49}|\le10^{-8}|\mathcal L_{50}|`); ``CAVI.step`` returns the ELBO of the
-    state on entry. Everything must stay finite."""
+    state on entry. Everything must stay finite.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import gp_data, violation_cavi_monotone, worst
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> previous = torch.get_default_dtype()
+        >>> torch.set_default_dtype(torch.float64)           # the recipes draw in the default dtype
+        >>> data = gp_data(BERNOULLI_CASE, n=8)
+        >>> ratios = violation_cavi_monotone(data.likelihood, data, Z=data.x, sweeps=50)
+        >>> torch.set_default_dtype(previous)
+        >>> worst(ratios) <= 1
+        True
+    """
     model = make_cavi_model(likelihood.num_latents, Z).to(data.x.dtype)
     cavi = CAVI(model, likelihood, num_data=data.y.shape[-1])
     values, returned = [], []
@@ -354,7 +470,16 @@ def check_shapes_and_dtypes(
 ) -> None:
     """Every protocol member accepts a batch ``(*batch, N)``, keeps the dtype, and returns one finite value per
     datum (per latent for potentials and precisions); so do the GPyTorch-facing members on a batched (multitask)
-    :math:`q(f)`. Raises ``AssertionError`` naming the first member that does not."""
+    :math:`q(f)`. Raises ``AssertionError`` naming the first member that does not.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import check_shapes_and_dtypes
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> check_shapes_and_dtypes(BERNOULLI_CASE, torch.float64)   # silent: every member passes
+        >>> check_shapes_and_dtypes(BERNOULLI_CASE, torch.float32, n=4, batch=(2,))
+    """
     d = protocol_data(case, n=n, batch=batch, dtype=dtype)
     lik, y, f, m, s = d.likelihood, d.y, d.f, d.m, d.s
     T = case.num_latents

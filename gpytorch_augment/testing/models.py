@@ -17,6 +17,14 @@ class SVGP(gpytorch.models.ApproximateGP):
     :param mean_constant: the value of the constant prior mean.
     :param learn_inducing_locations: passed to the strategy.
     :param batch_shape: ``torch.Size([T])`` for ``T`` independent latent GPs.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing.models import SVGP
+        >>> model = SVGP(torch.linspace(-1, 1, 4).unsqueeze(-1))
+        >>> model(torch.zeros(3, 1)).mean.shape, round(model.covar_module.outputscale.item(), 4)
+        (torch.Size([3]), 1.5)
     """
 
     def __init__(
@@ -48,6 +56,14 @@ def make_cavi_model(num_latents: int, Z: torch.Tensor, mean_constant: float = 0.
 
     ``T = num_latents > 1`` latents share the inputs through a batched strategy inside GPyTorch's
     ``IndependentMultitaskVariationalStrategy`` (outputs ``(N, T)``). ``kwargs`` go to :class:`SVGP`.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import make_cavi_model
+        >>> model = make_cavi_model(2, torch.linspace(-1, 1, 4).unsqueeze(-1))   # T = 2 latent GPs
+        >>> model(torch.zeros(3, 1)).mean.shape                                   # (N, T)
+        torch.Size([3, 2])
     """
     if num_latents == 1:
         return SVGP(Z, mean_constant=mean_constant, **kwargs)

@@ -45,7 +45,21 @@ from gpytorch_augment.testing.identities import (
 
 
 def skip_if_not_applicable(case: LikelihoodCase, letter: str) -> None:
-    """``pytest.skip`` with the case's reason if the identity ``letter`` of §12 is in ``case.skip``."""
+    """``pytest.skip`` with the case's reason if the identity ``letter`` of §12 is in ``case.skip``.
+
+    Example::
+
+        >>> import dataclasses, pytest
+        >>> from gpytorch_augment.testing.suite import skip_if_not_applicable
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+        >>> skip_if_not_applicable(BERNOULLI_CASE, "g")                # applies: returns, nothing skipped
+        >>> case = dataclasses.replace(BERNOULLI_CASE, skip={"g": "no sampler"})
+        >>> try:
+        ...     skip_if_not_applicable(case, "g")
+        ... except pytest.skip.Exception as skipped:
+        ...     print(skipped.msg)
+        §12 (g) does not apply to bernoulli_example: no sampler
+    """
     if letter in case.skip:
         pytest.skip(f"§12 ({letter}) does not apply to {case.name}: {case.skip[letter]}")
 
