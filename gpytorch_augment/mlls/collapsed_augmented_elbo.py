@@ -48,7 +48,8 @@ class CollapsedAugmentedELBO(MarginalLogLikelihood):
     M^2)` for value and gradient; with one chunk the formula above is differentiated directly.
 
     **Rules.** :math:`q(\Omega)` (``q_aux``) is held fixed (detached) during an optimisation; :meth:`update_aux` sets
-    it to its optimum for the current :math:`q^*(u)` and writes :math:`q^*(u)` into the model. Alternating
+    it to its optimum for the current :math:`q^*(u)` and writes :math:`q^*(u)` into the model
+    (:meth:`write_optimal_q` writes it alone). Alternating
     :meth:`update_aux` with steps that increase :math:`\mathcal L^*` (e.g. a whole ``fit_gpytorch_mll``) never
     decreases the bound. The first evaluation calls :meth:`update_aux` from the model's current :math:`q(u)`. The
     training data are held by the MLL (``train_inputs``/``train_targets``, or :meth:`set_train_data`), because the
@@ -187,25 +188,29 @@ class CollapsedAugmentedELBO(MarginalLogLikelihood):
         return WhitenedGaussian.optimal(self._statistics()[0])
 
     @torch.no_grad()
-    def update_aux(self, write: bool = True) -> None:
-        r"""Set :math:`q(\Omega)` to its optimum for :math:`q^*(u)` (for the model's current :math:`q(u)` the first
-        time) and, with ``write``, store :math:`q^*(u)` in the model (the augmented ELBO never decreases)."""
-        self._data()
-        q = None
-        if self.q_aux is not None:
-            stats, _, terms = self._statistics()
-            q = WhitenedGaussian.optimal(stats)
-            if write:
-                self.strategy.write_whitened(q, terms)
+    def write_optimal_q(self) -> WhitenedGaussian:
+        r"""Store :math:`q^*(u)` for the current :math:`q(\Omega)` and hyper-parameters in the model (one pass over
+        the data without a graph); returns the whitened :math:`q^*(v)`."""
+        stats, _, terms = self._statistics()
+        q = WhitenedGaussian.optimal(stats)
+        self.strategy.write_whitened(q, terms)
+        return q
+
+    @torch.no_grad()
+    def update_aux(self, from_model: bool = False) -> None:
+        r"""Set :math:`q(\Omega)` to its optimum for :math:`q^*(u)`, which is first written into the model
+        (:meth:`write_optimal_q`; the augmented ELBO never decreases). The first time, or with ``from_model``, the
+        model's current :math:`q(u)` is used as it is (e.g. right after :meth:`write_optimal_q`)."""
+        x, y = self._data()
+        if self.q_aux is not None and not from_model:
+            self.write_optimal_q()
         q_aux = []
         for piece in self._chunks():
             terms = self._terms(piece)
-            q_piece = self.strategy.whitened_q(terms) if q is None else q
-            mean, var = q_piece.marginals(terms)
-            dtype = self.x.dtype
-            mean, var = self._layout(mean).to(dtype), self._layout(var).to(dtype)
-            q_piece_aux = self.likelihood.aux_posterior(self.y[..., piece], mean, var)
-            q_aux.append({k: v.detach() for k, v in q_piece_aux.items()})
+            mean, var = self.strategy.whitened_q(terms).marginals(terms)
+            mean, var = self._layout(mean).to(x.dtype), self._layout(var).to(x.dtype)
+            q_piece = self.likelihood.aux_posterior(y[..., piece], mean, var)
+            q_aux.append({k: v.detach() for k, v in q_piece.items()})
         self.q_aux = q_aux
 
     def forward(self, x: Tensor | None = None, y: Tensor | None = None, **kwargs: Any) -> Tensor:

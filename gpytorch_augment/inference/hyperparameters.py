@@ -1,0 +1,246 @@
+r"""One-call fits that learn the hyper-parameters: ``CAVI.fit(x, y, learn_hyperparameters=True)``.
+
+Two protocols, chosen by :func:`choose_protocol` from the likelihood and the data size:
+
+* ``"collapsed"`` -- block-coordinate ascent on the collapsed augmented bound
+  :math:`\mathcal L^*(\theta)` of :class:`~gpytorch_augment.CollapsedAugmentedELBO`: each outer step sets
+  :math:`q(\Omega)` (and :math:`q^*(u)`) in closed form, then a **fresh** L-BFGS (strong-Wolfe line search) runs
+  ``lbfgs_iter`` iterations on :math:`\theta` with :math:`q(\Omega)` fixed. Both halves never decrease the bound. To
+  make the early outer steps cheap, they run on a seeded random subset of the data that doubles every outer step
+  (``subset`` points first) until it is all the data; from then on the rule ``convergence`` (default: relative change
+  of the bound below ``tol``) decides when to stop. Memory is :math:`O(\text{chunk}\cdot M + M^2)`.
+* ``"stochastic"`` -- mini-batch CAVI (``batch_size``, the default Robbins-Monro step on :math:`q(u)`) with one Adam
+  step (``lr``) on the CAVI's ``hyper_objective`` per CAVI step, fused with it (one kernel evaluation per batch):
+  :meth:`CAVI.fit` with ``hyper_optimizer``. Used for likelihoods whose latents are updated in blocks (the
+  heteroscedastic double bound, which has no closed-form collapsed bound) and above :data:`COLLAPSED_MAX_DATA`.
+
+Every fit returns a :class:`~gpytorch_augment.inference.convergence.CAVITrace` (``elbo``: the bound per datum
+entering each outer step or CAVI step; ``time``: training wall time) and leaves :math:`q(u)` at its optimum for the
+final hyper-parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._validation import check_inputs_targets
+from ..likelihoods.augmented_likelihood import validated_latent_blocks
+from ..mlls.collapsed_augmented_elbo import CollapsedAugmentedELBO
+from ._batches import progress_bar
+from .convergence import CAVITrace, Convergence, RelativeChange
+
+__all__ = ["COLLAPSED_MAX_DATA", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
+
+#: above this many training points the default protocol is ``"stochastic"`` (a full pass per L-BFGS evaluation
+#: then costs more than the mini-batch steps that reach the same test NLL; see ``benchmarks/README.md``)
+COLLAPSED_MAX_DATA = 50_000
+
+PROTOCOLS = ("auto", "collapsed", "stochastic")
+
+
+def choose_protocol(likelihood: Any, num_data: int) -> str:
+    """``"collapsed"`` where the likelihood has a collapsed bound (no ``latent_blocks``) and there are at most
+    :data:`COLLAPSED_MAX_DATA` points, ``"stochastic"`` otherwise."""
+    if validated_latent_blocks(likelihood) is not None or num_data > COLLAPSED_MAX_DATA:
+        return "stochastic"
+    return "collapsed"
+
+
+def hyperparameters_of(cavi: Any, learn_inducing_locations: bool | None = None) -> list[Tensor]:
+    """The tensors a fit learns: every parameter of the model and the likelihood that requires a gradient, except
+    :math:`q(u)`'s; the inducing inputs as the model declares them (``None``), always (``True``: they must be a
+    parameter, ``learn_inducing_locations=True`` in the strategy) or never (``False``)."""
+    Z = cavi.strategy.inducing_points
+    if learn_inducing_locations and not (isinstance(Z, torch.nn.Parameter) and Z.requires_grad):
+        raise ValueError(
+            "learn_inducing_locations=True needs inducing points that are a parameter: build the strategy with "
+            "learn_inducing_locations=True"
+        )
+    variational = {id(p) for p in cavi.model.variational_parameters()}
+    seen: set[int] = set()
+    params = []
+    for p in (*cavi.model.parameters(), *cavi.likelihood.parameters()):
+        if not p.requires_grad or id(p) in variational or id(p) in seen:
+            continue
+        if p is Z and learn_inducing_locations is False:
+            continue
+        seen.add(id(p))
+        params.append(p)
+    return params
+
+
+def fit_hyperparameters(
+    cavi: Any,
+    x: Tensor,
+    y: Tensor,
+    *,
+    protocol: str = "auto",
+    max_iter: int | None = None,
+    tol: float = 1e-6,
+    convergence: Convergence | Callable[[CAVITrace], bool] | None = None,
+    learn_inducing_locations: bool | None = None,
+    subset: int = 2048,
+    lbfgs_iter: int = 20,
+    batch_size: int = 1024,
+    lr: float = 0.05,
+    num_epochs: int | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    callback: Callable[[int, float], Any] | None = None,
+    generator: torch.Generator | None = None,
+    **kwargs: Any,
+) -> CAVITrace:
+    r"""Learn :math:`q(u)` and the hyper-parameters together (what ``CAVI.fit(..., learn_hyperparameters=True)``
+    runs); see the module docstring for the two protocols.
+
+    :param protocol: ``"auto"`` (:func:`choose_protocol`), ``"collapsed"`` or ``"stochastic"``.
+    :param max_iter: outer steps (collapsed, default 50) or CAVI steps (stochastic, default none).
+    :param tol: the default rule's relative tolerance on the bound per datum.
+    :param convergence: a :class:`~gpytorch_augment.inference.convergence.Convergence` or callable ``trace -> bool``
+        replacing the default rule (checked after every outer or CAVI step, with the trace so far; its time is not
+        counted in ``trace.time``). The default stops the collapsed protocol when the bound on all the data changes
+        by less than ``tol`` relative between outer steps (``RelativeChange(tol)``; the subset steps do not count).
+    :param learn_inducing_locations: see :func:`hyperparameters_of`.
+    :param subset: collapsed: the points of the first outer step (doubled every step; ``>= N``: all from the start).
+    :param lbfgs_iter: collapsed: L-BFGS iterations per outer step.
+    :param batch_size: stochastic: the mini-batch size.
+    :param lr: stochastic: Adam's learning rate.
+    :param num_epochs: stochastic: epochs (default 20).
+    :param chunk_size: collapsed: data points per chunk of the bound.
+    :param progress: show a progress bar.
+    :param callback: called as ``callback(t, bound)`` after every outer (or CAVI) step.
+    :param generator: the random subsets and mini-batches.
+    :raises ValueError: on a bad argument.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if x is None or y is None:
+        raise ValueError("learn_hyperparameters=True needs the training data x and y")
+    check_inputs_targets(x, y)
+    for name, value in (("subset", subset), ("lbfgs_iter", lbfgs_iter), ("batch_size", batch_size)):
+        if int(value) < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    if max_iter is not None and int(max_iter) < 1:
+        raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
+    if not (math.isfinite(float(lr)) and float(lr) > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {lr}")
+    params = hyperparameters_of(cavi, learn_inducing_locations)
+    if protocol == "auto":
+        protocol = choose_protocol(cavi.likelihood, y.shape[-1])
+    if protocol == "stochastic":
+        optimizer = torch.optim.Adam(params, lr=float(lr))
+        return cavi.fit(
+            x, y, max_iter=max_iter, tol=tol, hyper_optimizer=optimizer, batch_size=int(batch_size),
+            num_epochs=20 if num_epochs is None else num_epochs, convergence=convergence, progress=progress,
+            callback=callback, generator=generator, **kwargs,
+        )  # fmt: skip
+    return _fit_collapsed(
+        cavi, x, y, params, max_iter=50 if max_iter is None else int(max_iter),
+        rule=RelativeChange(tol, window=1) if convergence is None else convergence, default_rule=convergence is None,
+        subset=int(subset),
+        lbfgs_iter=int(lbfgs_iter), chunk_size=chunk_size, progress=progress, callback=callback,
+        generator=generator, kwargs=kwargs,
+    )  # fmt: skip
+
+
+def _fit_collapsed(
+    cavi: Any,
+    x: Tensor,
+    y: Tensor,
+    params: list[Tensor],
+    *,
+    max_iter: int,
+    rule: Any,
+    default_rule: bool,
+    subset: int,
+    lbfgs_iter: int,
+    chunk_size: int | None,
+    progress: bool,
+    callback: Callable[[int, float], Any] | None,
+    generator: torch.Generator | None,
+    kwargs: dict[str, Any],
+) -> CAVITrace:
+    """The collapsed protocol: outer steps of (closed-form :math:`q(\\Omega)`, fresh L-BFGS on :math:`\\theta`)."""
+    from .cavi import _Clock
+
+    num_data = y.shape[-1]
+    order = torch.randperm(num_data, generator=generator).to(x.device) if subset < num_data else None
+    size = min(subset, num_data)
+    trace, clock = CAVITrace(), _Clock()
+    if isinstance(rule, Convergence):
+        rule.reset()
+    bar = progress_bar(max_iter, desc="CAVI + L-BFGS", unit="outer step") if progress else None
+    mll = None
+    full = CAVITrace()  # the outer steps on all the data: what the stopping rule sees
+    try:
+        for t in range(max_iter):
+            if mll is None or mll.num_data != size:
+                mll = _collapsed_mll(cavi, x, y, order, size, chunk_size, kwargs)
+            value = _outer_step(mll, params, lbfgs_iter)
+            trace.elbo.append(value)
+            trace.time.append(clock.elapsed())
+            trace.epoch.append(t)
+            trace.step_size.append(1.0)
+            if callback is not None:
+                callback(t, value)
+            if not math.isfinite(value):
+                raise FloatingPointError(f"the collapsed bound became {value} at outer step {t}")
+            if bar is not None:
+                bar.set_postfix({"bound": f"{value:.4f}", "points": size}, refresh=False)
+                bar.update(1)
+            if size == num_data:
+                full.elbo.append(value)
+                full.time.append(trace.time[-1])
+            with clock.paused():  # a user's rule sees every outer step; the default only those on all the data
+                seen = full if default_rule else trace
+                done = rule.check(seen, size == num_data) if isinstance(rule, Convergence) else bool(rule(seen))
+            if done:
+                trace.converged = True
+                break
+            size = min(2 * size, num_data)
+        if mll.num_data != num_data:  # stopped by max_iter on a subset: q(u) for all the data
+            mll = _collapsed_mll(cavi, x, y, order, num_data, chunk_size, kwargs)
+        mll.update_aux(from_model=True)  # q(Omega) of the final q*(u) ...
+        mll.write_optimal_q()  # ... and q*(u) for it
+        cavi.likelihood.q_aux = mll.q_aux[0] if len(mll.q_aux) == 1 else None
+        trace.time[-1] = clock.elapsed()
+    finally:
+        if bar is not None:
+            bar.close()
+    return trace
+
+
+def _collapsed_mll(
+    cavi: Any, x: Tensor, y: Tensor, order: Tensor | None, size: int, chunk_size: int | None, kwargs: dict[str, Any]
+) -> CollapsedAugmentedELBO:
+    if order is not None and size < y.shape[-1]:
+        idx = order[:size].sort().values
+        x, y = x[..., idx, :], y[..., idx]
+        kwargs = {k: (v[..., idx] if isinstance(v, Tensor) and v.shape[-1:] == (len(order),) else v)
+                  for k, v in kwargs.items()}  # fmt: skip
+    return CollapsedAugmentedELBO(cavi.likelihood, cavi.model, size, x, y, chunk_size=chunk_size, **kwargs)
+
+
+def _outer_step(mll: CollapsedAugmentedELBO, params: list[Tensor], lbfgs_iter: int) -> float:
+    """:math:`q(\\Omega)` in closed form, then a fresh L-BFGS on :math:`\\theta`; returns the bound per datum
+    entering the L-BFGS run (after the :math:`q(\\Omega)` update). On entry the model holds :math:`q^*(u)` (or the
+    initial :math:`q(u)`); on exit :math:`q^*(u)` for the new hyper-parameters, so predictions are current."""
+    mll.update_aux(from_model=True)
+    optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=lbfgs_iter, line_search_fn="strong_wolfe")
+    values: list[float] = []
+
+    def closure() -> Tensor:
+        optimizer.zero_grad()
+        loss = -mll()
+        loss.backward()
+        values.append(-float(loss.detach()))
+        return loss
+
+    optimizer.step(closure)
+    mll.write_optimal_q()
+    return values[0]
