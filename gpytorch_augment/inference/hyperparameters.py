@@ -34,7 +34,7 @@ from ..mlls.collapsed_augmented_elbo import CollapsedAugmentedELBO
 from ._batches import progress_bar
 from .convergence import CAVITrace, Convergence, RelativeChange
 
-__all__ = ["COLLAPSED_MAX_DATA", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
+__all__ = ["COLLAPSED_MAX_DATA", "CollapsedProtocol", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
 
 #: above this many training points the default protocol is ``"stochastic"`` (a full pass per L-BFGS evaluation
 #: then costs more than the mini-batch steps that reach the same test NLL; see ``benchmarks/README.md``)
@@ -139,49 +139,105 @@ def fit_hyperparameters(
             num_epochs=20 if num_epochs is None else num_epochs, convergence=convergence, progress=progress,
             callback=callback, generator=generator, **kwargs,
         )  # fmt: skip
+    protocol_ = CollapsedProtocol(cavi, x, y, params, int(subset), int(lbfgs_iter), chunk_size, generator, **kwargs)
+    rule = RelativeChange(tol, window=1) if convergence is None else convergence
     return _fit_collapsed(
-        cavi, x, y, params, max_iter=50 if max_iter is None else int(max_iter),
-        rule=RelativeChange(tol, window=1) if convergence is None else convergence, default_rule=convergence is None,
-        subset=int(subset),
-        lbfgs_iter=int(lbfgs_iter), chunk_size=chunk_size, progress=progress, callback=callback,
-        generator=generator, kwargs=kwargs,
+        protocol_, max_iter=50 if max_iter is None else int(max_iter), rule=rule, default_rule=convergence is None,
+        progress=progress, callback=callback,
     )  # fmt: skip
 
 
+class CollapsedProtocol:
+    r"""The collapsed protocol one outer step at a time (what :func:`fit_hyperparameters` loops over; benchmarks
+    drive it directly): :meth:`step` sets :math:`q(\Omega)` in closed form, runs a fresh L-BFGS on :math:`\theta`
+    and writes :math:`q^*(u)`, on the current subset, which then doubles; :meth:`finish` leaves :math:`q(\Omega)`
+    and :math:`q^*(u)` at their optimum on all the data.
+
+    Example::
+
+        >>> protocol = CollapsedProtocol(cavi, x, y, hyperparameters_of(cavi))
+        >>> for _ in range(10):
+        ...     bound = protocol.step()
+        >>> protocol.finish()
+    """
+
+    def __init__(
+        self,
+        cavi: Any,
+        x: Tensor,
+        y: Tensor,
+        params: list[Tensor],
+        subset: int = 2048,
+        lbfgs_iter: int = 20,
+        chunk_size: int | None = None,
+        generator: torch.Generator | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.cavi, self.x, self.y, self.params, self.kwargs = cavi, x, y, params, kwargs
+        self.num_data = y.shape[-1]
+        self.order = torch.randperm(self.num_data, generator=generator).to(x.device) if subset < self.num_data else None
+        #: the number of points of the next outer step
+        self.size = min(int(subset), self.num_data)
+        self.lbfgs_iter, self.chunk_size = int(lbfgs_iter), chunk_size
+        self.mll: CollapsedAugmentedELBO | None = None
+
+    @property
+    def on_all_data(self) -> bool:
+        """Whether the next outer step uses all the data."""
+        return self.size == self.num_data
+
+    def step(self) -> float:
+        """One outer step; returns the bound per datum (of its subset) entering its L-BFGS run."""
+        if self.mll is None or self.mll.num_data != self.size:
+            self.mll = self._mll(self.size)
+        value = _outer_step(self.mll, self.params, self.lbfgs_iter)
+        self.size = min(2 * self.size, self.num_data)
+        return value
+
+    def finish(self) -> None:
+        r""":math:`q(\Omega)` of the final :math:`q^*(u)` on all the data, and :math:`q^*(u)` for it."""
+        if self.mll is None or self.mll.num_data != self.num_data:
+            self.mll = self._mll(self.num_data)
+        self.mll.update_aux(from_model=True)  # the model holds q*(u) of the last step (or the initial q(u))
+        self.mll.write_optimal_q()
+        self.cavi.likelihood.q_aux = self.mll.q_aux[0] if len(self.mll.q_aux) == 1 else None
+
+    def _mll(self, size: int) -> CollapsedAugmentedELBO:
+        x, y, kwargs = self.x, self.y, self.kwargs
+        if self.order is not None and size < self.num_data:
+            idx = self.order[:size].sort().values
+            x, y = x[..., idx, :], y[..., idx]
+            kwargs = {k: (v[..., idx] if _per_datum(v, self.num_data) else v) for k, v in kwargs.items()}
+        return CollapsedAugmentedELBO(
+            self.cavi.likelihood, self.cavi.model, size, x, y, chunk_size=self.chunk_size, **kwargs
+        )
+
+
+def _per_datum(value: Any, num_data: int) -> bool:
+    return isinstance(value, Tensor) and value.dim() >= 1 and value.shape[-1] == num_data
+
+
 def _fit_collapsed(
-    cavi: Any,
-    x: Tensor,
-    y: Tensor,
-    params: list[Tensor],
+    protocol: CollapsedProtocol,
     *,
     max_iter: int,
     rule: Any,
     default_rule: bool,
-    subset: int,
-    lbfgs_iter: int,
-    chunk_size: int | None,
     progress: bool,
     callback: Callable[[int, float], Any] | None,
-    generator: torch.Generator | None,
-    kwargs: dict[str, Any],
 ) -> CAVITrace:
-    """The collapsed protocol: outer steps of (closed-form :math:`q(\\Omega)`, fresh L-BFGS on :math:`\\theta`)."""
+    """The loop of the collapsed protocol: outer steps until ``rule`` or ``max_iter``, then :meth:`finish`."""
     from .cavi import _Clock
 
-    num_data = y.shape[-1]
-    order = torch.randperm(num_data, generator=generator).to(x.device) if subset < num_data else None
-    size = min(subset, num_data)
     trace, clock = CAVITrace(), _Clock()
     if isinstance(rule, Convergence):
         rule.reset()
     bar = progress_bar(max_iter, desc="CAVI + L-BFGS", unit="outer step") if progress else None
-    mll = None
-    full = CAVITrace()  # the outer steps on all the data: what the stopping rule sees
+    full = CAVITrace()  # the outer steps on all the data: what the default rule sees
     try:
         for t in range(max_iter):
-            if mll is None or mll.num_data != size:
-                mll = _collapsed_mll(cavi, x, y, order, size, chunk_size, kwargs)
-            value = _outer_step(mll, params, lbfgs_iter)
+            on_all_data = protocol.on_all_data
+            value = protocol.step()
             trace.elbo.append(value)
             trace.time.append(clock.elapsed())
             trace.epoch.append(t)
@@ -191,39 +247,23 @@ def _fit_collapsed(
             if not math.isfinite(value):
                 raise FloatingPointError(f"the collapsed bound became {value} at outer step {t}")
             if bar is not None:
-                bar.set_postfix({"bound": f"{value:.4f}", "points": size}, refresh=False)
+                bar.set_postfix({"bound": f"{value:.4f}", "points": protocol.mll.num_data}, refresh=False)
                 bar.update(1)
-            if size == num_data:
+            if on_all_data:
                 full.elbo.append(value)
                 full.time.append(trace.time[-1])
             with clock.paused():  # a user's rule sees every outer step; the default only those on all the data
                 seen = full if default_rule else trace
-                done = rule.check(seen, size == num_data) if isinstance(rule, Convergence) else bool(rule(seen))
+                done = rule.check(seen, on_all_data) if isinstance(rule, Convergence) else bool(rule(seen))
             if done:
                 trace.converged = True
                 break
-            size = min(2 * size, num_data)
-        if mll.num_data != num_data:  # stopped by max_iter on a subset: q(u) for all the data
-            mll = _collapsed_mll(cavi, x, y, order, num_data, chunk_size, kwargs)
-        mll.update_aux(from_model=True)  # q(Omega) of the final q*(u) ...
-        mll.write_optimal_q()  # ... and q*(u) for it
-        cavi.likelihood.q_aux = mll.q_aux[0] if len(mll.q_aux) == 1 else None
+        protocol.finish()
         trace.time[-1] = clock.elapsed()
     finally:
         if bar is not None:
             bar.close()
     return trace
-
-
-def _collapsed_mll(
-    cavi: Any, x: Tensor, y: Tensor, order: Tensor | None, size: int, chunk_size: int | None, kwargs: dict[str, Any]
-) -> CollapsedAugmentedELBO:
-    if order is not None and size < y.shape[-1]:
-        idx = order[:size].sort().values
-        x, y = x[..., idx, :], y[..., idx]
-        kwargs = {k: (v[..., idx] if isinstance(v, Tensor) and v.shape[-1:] == (len(order),) else v)
-                  for k, v in kwargs.items()}  # fmt: skip
-    return CollapsedAugmentedELBO(cavi.likelihood, cavi.model, size, x, y, chunk_size=chunk_size, **kwargs)
 
 
 def _outer_step(mll: CollapsedAugmentedELBO, params: list[Tensor], lbfgs_iter: int) -> float:
