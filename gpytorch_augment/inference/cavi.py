@@ -47,7 +47,7 @@ __all__ = ["CAVI", "CAVITrace", "Convergence", "HeldOut", "RelativeChange"]
 StepSize = float | str | StepSchedule | Callable[[int], float] | None
 
 #: the keys ``fit(..., hyper_options=)`` accepts (keyword arguments of ``fit_hyperparameters``)
-_HYPER_OPTIONS = {"protocol", "lr", "lbfgs_iter", "subset", "learn_inducing_locations", "chunk_size"}
+_HYPER_OPTIONS = {"protocol", "lr", "lbfgs_iter", "subset", "learn_inducing_locations", "chunk_size", "polish"}
 
 #: above this many elements of the M x N cross-covariance, :meth:`CAVI.elbo` works in chunks of the data
 _ELBO_CHUNK_ELEMENTS = 2**22
@@ -555,7 +555,7 @@ class CAVI:
             ``hyper_optimizer``. ``max_iter``, ``tol``, ``convergence``, ``batch_size``, ``num_epochs``,
             ``progress``, ``callback`` and ``generator`` keep their meaning.
         :param hyper_options: further keyword arguments of ``fit_hyperparameters`` (``protocol``, ``lr``,
-            ``lbfgs_iter``, ``subset``, ``learn_inducing_locations``, ``chunk_size``).
+            ``lbfgs_iter``, ``subset``, ``learn_inducing_locations``, ``chunk_size``, ``polish``).
         :returns: a :class:`CAVITrace`.
         """
         if learn_hyperparameters or hyper_options is not None:  # issue 15: the one-call protocol

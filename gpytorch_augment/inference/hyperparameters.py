@@ -7,8 +7,11 @@ Two protocols, chosen by :func:`choose_protocol` from the likelihood and the dat
   :math:`q(\Omega)` (and :math:`q^*(u)`) in closed form, then a **fresh** L-BFGS (strong-Wolfe line search) runs
   ``lbfgs_iter`` iterations on :math:`\theta` with :math:`q(\Omega)` fixed. Both halves never decrease the bound. To
   make the early outer steps cheap, they run on a seeded random subset of the data that doubles every outer step
-  (``subset`` points first) until it is all the data; from then on the rule ``convergence`` (default: relative change
-  of the bound below ``tol``) decides when to stop. Memory is :math:`O(\text{chunk}\cdot M + M^2)`.
+  (``subset`` points first) until it is all the data. Memory is :math:`O(\text{chunk}\cdot M + M^2)`. Once the
+  bound is flat on all the data, fresh L-BFGS runs on GPyTorch's true ``VariationalELBO`` over :math:`\theta` and
+  :math:`q(u)` together remove the bias of the augmented bound's maximiser (``polish``, default on; see
+  :class:`CollapsedProtocol`); the rule ``convergence`` (default: relative change of the final phase's objective
+  below ``tol``) decides when to stop.
 * ``"stochastic"`` -- mini-batch CAVI (``batch_size``, the default Robbins-Monro step on :math:`q(u)`) with one Adam
   step (``lr``) on the CAVI's ``hyper_objective`` per CAVI step, fused with it (one kernel evaluation per batch):
   :meth:`CAVI.fit` with ``hyper_optimizer``. Used for likelihoods whose latents are updated in blocks (the
@@ -25,6 +28,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import gpytorch
 import torch
 from torch import Tensor
 
@@ -90,6 +94,7 @@ def fit_hyperparameters(
     lr: float = 0.05,
     num_epochs: int | None = None,
     chunk_size: int | None = None,
+    polish: bool = True,
     progress: bool = False,
     callback: Callable[[int, float], Any] | None = None,
     generator: torch.Generator | None = None,
@@ -112,6 +117,7 @@ def fit_hyperparameters(
     :param lr: stochastic: Adam's learning rate.
     :param num_epochs: stochastic: epochs (default 20).
     :param chunk_size: collapsed: data points per chunk of the bound.
+    :param polish: collapsed: finish with L-BFGS on the true ``VariationalELBO`` (:class:`CollapsedProtocol`).
     :param progress: show a progress bar.
     :param callback: called as ``callback(t, bound)`` after every outer (or CAVI) step.
     :param generator: the random subsets and mini-batches.
@@ -139,7 +145,9 @@ def fit_hyperparameters(
             num_epochs=20 if num_epochs is None else num_epochs, convergence=convergence, progress=progress,
             callback=callback, generator=generator, **kwargs,
         )  # fmt: skip
-    protocol_ = CollapsedProtocol(cavi, x, y, params, int(subset), int(lbfgs_iter), chunk_size, generator, **kwargs)
+    protocol_ = CollapsedProtocol(
+        cavi, x, y, params, int(subset), int(lbfgs_iter), chunk_size, generator, polish=bool(polish), **kwargs
+    )
     rule = RelativeChange(tol, window=1) if convergence is None else convergence
     return _fit_collapsed(
         protocol_, max_iter=50 if max_iter is None else int(max_iter), rule=rule, default_rule=convergence is None,
@@ -149,9 +157,16 @@ def fit_hyperparameters(
 
 class CollapsedProtocol:
     r"""The collapsed protocol one outer step at a time (what :func:`fit_hyperparameters` loops over; benchmarks
-    drive it directly): :meth:`step` sets :math:`q(\Omega)` in closed form, runs a fresh L-BFGS on :math:`\theta`
-    and writes :math:`q^*(u)`, on the current subset, which then doubles; :meth:`finish` leaves :math:`q(\Omega)`
-    and :math:`q^*(u)` at their optimum on all the data.
+    drive it directly).
+
+    **Phase 1** (collapsed): :meth:`step` sets :math:`q(\Omega)` in closed form, runs a fresh L-BFGS on
+    :math:`\theta` along the collapsed bound and writes :math:`q^*(u)`, on the current subset, which then doubles.
+    **Phase 2** (``polish``, from the first full-data step whose bound moved by less than ``switch_tol`` per datum,
+    or after ``max_collapsed`` full-data steps): each step is a fresh L-BFGS on GPyTorch's **true**
+    ``VariationalELBO`` over :math:`\theta` and :math:`q(u)` together, from the phase-1 solution. The augmented
+    bound is looser than the true ELBO and its maximiser is biased (larger outputscales, different likelihood
+    scales); phase 1 gets close cheaply, phase 2 removes the bias in a few iterations (measurements in
+    ``benchmarks/README.md``). :meth:`finish` leaves :math:`q(u)` at the optimum of the last phase on all the data.
 
     Example::
 
@@ -171,6 +186,9 @@ class CollapsedProtocol:
         lbfgs_iter: int = 20,
         chunk_size: int | None = None,
         generator: torch.Generator | None = None,
+        polish: bool = True,
+        switch_tol: float = 1e-3,
+        max_collapsed: int = 30,
         **kwargs: Any,
     ) -> None:
         self.cavi, self.x, self.y, self.params, self.kwargs = cavi, x, y, params, kwargs
@@ -179,7 +197,11 @@ class CollapsedProtocol:
         #: the number of points of the next outer step
         self.size = min(int(subset), self.num_data)
         self.lbfgs_iter, self.chunk_size = int(lbfgs_iter), chunk_size
+        self.polish, self.switch_tol, self.max_collapsed = bool(polish), float(switch_tol), int(max_collapsed)
         self.mll: CollapsedAugmentedELBO | None = None
+        #: whether the steps are now on the true ELBO (phase 2)
+        self.polishing = False
+        self._full_values: list[float] = []
 
     @property
     def on_all_data(self) -> bool:
@@ -187,15 +209,45 @@ class CollapsedProtocol:
         return self.size == self.num_data
 
     def step(self) -> float:
-        """One outer step; returns the bound per datum (of its subset) entering its L-BFGS run."""
+        """One outer step; returns the objective per datum entering its L-BFGS run (phase 1: the collapsed bound of
+        its subset; phase 2: the true ELBO)."""
+        if self.polishing:
+            return self._polish_step()
         if self.mll is None or self.mll.num_data != self.size:
             self.mll = self._mll(self.size)
+        on_all_data = self.on_all_data
         value = _outer_step(self.mll, self.params, self.lbfgs_iter)
         self.size = min(2 * self.size, self.num_data)
+        if on_all_data and self.polish:
+            last = self._full_values[-1] if self._full_values else None
+            self._full_values.append(value)
+            flat = last is not None and abs(value - last) <= self.switch_tol * max(1.0, abs(value))
+            self.polishing = flat or len(self._full_values) >= self.max_collapsed
         return value
 
+    def _polish_step(self) -> float:
+        model, likelihood = self.cavi.model, self.cavi.likelihood
+        true_elbo = gpytorch.mlls.VariationalELBO(likelihood, model, self.num_data)
+        params = [*self.params, *(p for p in model.variational_parameters() if p.requires_grad)]
+        optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=self.lbfgs_iter, line_search_fn="strong_wolfe")
+        values: list[float] = []
+
+        def closure() -> Tensor:
+            optimizer.zero_grad()
+            loss = -true_elbo(model(self.x), self.y, **self.kwargs)
+            loss.backward()
+            values.append(-float(loss.detach()))
+            return loss
+
+        optimizer.step(closure)
+        return values[0]
+
     def finish(self) -> None:
-        r""":math:`q(\Omega)` of the final :math:`q^*(u)` on all the data, and :math:`q^*(u)` for it."""
+        r"""Phase 1: :math:`q(\Omega)` of the final :math:`q^*(u)` on all the data, and :math:`q^*(u)` for it.
+        Phase 2: nothing (:math:`q(u)` is the true ELBO's optimum)."""
+        if self.polishing:
+            self.cavi.likelihood.q_aux = None
+            return
         if self.mll is None or self.mll.num_data != self.num_data:
             self.mll = self._mll(self.num_data)
         self.mll.update_aux(from_model=True)  # the model holds q*(u) of the last step (or the initial q(u))
@@ -233,10 +285,10 @@ def _fit_collapsed(
     if isinstance(rule, Convergence):
         rule.reset()
     bar = progress_bar(max_iter, desc="CAVI + L-BFGS", unit="outer step") if progress else None
-    full = CAVITrace()  # the outer steps on all the data: what the default rule sees
+    full = CAVITrace()  # the outer steps of the final phase on all the data: what the default rule sees
     try:
         for t in range(max_iter):
-            on_all_data = protocol.on_all_data
+            final_phase = protocol.polishing or (protocol.on_all_data and not protocol.polish)
             value = protocol.step()
             trace.elbo.append(value)
             trace.time.append(clock.elapsed())
@@ -249,12 +301,12 @@ def _fit_collapsed(
             if bar is not None:
                 bar.set_postfix({"bound": f"{value:.4f}", "points": protocol.mll.num_data}, refresh=False)
                 bar.update(1)
-            if on_all_data:
+            if final_phase:
                 full.elbo.append(value)
                 full.time.append(trace.time[-1])
-            with clock.paused():  # a user's rule sees every outer step; the default only those on all the data
+            with clock.paused():  # a user's rule sees every outer step; the default only those of the final phase
                 seen = full if default_rule else trace
-                done = rule.check(seen, on_all_data) if isinstance(rule, Convergence) else bool(rule(seen))
+                done = rule.check(seen, final_phase) if isinstance(rule, Convergence) else bool(rule(seen))
             if done:
                 trace.converged = True
                 break
