@@ -62,8 +62,8 @@ GRID = {
 PROBLEMS = {
     "heart": {"kind": "binary", "num_inducing": 50, "max_train": None, "cap": 20.0},
     "boston": {"kind": "student_t", "num_inducing": 50, "max_train": None, "cap": 20.0},
-    "magic": {"kind": "binary", "num_inducing": 100, "max_train": 5000, "cap": 45.0},
-    "satimage": {"kind": "multiclass", "num_inducing": 50, "max_train": 2000, "cap": 45.0},
+    "magic": {"kind": "binary", "num_inducing": 100, "max_train": 5000, "cap": 40.0},
+    "satimage": {"kind": "multiclass", "num_inducing": 50, "max_train": 2000, "cap": 40.0},
 }
 DF = 4.0  #: Student-t degrees of freedom, fixed for both likelihoods
 TOLERANCE = 0.005  #: nats above the best test NLL that count as reaching the target

@@ -188,7 +188,7 @@ class CollapsedProtocol:
         generator: torch.Generator | None = None,
         polish: bool = True,
         switch_tol: float = 1e-3,
-        max_collapsed: int = 30,
+        max_collapsed: int = 3,
         **kwargs: Any,
     ) -> None:
         self.cavi, self.x, self.y, self.params, self.kwargs = cavi, x, y, params, kwargs
