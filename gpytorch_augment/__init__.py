@@ -16,7 +16,7 @@ from .likelihoods import (
     PoissonLogitLikelihood,
     StudentTLikelihood,
 )
-from .mlls import AugmentedELBO
+from .mlls import AugmentedELBO, CollapsedAugmentedELBO
 from .models import GPPrior
 from .variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 from .variational.inducing_points import greedy_variance, kmeans_plus_plus
@@ -32,6 +32,7 @@ __all__ = [
     "HeteroscedasticStudentTLikelihood",
     "CAVI",
     "CAVITrace",
+    "CollapsedAugmentedELBO",
     "CAVIVariationalStrategy",
     "Convergence",
     "GibbsSampler",

@@ -48,6 +48,9 @@ __all__ = ["CAVI", "CAVITrace", "Convergence", "HeldOut", "RelativeChange"]
 
 StepSize = float | str | StepSchedule | Callable[[int], float] | None
 
+#: the keys ``fit(..., hyper_options=)`` accepts (keyword arguments of ``fit_hyperparameters``)
+_HYPER_OPTIONS = {"protocol", "lr", "lbfgs_iter", "subset", "learn_inducing_locations", "chunk_size", "polish"}
+
 #: above this many elements of the M x N cross-covariance, :meth:`CAVI.elbo` works in chunks of the data
 _ELBO_CHUNK_ELEMENTS = 2**22
 
@@ -506,6 +509,8 @@ class CAVI(CheckpointMixin):
         convergence: Convergence | Callable[[CAVITrace], bool] | None = None,
         progress: bool = False,
         generator: torch.Generator | None = None,
+        learn_hyperparameters: bool = False,
+        hyper_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> CAVITrace:
         r"""Run CAVI steps (each followed by ``hyper_steps`` hyper-parameter steps if ``hyper_optimizer`` is
@@ -530,10 +535,24 @@ class CAVI(CheckpointMixin):
         :param callback: called as ``callback(t, elbo)`` after every step.
         :param convergence: a :class:`RelativeChange`, a :class:`HeldOut` or any callable ``trace -> bool``.
         :param progress: show a ``tqdm`` progress bar (per step, with the ELBO estimate and held-out metric).
+        :param learn_hyperparameters: learn the hyper-parameters too, by the package's default end-to-end protocol
+            (:func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`: the collapsed bound and L-BFGS,
+            or mini-batch CAVI with Adam steps, chosen by the likelihood and the data size); needs ``x, y`` and no
+            ``hyper_optimizer``. ``max_iter``, ``tol``, ``convergence``, ``batch_size``, ``num_epochs``,
+            ``progress``, ``callback`` and ``generator`` keep their meaning.
+        :param hyper_options: further keyword arguments of ``fit_hyperparameters`` (``protocol``, ``lr``,
+            ``lbfgs_iter``, ``subset``, ``learn_inducing_locations``, ``chunk_size``, ``polish``).
         :returns: a :class:`CAVITrace`.
         """
         if x is not None and y is not None:
             y = squeezed_targets(x, y)
+        if learn_hyperparameters or hyper_options is not None:  # the one-call protocol
+            return self._fit_hyperparameters(
+                x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, callback=callback,
+                batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
+                progress=progress, generator=generator, learn=learn_hyperparameters, options=hyper_options,
+                kwargs=kwargs,
+            )  # fmt: skip
         config = FitConfig.build(
             self, x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, hyper_steps=hyper_steps,
             batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
@@ -546,6 +565,31 @@ class CAVI(CheckpointMixin):
         finally:
             if bar is not None:
                 bar.close()
+
+    def _fit_hyperparameters(
+        self, x: Tensor | None, y: Tensor | None, *, hyper_optimizer: Any, data_loader: Any, learn: bool,
+        options: dict[str, Any] | None, batch_size: int | None, kwargs: dict[str, Any], **shared: Any,
+    ) -> CAVITrace:  # fmt: skip
+        """``fit(..., learn_hyperparameters=True)``: checks, then :mod:`~gpytorch_augment.inference.hyperparameters`."""
+        from .hyperparameters import fit_hyperparameters
+
+        if not learn:
+            raise ValueError("hyper_options are only used with learn_hyperparameters=True")
+        if hyper_optimizer is not None:
+            raise ValueError("pass either hyper_optimizer (your own loop) or learn_hyperparameters=True, not both")
+        if data_loader is not None:
+            raise ValueError("learn_hyperparameters=True needs the data as tensors x, y, not a data_loader")
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"hyper_options must be a dict, got {type(options).__name__}")
+        options = dict(options or {})
+        unknown = sorted(set(options) - _HYPER_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown hyper_options {unknown}; known: {sorted(_HYPER_OPTIONS)}")
+        if batch_size is not None:
+            options["batch_size"] = batch_size
+        if x is not None and y is not None:
+            self._check_inputs(x, y)
+        return fit_hyperparameters(self, x, y, **shared, **options, **kwargs)
 
     def _run(self, config: FitConfig, callback: Callable[[int, float], Any] | None, bar: Any) -> CAVITrace:
         """The loop of :meth:`fit`: steps, hyper-parameter steps, the trace, the stopping rule and the caps."""

@@ -74,8 +74,12 @@ def test_hyperparameter_gradients_are_those_of_the_collapsed_bound(strategy_cls)
     """Envelope theorem (§1.5 (4)): q(Ω) detached at its optimum gives the gradient of Σ ℓ*_i."""
     model, likelihood, _, x, y = _fitted(strategy_cls, learn_inducing_locations=True)
     params = dict(model.named_hyperparameters())
-    assert {"mean_module.raw_constant", "covar_module.raw_outputscale", "covar_module.base_kernel.raw_lengthscale",
-            "variational_strategy.inducing_points"} <= set(params)
+    assert {
+        "mean_module.raw_constant",
+        "covar_module.raw_outputscale",
+        "covar_module.base_kernel.raw_lengthscale",
+        "variational_strategy.inducing_points",
+    } <= set(params)
     mll = AugmentedELBO(likelihood, model, num_data=len(y))
     ours = torch.autograd.grad(mll(model(x), y), list(params.values()))
     reference = torch.autograd.grad(_collapsed_objective(model, likelihood, x, y), list(params.values()))
