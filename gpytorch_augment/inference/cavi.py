@@ -13,34 +13,30 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
-from gpytorch.variational import IndependentMultitaskVariationalStrategy, UnwhitenedVariationalStrategy
-from linear_operator.operators import DiagLinearOperator
+from gpytorch.variational import IndependentMultitaskVariationalStrategy
 from torch import Tensor
 
 from .._validation import check_inputs_targets, check_nonempty, check_target_keywords, squeezed_targets
 from ..core import PriorTerms, WhitenedGaussian, natural_gradient
 from ..core.distributed import (
     all_gather_objects,
-    all_reduce_gradients,
     all_reduce_sum,
     broadcast_flag,
     is_distributed,
 )
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
-from ..mlls.augmented_elbo import AugmentedELBO
 from ..variational.cavi_variational_strategy import _CAVIMixin
 from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
 from ._checks import check_batch_size, check_input_dim, check_latents
 from ._fit_config import FitConfig
+from ._hyper_steps import HyperStepMixin
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
 from .schedules import StepSchedule, make_schedule
 
@@ -69,7 +65,7 @@ def _cavi_strategy(model: Any) -> _CAVIMixin:
     return strategy
 
 
-class CAVI(CheckpointMixin):
+class CAVI(HyperStepMixin, CheckpointMixin):
     r"""Closed-form coordinate ascent on the augmented ELBO, full-batch or stochastic.
 
     One :meth:`step` on a batch :math:`\mathcal B` of the data
@@ -356,98 +352,6 @@ class CAVI(CheckpointMixin):
         y_all = torch.cat([p[0] for p in parts], dim=-1).to(y.device)
         m_all, v_all = (torch.cat([p[i] for p in parts], dim=data_dim).to(f_mean.device) for i in (1, 2))
         likelihood.update_hyperparameters(y_all, likelihood.aux_posterior(y_all, m_all, v_all), m_all, v_all)
-
-    def _can_fuse(self) -> bool:
-        # GPyTorch's unwhitened KL depends on the order of calls (gpytorch-integration.md §6): take the plain path;
-        # only the AugmentedELBO takes the CAVI step's KL and marginals
-        return not isinstance(self.strategy, UnwhitenedVariationalStrategy) and isinstance(
-            self.hyper_objective, AugmentedELBO
-        )
-
-    @property
-    def hyper_objective(self) -> MarginalLogLikelihood:
-        """The objective of the hyper-parameter steps (default :class:`~gpytorch_augment.AugmentedELBO`)."""
-        if self._mll is None:
-            self._mll = AugmentedELBO(self.likelihood, self.model, self.num_data)
-        return self._mll
-
-    def _fused_hyper_step(
-        self,
-        x: Tensor,
-        y: Tensor,
-        kwargs: dict[str, Any],
-        graph_terms: PriorTerms,
-        q: WhitenedGaussian,
-        optimizer: torch.optim.Optimizer,
-    ) -> None:
-        r"""One optimizer step on :math:`-`AugmentedELBO of the batch, with :math:`q(f)` built from the prior terms
-        of the CAVI step (still attached to the hyper-parameters) and the new, fixed whitened :math:`q(v)`: the same
-        value and gradient as ``-mll(model(x), y)`` without a second kernel evaluation and Cholesky."""
-        mean, var = q.marginals(graph_terms)
-        dtype = x.dtype
-        mean, var = mean.to(dtype), var.to(dtype)
-        if self.likelihood.num_latents > 1:
-            f_dist = MultitaskMultivariateNormal(mean.mT, DiagLinearOperator(var.mT.reshape(*var.shape[:-2], -1)))
-        else:
-            f_dist = MultivariateNormal(mean, DiagLinearOperator(var))
-        # q(v) is fixed and p(v) = N(0, I): the whitened KL carries no gradient, so hand over its value instead of
-        # letting GPyTorch rebuild q(u) from its parameters to evaluate it
-        kl = q.kl().to(dtype)
-        if isinstance(self.model.variational_strategy, IndependentMultitaskVariationalStrategy):
-            kl = kl.sum(-1)  # as the wrapper's kl_divergence(): summed over the latents
-        optimizer.zero_grad()
-        with self._frozen_q():
-            if y.shape[-1] > 0:  # an empty shard contributes no gradient
-                loss = -self.hyper_objective(f_dist, y, kl_divergence=kl, **kwargs).sum()
-                loss.backward()
-        self._reduce_gradients(optimizer, y.shape[-1], self._global_batch_size)
-        optimizer.step()
-
-    @contextmanager
-    def _frozen_q(self) -> Iterator[None]:
-        """q(u) belongs to CAVI: no gradients for its parameters while the hyper-parameter loss is back-propagated
-        (GPyTorch's forward and KL term would otherwise differentiate through them, for nothing)."""
-        variational = [p for p in self.model.variational_parameters() if p.requires_grad]
-        try:
-            for p in variational:
-                p.requires_grad_(False)
-            yield
-        finally:
-            for p in variational:
-                p.requires_grad_(True)
-
-    def hyper_step(
-        self, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, steps: int = 1, **kwargs: Any
-    ) -> float:
-        r"""``steps`` optimizer steps on :math:`-`:attr:`hyper_objective` (default
-        :class:`~gpytorch_augment.AugmentedELBO`) of the batch ``(x, y)`` (kernel, mean, likelihood constants,
-        inducing inputs: whatever ``optimizer`` holds), with :math:`q(u)` fixed. Returns the last loss (the negative
-        objective per datum, a mini-batch estimate)."""
-        mll = self.hyper_objective
-        loss = math.nan
-        local = y.shape[-1]
-        total = local
-        if self.distributed:
-            count = torch.tensor([float(local)], dtype=torch.float64, device=y.device)
-            total = int(all_reduce_sum([count], self.process_group)[0].item())
-        for _ in range(steps):
-            optimizer.zero_grad()
-            with self._frozen_q():
-                value = -mll(self.model(x), y, **kwargs).sum() if local > 0 else torch.zeros(())
-                if value.requires_grad:
-                    value.backward()
-            self._reduce_gradients(optimizer, local, total)
-            optimizer.step()
-            loss = float(value.detach())
-        return loss
-
-    def _reduce_gradients(self, optimizer: torch.optim.Optimizer, local: int, total: int | None) -> None:
-        r"""With sharded data, every rank's gradient becomes :math:`\sum_r \tfrac{|\mathcal B_r|}{|\mathcal B|}g_r`,
-        the gradient of the objective of the global batch (the per-datum mean of each rank's objective, weighted by
-        its share of the batch)."""
-        if self.distributed and total:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            all_reduce_gradients(params, local / total, self.process_group)
 
     @torch.no_grad()
     def elbo(self, x: Tensor, y: Tensor, chunk_size: int | None = None, **kwargs: Any) -> Tensor:

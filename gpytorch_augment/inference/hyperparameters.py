@@ -35,7 +35,7 @@ from torch import Tensor
 from .._validation import check_inputs_targets
 from ..likelihoods.augmented_likelihood import validated_latent_blocks
 from ..mlls.collapsed_augmented_elbo import CollapsedAugmentedELBO
-from ._batches import progress_bar
+from ._batches import Clock, progress_bar
 from .convergence import CAVITrace, Convergence, RelativeChange
 
 __all__ = ["COLLAPSED_MAX_DATA", "CollapsedProtocol", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
@@ -279,9 +279,7 @@ def _fit_collapsed(
     callback: Callable[[int, float], Any] | None,
 ) -> CAVITrace:
     """The loop of the collapsed protocol: outer steps until ``rule`` or ``max_iter``, then :meth:`finish`."""
-    from .cavi import _Clock
-
-    trace, clock = CAVITrace(), _Clock()
+    trace, clock = CAVITrace(), Clock()
     if isinstance(rule, Convergence):
         rule.reset()
     bar = progress_bar(max_iter, desc="CAVI + L-BFGS", unit="outer step") if progress else None
