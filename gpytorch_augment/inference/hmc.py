@@ -36,7 +36,8 @@ rejected). Every transition leaves :math:`p(f \mid y)` invariant.
 uses ``initial_step_size``). The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then the
 diagonal curvature by double back-propagation) and cached with the prior; :meth:`refresh` recomputes both.
 
-The likelihood is used only through ``log_prob_at(y, f)`` (differentiated by autograd): any
+The likelihood is used only through ``log_prob_and_grad(y, f)`` (closed form where the likelihood provides one,
+else autograd of ``log_prob_at``): any
 :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` whose :math:`\log p(y \mid f)` is differentiable in
 :math:`f`, with one or several latents. Not supported: inducing points and likelihoods that sample their own
 constants (``sample_hyperparameters``); use :class:`~gpytorch_augment.GibbsSampler` there. Which sampler to use
@@ -117,7 +118,8 @@ class HMCSampler(GibbsSampler):
     r"""Laplace-preconditioned HMC on the exact GP posterior (see the module docstring for the maths).
 
     :param model: as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)`` returns the prior).
-    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (only ``log_prob_at`` is used).
+    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (``log_prob_at`` and
+        ``log_prob_and_grad`` are used).
     :param x: training inputs ``(N, D)``.
     :param y: training targets ``(N,)``.
     :param jitter: :math:`\epsilon` added to the prior covariance (default as for ``GibbsSampler``).
@@ -178,16 +180,14 @@ class HMCSampler(GibbsSampler):
         self._precond: LaplacePreconditioner | None = None
 
     # ------------------------------------------------------------------ the target
-    def _log_lik(self, f: Tensor, y: Tensor, grad: bool = True) -> tuple[Tensor, Tensor | None]:
-        r"""Latent-major ``f`` (T, C, N) -> (:math:`\sum \log p(y \mid f)` per chain (C,), its gradient (T, C, N))."""
+    def _log_lik(self, f: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Latent-major ``f`` (T, C, N) -> (:math:`\sum \log p(y \mid f)` per chain (C,), its gradient (T, C, N)),
+        by the likelihood's ``log_prob_and_grad``."""
         T = self.num_latents
-        with torch.enable_grad():
-            f_lik = f.detach().to(self.dtype).requires_grad_(grad)
-            arg = f_lik[0] if T == 1 else f_lik.permute(1, 2, 0)  # (C, N) / (C, N, T)
-            value = self.likelihood.log_prob_at(y, arg)
-            value = value.reshape(value.shape[0], -1).sum(-1)
-            g = torch.autograd.grad(value.sum(), f_lik)[0].to(LINALG_DTYPE) if grad else None
-        return value.detach().to(LINALG_DTYPE), g
+        f_lik = f.to(self.dtype)
+        value, grad = self.likelihood.log_prob_and_grad(y, f_lik[0] if T == 1 else f_lik.permute(1, 2, 0))
+        grad = grad.unsqueeze(0) if T == 1 else grad.permute(2, 0, 1)
+        return value.reshape(value.shape[0], -1).sum(-1).to(LINALG_DTYPE), grad.to(LINALG_DTYPE)
 
     def _potential(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """(U(z) per chain, ∇U(z)) for latent-major coordinates ``z`` (T, C, N)."""
