@@ -5,8 +5,9 @@ compilation, warm-up and ``draws`` per chain, from prior draws) and a **steady-s
 * ours: :class:`~gpytorch_augment.GibbsSampler` / :class:`~gpytorch_augment.HMCSampler` (``sample``, then
   ``sample(init=last_state)``, all chains one batch);
 * NumPyro ``NUTS(potential_fn=U)`` (default diagonal mass or ``dense_mass=True``), ``chain_method`` sequential or
-  vectorized; the second run is ``mcmc.post_warmup_state = mcmc.last_state; mcmc.run(...)`` (NumPyro's documented
-  way to continue without recompiling);
+  vectorized; the steady state continues ``mcmc.last_state`` with the kernel's own ``sample`` under one
+  ``jax.jit(lax.scan)`` compiled before the timed call (``MCMC.run`` recompiles a ``potential_fn`` sampler on every
+  call, ~25 s here, so a second ``run`` would time the compiler);
 * Pyro ``NUTS(potential_fn=U)`` (secondary row), chains one after the other, steady state = sampling phase.
 
 Every peer samples the *original* model in the whitened parametrisation
@@ -81,10 +82,40 @@ def _numpyro_potential(problem: Problem, mu: np.ndarray, L: np.ndarray):
     return potential
 
 
+def _numpyro_continue(kernel: Any, state: Any, chains: int, draws: int, vectorized: bool) -> tuple[Any, float]:
+    """``draws`` more NUTS transitions per chain from the adapted ``state`` (leading chain axis) with the kernel's
+    own ``sample``, compiled once (``jax.jit`` of a ``lax.scan``; all chains at once if ``vectorized``, else chain
+    after chain): an untimed call compiles, the timed call is the steady state. (NumPyro's ``MCMC.run`` recompiles
+    a ``potential_fn`` sampler on every call, so a second ``run`` would time the compiler.)"""
+    import jax
+    from jax import lax
+
+    def one(st: Any) -> Any:
+        def body(s: Any, _: Any) -> Any:
+            s = kernel.sample(s, (), {})
+            return s, (s.z, s.num_steps, s.diverging)
+
+        return lax.scan(body, st, None, length=draws)[1]
+
+    if vectorized:  # after a vectorized MCMC.run the kernel's sample is already vmapped over chains
+        fn = jax.jit(one)
+        jax.block_until_ready(fn(state))
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(state))
+        return out, time.perf_counter() - t0
+    fn = jax.jit(one)  # ``kernel``: a fresh, un-vmapped NUTS (see run_numpyro)
+    jax.block_until_ready(fn(jax.tree_util.tree_map(lambda a: a[0], state)))
+    t0 = time.perf_counter()
+    parts = [jax.block_until_ready(fn(jax.tree_util.tree_map(lambda a, c=c: a[c], state))) for c in range(chains)]
+    wall = time.perf_counter() - t0
+    return jax.tree_util.tree_map(lambda *a: np.stack(a), *parts), wall
+
+
 def run_numpyro(problem: Problem, mu: np.ndarray, L: np.ndarray, chains: int, warmup: int, draws: int, seed: int,
                 dense: bool = False, chain_method: str = "sequential") -> Run:
     """NumPyro's NUTS with its defaults (target acceptance 0.8, max tree depth 10, diagonal or dense mass matrix
-    adapted in windows), chains from prior draws of v."""
+    adapted in windows), chains from prior draws of v: ``MCMC.run`` end to end, then
+    :func:`_numpyro_continue` for the steady state."""
     import jax
     from numpyro.infer import MCMC, NUTS
 
@@ -92,28 +123,25 @@ def run_numpyro(problem: Problem, mu: np.ndarray, L: np.ndarray, chains: int, wa
     mcmc = MCMC(kernel, num_warmup=warmup, num_samples=draws, num_chains=chains, chain_method=chain_method,
                 progress_bar=False)
     init = np.random.default_rng(seed).standard_normal((chains,) + mu.shape)
-    key = jax.random.PRNGKey(seed)
 
-    def draws_f() -> tuple[np.ndarray, dict[str, Any]]:
-        v = np.asarray(jax.block_until_ready(mcmc.get_samples(group_by_chain=True)))
-        f = mu + np.einsum("tij,cstj->csti", L, v)
-        stats = mcmc.get_extra_fields(group_by_chain=True)
-        return f.reshape(chains, draws, -1), {
-            "mean_leapfrog_steps": float(np.mean(np.asarray(stats["num_steps"]))),
-            "divergences": int(np.sum(np.asarray(stats["diverging"]))),
-        }
+    def to_f(v: Any) -> np.ndarray:
+        return (mu + np.einsum("tij,cstj->csti", L, np.asarray(v))).reshape(chains, draws, -1)
 
     t0 = time.perf_counter()
-    mcmc.run(key, init_params=init, extra_fields=("num_steps", "diverging"))
-    f_e2e, s_e2e = draws_f()
+    mcmc.run(jax.random.PRNGKey(seed), init_params=init, extra_fields=("num_steps", "diverging"))
+    v = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
     e2e = time.perf_counter() - t0
-    mcmc.post_warmup_state = mcmc.last_state
-    t1 = time.perf_counter()
-    mcmc.run(mcmc.post_warmup_state.rng_key, extra_fields=("num_steps", "diverging"))
-    f_steady, s_steady = draws_f()
-    steady = time.perf_counter() - t1
-    return Run(f_e2e, e2e, f_steady, steady, {"chain_method": chain_method, "dense_mass": dense,
-                                                "e2e": s_e2e, "steady": s_steady})
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    vectorized = chain_method == "vectorized"
+    if not vectorized:  # MCMC vmaps the kernel's sample over chains: a fresh kernel gives the per-chain one (same
+        # potential, settings and warm-up length; the adapted state has passed warm-up, so it no longer adapts)
+        kernel = NUTS(potential_fn=_numpyro_potential(problem, mu, L), dense_mass=dense)
+        kernel.init(jax.random.PRNGKey(seed), warmup, init_params=init[0])
+    (z, steps, div), steady = _numpyro_continue(kernel, mcmc.last_state, chains, draws, vectorized)
+    extra = {"chain_method": chain_method, "dense_mass": dense,
+             "mean_leapfrog_steps_e2e": float(np.mean(np.asarray(fields["num_steps"]))),
+             "mean_leapfrog_steps": float(np.mean(np.asarray(steps))), "divergences": int(np.sum(np.asarray(div)))}
+    return Run(to_f(v), e2e, to_f(z), steady, extra)
 
 
 def run_pyro(problem: Problem, mu: np.ndarray, L: np.ndarray, chains: int, warmup: int, draws: int, seed: int) -> Run:

@@ -39,8 +39,9 @@ diagonal curvature by double back-propagation) and cached with the prior; :meth:
 The likelihood is used only through ``log_prob_and_grad(y, f)`` (closed form where the likelihood provides one,
 else autograd of ``log_prob_at``): any
 :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` whose :math:`\log p(y \mid f)` is differentiable in
-:math:`f`, with one or several latents. Not supported: inducing points and likelihoods that sample their own
-constants (``sample_hyperparameters``); use :class:`~gpytorch_augment.GibbsSampler` there. Which sampler to use
+:math:`f`, with one or several latents. The likelihood's constants (e.g. class scales, noise scales) stay fixed at
+their current values: ``sample_hyperparameters`` is never called (use :class:`~gpytorch_augment.GibbsSampler` to
+sample them). Inducing points are not supported. Which sampler to use
 when: ``benchmarks/README.md``.
 
 Example::
@@ -167,11 +168,7 @@ class HMCSampler(GibbsSampler):
         self.step_size: Tensor | None = None
         self.last_run: dict[str, Any] = {}
         super().__init__(model, likelihood, x, y, jitter=jitter, **kwargs)
-        if self._samples_hyperparameters:
-            raise ValueError(
-                f"{type(likelihood).__name__} samples its own constants (sample_hyperparameters); HMCSampler keeps "
-                "them fixed. Use GibbsSampler"
-            )
+        self._samples_hyperparameters = False  # the likelihood's constants stay at their current values
         self.f_update = "hmc"
 
     def refresh(self) -> None:
