@@ -73,6 +73,7 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         f"{result['versions']['numpyro']}, pyro {result['versions']['pyro']}, torch {result['versions']['torch']}). "
         "Issue 16.",
         "",
+        *(f"**{k} failed**: {v}\n" for k, v in result.get("failures", {}).items()),
         "## Targets (best of our samplers ÷ NumPyro default NUTS, worst of bulk/tail/sd min ESS per second)",
         "",
         common.markdown_table(["problem", "chains", "our best", "steady state", "end to end", "our e2e R̂ < 1.01"],

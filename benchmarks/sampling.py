@@ -214,7 +214,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     wall = time.perf_counter()
     machine = common.start_run(args.threads, args.seed)
     cfg = QUICK if args.quick else FULL
-    problems = [run_problem(k, args, cfg) for k in ([args.only] if args.only else list(BUILDERS))]
+    problems, failures = [], {}
+    for key in [args.only] if args.only else list(BUILDERS):
+        try:
+            problems.append(run_problem(key, args, cfg))
+        except Exception as err:  # noqa: BLE001  (one failing problem must not lose the others' results)
+            failures[key] = repr(err)
+            print(f"{key}: FAILED {err!r}", flush=True)
     common.close_machine_info(machine)
     result = {
         "benchmark": "sampling", "issue": "issue 16",
@@ -223,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    "threads": torch.get_num_threads(), "xla_flags": os.environ.get("XLA_FLAGS")},
         "versions": {"jax": jax.__version__, "numpyro": numpyro.__version__, "pyro": pyro.__version__,
                      "torch": torch.__version__},
-        "machine": machine, "problems": problems, "verdicts": verdicts(problems),
+        "machine": machine, "problems": problems, "failures": failures, "verdicts": verdicts(problems),
         "wall_time_total": time.perf_counter() - wall,
     }
     from _sampling_report import write_markdown
