@@ -16,15 +16,8 @@ import torch
 from gpytorch_augment import BernoulliLogitLikelihood, HMCSampler
 from gpytorch_augment.testing.geweke import Z_TOL
 from gpytorch_augment.testing.hmc import hmc_geweke_z, hmc_posterior_z, violation_log_prob_and_grad
+from tests.inference.test_geweke import _one_thread  # noqa: F401  (autouse: one torch thread)
 from tests.likelihoods.registry import CASES
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 class HalvedLogLik(BernoulliLogitLikelihood):
