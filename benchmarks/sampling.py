@@ -61,7 +61,7 @@ CHAIN_COUNTS = (4, 16)
 #: the issue's targets: worst-ESS/s of our best sampler over NumPyro default NUTS (steady state; end to end)
 TARGETS = {"heart": 3.0, "boston": 5.0, "mcycle": 10.0, "vehicle": 10.0}
 TARGET_E2E = 5.0
-FULL = {"warmup": 500, "draws": 2000, "pilot_warmup": 300, "pilot_draws": 500, "pyro_warmup": 150, "pyro_draws": 150}
+FULL = {"warmup": 500, "draws": 2000, "pilot_warmup": 200, "pilot_draws": 300, "pyro_warmup": 150, "pyro_draws": 150}
 QUICK = {"warmup": 100, "draws": 200, "pilot_warmup": 50, "pilot_draws": 100, "pyro_warmup": 30, "pyro_draws": 30}
 
 
@@ -208,7 +208,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common.run_arguments(p, "small smoke run", threads_help="torch threads", caps=False)
     p.add_argument("--only", choices=tuple(BUILDERS), default=None)
+    p.add_argument("--merge", type=Path, nargs="+", default=None,
+                   help="only merge the sampling.json of these directories (e.g. one --only run per problem, run as "
+                   "parallel processes) into one report")
     args = p.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, common.output_dir(args.output_dir, False))
     if args.seed == PILOT_SEED:
         p.error("--seed must differ from PILOT_SEED")
     wall = time.perf_counter()
@@ -235,6 +240,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from _sampling_report import write_markdown
 
     out = common.output_dir(args.output_dir, args.quick)
+    common.write_results(out, "sampling", result, write_markdown)
+    return result
+
+
+def merge(directories: list[Path], out: Path) -> dict[str, Any]:
+    """Join the ``sampling.json`` of per-problem runs (same settings) into one result and report."""
+    import json
+
+    from _sampling_report import write_markdown
+
+    parts = [json.loads((d / "sampling.json").read_text()) for d in directories]
+    result = dict(parts[0])
+    result["problems"] = [p for part in parts for p in part["problems"]]
+    result["failures"] = {k: v for part in parts for k, v in part.get("failures", {}).items()}
+    result["verdicts"] = verdicts(result["problems"])
+    result["wall_time_total"] = max(part["wall_time_total"] for part in parts)
+    result["merged_from"] = [str(d) for d in directories]
+    loads = [part["machine"] for part in parts]
+    result["machine"] = {**loads[0], "load_average_start": max((m["load_average_start"] for m in loads)),
+                         "load_average_end": max((m["load_average_end"] for m in loads))}
     common.write_results(out, "sampling", result, write_markdown)
     return result
 
