@@ -109,8 +109,8 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
     ]
     if result.get("merged_from"):
         lines.append("* The problems ran as parallel processes (`--only <problem>`, one per problem, merged with "
-                     "`--merge`): each process interleaves its own methods, so every method of a problem saw the same load; the "
-                     "processes also compete with each other (and with other users' jobs).")
+                     "`--merge`): each process interleaves its own methods, so every method of a problem saw the "
+                     "same load; the processes also compete with each other (and with other users' jobs).")
     for p in result["problems"]:
         lines.append(f"* **{p['title']}** (N = {p['n']}, T = {p['num_latents']}): {p['data_note']}; "
                      f"hyper-parameters: {p['hyperparameters'].get('procedure', '')}.")
