@@ -3,7 +3,16 @@ updates and blocked Gibbs sampling."""
 
 from . import core, distributions, likelihoods
 from .distributions import PolyaGamma
-from .inference import CAVI, CAVITrace, Convergence, GibbsSampler, GibbsSamples, HeldOut, RelativeChange
+from .inference import (
+    CAVI,
+    CAVITrace,
+    Convergence,
+    GibbsSampler,
+    GibbsSamples,
+    HeldOut,
+    HMCSampler,
+    RelativeChange,
+)
 from .likelihoods import (
     AugmentedLikelihood,
     BernoulliLogitLikelihood,
@@ -38,6 +47,7 @@ __all__ = [
     "GibbsSampler",
     "GibbsSamples",
     "GPPrior",
+    "HMCSampler",
     "HeldOut",
     "LaplaceLikelihood",
     "LogisticSoftmaxLikelihood",

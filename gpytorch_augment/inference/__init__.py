@@ -1,9 +1,10 @@
 """Inference engines: closed-form CAVI (full-batch or stochastic, with step-size schedules and convergence
-criteria) and blocked Gibbs sampling."""
+criteria) blocked Gibbs sampling and Laplace-preconditioned HMC."""
 
 from .cavi import CAVI
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
 from .gibbs import GibbsSampler, GibbsSamples
+from .hmc import HMCSampler
 from .schedules import AdaptiveStep, ConstantStep, RobbinsMonro, StepSchedule, make_schedule
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "Convergence",
     "GibbsSampler",
     "GibbsSamples",
+    "HMCSampler",
     "HeldOut",
     "RelativeChange",
     "RobbinsMonro",

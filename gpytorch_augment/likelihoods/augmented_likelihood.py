@@ -141,6 +141,17 @@ class AugmentedLikelihood(Likelihood, ABC):
         r""":math:`\log p(y \mid f)` of the original likelihood for canonical targets, broadcasting over ``f``."""
         return self.forward(f, **kwargs).log_prob(y)
 
+    def log_prob_and_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        r"""``(log_prob_at(y, f), ∂/∂f Σ log_prob_at(y, f))``: the per-datum log-likelihood and the gradient of its
+        sum, the same shape as ``f`` (the hot path of :class:`~gpytorch_augment.HMCSampler`). The default
+        differentiates :meth:`log_prob_at` by autograd; a likelihood may override it with a closed form (the shared
+        suite checks the two agree)."""
+        with torch.enable_grad():
+            f_ = f.detach().requires_grad_(True)
+            value = self.log_prob_at(y, f_, **kwargs)
+            (grad,) = torch.autograd.grad(value.sum(), f_)
+        return value.detach(), grad
+
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:

@@ -70,6 +70,12 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
     def log_prob_at(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
         return torch.nn.functional.logsigmoid(self._sign(y) * f)
 
+    def log_prob_and_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        r""":math:`\log\sigma(s f)` and its derivative :math:`s\,\sigma(-s f)`, :math:`s = 2y - 1`."""
+        s = self._sign(y)
+        sf = s * f
+        return torch.nn.functional.logsigmoid(sf), s * torch.sigmoid(-sf)
+
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Bernoulli:
         r""":math:`p(y_* = 1) = E_{q(f_*)} \sigma(f_*)` by Gauss--Hermite quadrature."""
         nodes, weights = self._quadrature(function_dist)

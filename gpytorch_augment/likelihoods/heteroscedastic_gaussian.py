@@ -77,6 +77,16 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
         log_prec = self._noise_log_precision(g)
         return 0.5 * (log_prec - LOG_2PI) - 0.5 * log_prec.exp() * (y - f_) ** 2
 
+    def log_prob_and_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        r"""The log-density and its gradient: with :math:`\tau = \xi\sigma(g)` and :math:`r = y - f`,
+        :math:`\partial_f = \tau r` and :math:`\partial_g = \tfrac12(1 - \sigma(g))(1 - \tau r^2)`."""
+        f_, g = split_latents(f)
+        log_prec = self._noise_log_precision(g).detach()
+        tau, r = log_prec.exp(), y - f_
+        value = 0.5 * (log_prec - LOG_2PI) - 0.5 * tau * r * r
+        grad_g = 0.5 * torch.sigmoid(-g) * (1 - tau * r * r)
+        return value, torch.stack([tau * r, grad_g], dim=-1)
+
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:

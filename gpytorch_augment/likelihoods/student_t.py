@@ -107,6 +107,15 @@ class StudentTLikelihood(AugmentedLikelihood):
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> StudentT:
         return StudentT(self.df, function_samples, self.scale)
 
+    def log_prob_and_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        r""":math:`\log t_\nu(y \mid f, \sigma)` and its derivative :math:`(\nu + 1) r / (\nu\sigma^2 + r^2)`,
+        :math:`r = y - f`."""
+        df, scale = self.df.detach(), self.scale.detach()
+        r = y - f
+        c = df * scale**2
+        const = torch.lgamma((df + 1) / 2) - torch.lgamma(df / 2) - 0.5 * torch.log(math.pi * df) - scale.log()
+        return const - (df + 1) / 2 * torch.log1p(r * r / c), (df + 1) * r / (c + r * r)
+
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> StudentTPredictive:
         return StudentTPredictive(self.df, function_dist.mean, function_dist.variance, self.scale)
 

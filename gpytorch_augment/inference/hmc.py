@@ -1,0 +1,374 @@
+r"""Hamiltonian Monte Carlo on the *original* (non-augmented) GP posterior, preconditioned by its Laplace
+approximation: :class:`HMCSampler`, a sibling of :class:`~gpytorch_augment.GibbsSampler` with the same
+``sample`` / ``resume`` / :class:`~gpytorch_augment.GibbsSamples` API.
+
+Target (exact model, :math:`T` independent latent GPs, :math:`K_t + \epsilon I = L_t L_t^\top`):
+
+.. math::
+    p(f \mid y) \propto \prod_i p(y_i \mid f_{\cdot i}) \prod_t \mathcal N(f_t \mid \mu_t, K_t + \epsilon I).
+
+**Coordinates.** With :math:`f_t = \mu_t + L_t v_t` (whitened prior) and the Laplace approximation
+:math:`v \approx \mathcal N(\hat v, B^{-1})`, :math:`B = I + L^\top W L = C C^\top` (:math:`\hat v` the mode,
+:math:`W = \mathrm{diag}(\max(0, -\partial^2_{f_{ti}} \log p(y \mid \hat f)))`), the chain moves in
+:math:`z` with :math:`v = \hat v + C^{-\top} z`, i.e. :math:`f = \hat f + A z`, :math:`A = L C^{-\top}`. In these
+coordinates the Laplace approximation is :math:`\mathcal N(0, I)` and, because
+:math:`C^{-1}C^{-\top} = I - A^\top W A`, the potential and its gradient are
+
+.. math::
+    U(z) = \tfrac12\lVert\hat v\rVert^2 + b^\top z + \tfrac12\lVert z\rVert^2 - \tfrac12 d^\top W d
+    - \log p(y \mid \hat f + d),\qquad
+    \nabla U(z) = z + b - A^\top\big(\nabla_f \log p(y \mid f) + W d\big),
+
+with :math:`d = A z` and :math:`b = C^{-1}\hat v`: **two** dense :math:`N \times N` products per leapfrog step
+(:math:`Az` and :math:`A^\top r`), each one matrix-matrix product over all chains. :math:`W` and the mode only
+shape the coordinates; the potential is the true one, so any :math:`W \ge 0` (and an inexact mode) gives an exact
+sampler.
+
+**Transition** (Neal 2011): momentum :math:`p \sim \mathcal N(0, I)`, :math:`n` leapfrog steps of size
+:math:`\varepsilon_c` (per chain), :math:`n` drawn uniformly from ``num_steps`` each iteration (random trajectory
+lengths avoid the periodicity of a fixed length, which anti-correlates some coordinates and collapses the ESS of the
+posterior variance), Metropolis acceptance with probability :math:`\min(1, e^{H_0 - H_1})` (non-finite energies are
+rejected). Every transition leaves :math:`p(f \mid y)` invariant.
+
+**Adaptation** (warm-up only): the step size of each chain by dual averaging (Hoffman & Gelman 2014, §3.2) towards
+``target_accept``; after warm-up it is frozen at the averaged value and stored on the sampler (so
+:meth:`~gpytorch_augment.GibbsSampler.resume` continues with it; a run without warm-up and without a stored step size
+uses ``initial_step_size``). The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then the
+diagonal curvature by double back-propagation) and cached with the prior; :meth:`refresh` recomputes both.
+
+The likelihood is used only through ``log_prob_and_grad(y, f)`` (closed form where the likelihood provides one,
+else autograd of ``log_prob_at``): any
+:class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` whose :math:`\log p(y \mid f)` is differentiable in
+:math:`f`, with one or several latents. The likelihood's constants (e.g. class scales, noise scales) stay fixed at
+their current values: ``sample_hyperparameters`` is never called (use :class:`~gpytorch_augment.GibbsSampler` to
+sample them). Inducing points are not supported. Which sampler to use
+when: ``benchmarks/README.md``.
+
+Example::
+
+    >>> sampler = HMCSampler(GP(), BernoulliLogitLikelihood(), x, y)
+    >>> samples = sampler.sample(1000, warmup=300, num_chains=16, seed=0)
+    >>> samples.summary().rhat.max(), sampler.last_run["acceptance_rate"]
+    >>> p = samples.predict(x_test).y_probs
+    >>> more = sampler.resume(samples, 1000)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..core.linalg import add_to_diagonal, tri_solve
+from ..likelihoods.augmented_likelihood import AugmentedLikelihood
+from .gibbs.kernel import LINALG_DTYPE
+from .gibbs.sampler import GibbsSampler
+from .gibbs.state import GibbsState
+
+__all__ = ["HMCSampler", "LaplacePreconditioner"]
+
+_PRECONDITIONERS = ("laplace", "prior")
+
+
+class LaplacePreconditioner(NamedTuple):
+    r"""The coordinates of :class:`HMCSampler`, latent-major: mode ``f_hat`` (T, N), ``v_hat`` (T, N), curvature
+    ``W`` (T, N), ``A`` = :math:`L C^{-\top}` (T, N, N), ``C`` = chol(:math:`I + L^\top W L`) (T, N, N),
+    ``b`` = :math:`C^{-1}\hat v` (T, N) and ``const`` = :math:`\tfrac12\lVert\hat v\rVert^2`."""
+
+    f_hat: Tensor
+    v_hat: Tensor
+    W: Tensor
+    A: Tensor
+    C: Tensor
+    b: Tensor
+    const: Tensor
+
+
+class _DualAveraging:
+    """Per-chain dual averaging of :math:`\\log\\varepsilon` (Hoffman & Gelman 2014, eq. 6; gamma 0.05, t0 10,
+    kappa 0.75, shrinkage point :math:`\\log(10\\varepsilon_0)`)."""
+
+    def __init__(self, eps0: Tensor, target: float, gamma: float = 0.05, t0: float = 10.0, kappa: float = 0.75):
+        self.mu = torch.log(10 * eps0)
+        self.log_eps = eps0.log()
+        self.log_eps_bar = torch.zeros_like(eps0)
+        self.h_bar = torch.zeros_like(eps0)
+        self.target, self.gamma, self.t0, self.kappa, self.t = target, gamma, t0, kappa, 0
+
+    def update(self, accept_prob: Tensor) -> None:
+        self.t += 1
+        eta = 1.0 / (self.t + self.t0)
+        self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept_prob)
+        self.log_eps = self.mu - math.sqrt(self.t) / self.gamma * self.h_bar
+        w = self.t ** (-self.kappa)
+        self.log_eps_bar = w * self.log_eps + (1 - w) * self.log_eps_bar
+
+    @property
+    def step_size(self) -> Tensor:
+        return self.log_eps.exp()
+
+    @property
+    def final(self) -> Tensor:
+        return self.log_eps_bar.exp()
+
+
+class HMCSampler(GibbsSampler):
+    r"""Laplace-preconditioned HMC on the exact GP posterior (see the module docstring for the maths).
+
+    :param model: as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)`` returns the prior).
+    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (``log_prob_at`` and
+        ``log_prob_and_grad`` are used).
+    :param x: training inputs ``(N, D)``.
+    :param y: training targets ``(N,)``.
+    :param jitter: :math:`\epsilon` added to the prior covariance (default as for ``GibbsSampler``).
+    :param num_steps: ``(low, high)``: leapfrog steps per transition, uniform on ``low .. high`` (inclusive), drawn
+        once per iteration for all chains (default ``(2, 5)``).
+    :param target_accept: acceptance probability targeted by the step-size adaptation (default 0.8).
+    :param initial_step_size: step size the adaptation starts from, and the step size of runs without warm-up
+        before any adaptation (default 1.0: the Laplace approximation is :math:`\mathcal N(0, I)` in these
+        coordinates).
+    :param preconditioner: ``"laplace"`` (default) or ``"prior"`` (:math:`W = 0`, :math:`\hat v = 0`: plain
+        HMC in the whitened prior coordinates; a baseline).
+    :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
+
+    Attributes after a run: :attr:`step_size` (per chain, frozen after warm-up) and :attr:`last_run` (acceptance
+    rate, mean leapfrog steps, step sizes, number of gradient evaluations).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        likelihood: AugmentedLikelihood,
+        x: Tensor,
+        y: Tensor,
+        inducing_points: Tensor | None = None,
+        jitter: float | None = None,
+        num_steps: tuple[int, int] = (2, 5),
+        target_accept: float = 0.8,
+        initial_step_size: float = 1.0,
+        preconditioner: str = "laplace",
+        **kwargs: Any,
+    ) -> None:
+        if inducing_points is not None:
+            raise ValueError("HMCSampler samples the exact posterior only; use GibbsSampler with inducing_points")
+        lo, hi = (int(num_steps[0]), int(num_steps[1])) if len(num_steps) == 2 else (0, -1)
+        if not 1 <= lo <= hi:
+            raise ValueError(f"num_steps must be (low, high) with 1 <= low <= high, got {num_steps!r}")
+        if not 0.0 < target_accept < 1.0:
+            raise ValueError(f"target_accept must lie in (0, 1), got {target_accept!r}")
+        if not (math.isfinite(initial_step_size) and initial_step_size > 0):
+            raise ValueError(f"initial_step_size must be a positive number, got {initial_step_size!r}")
+        if preconditioner not in _PRECONDITIONERS:
+            raise ValueError(f"preconditioner must be one of {_PRECONDITIONERS}, got {preconditioner!r}")
+        self.num_steps, self.target_accept = (lo, hi), float(target_accept)
+        self.initial_step_size, self.preconditioner = float(initial_step_size), preconditioner
+        self.step_size: Tensor | None = None
+        self.last_run: dict[str, Any] = {}
+        super().__init__(model, likelihood, x, y, jitter=jitter, **kwargs)
+        self._samples_hyperparameters = False  # the likelihood's constants stay at their current values
+        self.f_update = "hmc"
+
+    def refresh(self) -> None:
+        """Recompute the cached prior (see ``GibbsSampler.refresh``); the preconditioner is rebuilt on next use."""
+        super().refresh()
+        self._precond: LaplacePreconditioner | None = None
+
+    # ------------------------------------------------------------------ the target
+    def _log_lik(self, f: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Latent-major ``f`` (T, C, N) -> (:math:`\sum \log p(y \mid f)` per chain (C,), its gradient (T, C, N)),
+        by the likelihood's ``log_prob_and_grad``."""
+        T = self.num_latents
+        f_lik = f.to(self.dtype)
+        value, grad = self.likelihood.log_prob_and_grad(y, f_lik[0] if T == 1 else f_lik.permute(1, 2, 0))
+        grad = grad.unsqueeze(0) if T == 1 else grad.permute(2, 0, 1)
+        return value.reshape(value.shape[0], -1).sum(-1).to(LINALG_DTYPE), grad.to(LINALG_DTYPE)
+
+    def _potential(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """(U(z) per chain, ∇U(z)) for latent-major coordinates ``z`` (T, C, N)."""
+        P = self.laplace
+        d = z @ P.A.mT  # A z per chain
+        ll, g = self._log_lik(P.f_hat.unsqueeze(1) + d, y)
+        Wd = P.W.unsqueeze(1) * d
+        b = P.b.unsqueeze(1)
+        quad = (z * (b + 0.5 * z) - 0.5 * d * Wd).sum((0, 2))
+        return P.const + quad - ll, z + b - (g + Wd) @ P.A
+
+    # ------------------------------------------------------------------ preconditioner
+    @property
+    def laplace(self) -> LaplacePreconditioner:
+        """The cached :class:`LaplacePreconditioner` (computed on first use at the training targets)."""
+        if self._precond is None:
+            self._precond = self._build_preconditioner()
+        return self._precond
+
+    def _mode(self, y: Tensor, max_iter: int = 500) -> Tensor:
+        r"""The mode :math:`\hat v` (T, N) of :math:`\tfrac12\lVert v\rVert^2 - \log p(y \mid \mu + Lv)` by L-BFGS
+        (strong Wolfe line search), from :math:`v = 0`."""
+        terms = self.terms
+        v = torch.zeros_like(terms.mu, requires_grad=True)
+        opt = torch.optim.LBFGS([v], lr=1.0, max_iter=max_iter, tolerance_grad=1e-10, tolerance_change=1e-14,
+                                history_size=20, line_search_fn="strong_wolfe")
+
+        def closure() -> Tensor:
+            opt.zero_grad()
+            with torch.enable_grad():
+                f = terms.mu + (terms.L @ v.unsqueeze(-1)).squeeze(-1)
+                T = self.num_latents
+                arg = f.unsqueeze(0).to(self.dtype)
+                arg = arg[:, 0] if T == 1 else arg.permute(0, 2, 1)
+                loss = 0.5 * (v * v).sum() - self.likelihood.log_prob_at(y, arg).sum().to(LINALG_DTYPE)
+                loss.backward()
+            return loss
+
+        with torch.enable_grad():
+            opt.step(closure)
+        return v.detach()
+
+    def _curvature(self, f: Tensor, y: Tensor) -> Tensor:
+        r""":math:`\max(0, -\partial^2 \log p(y \mid f) / \partial f_{ti}^2)` (T, N) by double back-propagation (the
+        log-likelihood is separable over data points, so one backward pass per latent gives the diagonal)."""
+        T = self.num_latents
+        out = torch.zeros_like(f)
+        with torch.enable_grad():
+            f_ = f.unsqueeze(1).to(self.dtype).requires_grad_(True)  # (T, 1, N)
+            arg = f_[0] if T == 1 else f_.permute(1, 2, 0)
+            (g,) = torch.autograd.grad(self.likelihood.log_prob_at(y, arg).sum(), f_, create_graph=True)
+            for t in range(T):
+                (h,) = torch.autograd.grad(g[t].sum(), f_, retain_graph=t < T - 1, allow_unused=True)
+                if h is not None:
+                    out[t] = h[t, 0].to(LINALG_DTYPE)
+        return (-out).clamp_min(0.0).nan_to_num(0.0, 0.0, 0.0)
+
+    @torch.no_grad()
+    def _build_preconditioner(self) -> LaplacePreconditioner:
+        terms = self.terms
+        if self.preconditioner == "laplace":
+            v_hat = self._mode(self.y)
+            f_hat = terms.mu + (terms.L @ v_hat.unsqueeze(-1)).squeeze(-1)
+            W = self._curvature(f_hat, self.y)
+        else:
+            v_hat, f_hat, W = torch.zeros_like(terms.mu), terms.mu.clone(), torch.zeros_like(terms.mu)
+        B = add_to_diagonal(terms.L.mT @ (W.unsqueeze(-1) * terms.L), 1.0)
+        C = torch.linalg.cholesky((B + B.mT) / 2)
+        A = tri_solve(C, terms.L.mT).mT.contiguous()  # L C^{-T}
+        b = tri_solve(C, v_hat.unsqueeze(-1)).squeeze(-1)
+        return LaplacePreconditioner(f_hat, v_hat, W, A, C, b, 0.5 * (v_hat * v_hat).sum())
+
+    def _to_z(self, f: Tensor) -> Tensor:
+        """Internal chain latents (C, T, N) -> coordinates z (T, C, N)."""
+        P, terms = self.laplace, self.terms
+        v = tri_solve(terms.L, (f.transpose(0, 1) - terms.mu.unsqueeze(1)).mT).mT  # (T, C, N)
+        return (v - P.v_hat.unsqueeze(1)) @ P.C  # C^T (v - v_hat), row-vector form
+
+    def _to_f(self, z: Tensor) -> Tensor:
+        """Coordinates z (T, C, N) -> internal chain latents (C, T, N)."""
+        P = self.laplace
+        return (P.f_hat.unsqueeze(1) + z @ P.A.mT).transpose(0, 1).contiguous()
+
+    # ------------------------------------------------------------------ one transition
+    def _transition(
+        self, z: Tensor, U: Tensor, grad: Tensor, y: Tensor, eps: Tensor, steps: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One Metropolis-corrected leapfrog trajectory of ``steps`` steps (step size ``eps`` per chain, (C,)) from
+        the state (z, U, ∇U) for all chains; returns the new state and the acceptance probabilities (C,)."""
+        p0 = torch.randn(z.shape, generator=generator, dtype=z.dtype, device=z.device)
+        e = eps.view(1, -1, 1)
+        p = p0 - 0.5 * e * grad
+        z1 = z
+        for i in range(steps):
+            z1 = z1 + e * p
+            U1, g1 = self._potential(z1, y)
+            p = p - (e if i < steps - 1 else 0.5 * e) * g1
+        log_ratio = (U - U1) + 0.5 * ((p0 * p0).sum((0, 2)) - (p * p).sum((0, 2)))
+        log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, torch.full_like(log_ratio, -math.inf))
+        u = torch.rand(log_ratio.shape, generator=generator, dtype=z.dtype, device=z.device)
+        accept = u.log() < log_ratio
+        keep = accept.view(1, -1, 1)
+        return (
+            torch.where(keep, z1, z),
+            torch.where(accept, U1, U),
+            torch.where(keep, g1, grad),
+            log_ratio.clamp_max(0.0).exp(),
+        )
+
+    def _draw_steps(self, generator: torch.Generator | None) -> int:
+        lo, hi = self.num_steps
+        return int(torch.randint(lo, hi + 1, (1,), generator=generator, device=self.device).item())
+
+    def _chain_step_size(self, num_chains: int) -> Tensor:
+        """The frozen per-chain step size if one of the right length is stored, else ``initial_step_size``."""
+        if self.step_size is not None and self.step_size.shape[0] == num_chains:
+            return self.step_size.to(device=self.device, dtype=LINALG_DTYPE)
+        return torch.full((num_chains,), self.initial_step_size, dtype=LINALG_DTYPE, device=self.device)
+
+    def _run_chains(
+        self,
+        f: Tensor,
+        constants: dict[str, Tensor],
+        generator: torch.Generator,
+        warmup: int,
+        thin: int,
+        record: Any,
+        progress: bool,
+    ) -> tuple[Tensor, dict[str, Tensor], None, dict[str, Tensor]]:
+        """Driver hook of ``GibbsSampler._sample``: ``warmup`` adapting transitions, then ``num_samples * thin``
+        transitions at the frozen step sizes, recording every kept one (internal layout (C, T, N))."""
+        C = f.shape[0]
+        z = self._to_z(f)
+        U, grad = self._potential(z, self.y)
+        adapt = _DualAveraging(self._chain_step_size(C), self.target_accept) if warmup > 0 else None
+        total = warmup + record.num_samples * thin
+        accept_sum, steps_sum = torch.zeros(C, dtype=LINALG_DTYPE), 0
+        for it in range(total):
+            eps = adapt.step_size if adapt is not None else self._chain_step_size(C)
+            steps = self._draw_steps(generator)
+            z, U, grad, prob = self._transition(z, U, grad, self.y, eps, steps, generator)
+            if adapt is not None:
+                adapt.update(prob)
+                if it == warmup - 1:
+                    self.step_size, adapt = adapt.final, None
+                continue
+            accept_sum += prob.cpu()
+            steps_sum += steps
+            if (it - warmup + 1) % thin == 0:
+                record.keep(self._to_f(z), {}, None, constants)
+        kept = max(total - warmup, 1)
+        self.last_run = {
+            "step_size": self._chain_step_size(C).cpu(),
+            "acceptance_rate": float(accept_sum.mean()) / kept,
+            "mean_leapfrog_steps": steps_sum / kept,
+            "gradients_after_warmup": steps_sum,
+        }
+        return self._to_f(z), {}, None, constants
+
+    @torch.no_grad()
+    def sweep(
+        self,
+        f: Tensor,
+        y: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        hyper: Mapping[str, Tensor] | None = None,
+    ) -> GibbsState:
+        r"""One HMC transition (fixed step size: the stored adapted one if it has one entry per chain, else
+        ``initial_step_size``; no adaptation) for a batch of chains, in the coordinates of the cached
+        preconditioner. The building block of the Geweke test: the preconditioner depends on the training targets
+        only, never on ``y`` or ``f``, so the transition leaves :math:`p(f \mid y)` invariant for every ``y``.
+
+        :param f: latents in storage layout, ``(chains, N)`` / ``(chains, T, N)``.
+        :param y: targets to condition on (default: the training targets); may be ``(chains, N)``.
+        :param generator: a ``torch.Generator``.
+        :param hyper: unused (the likelihood's constants are fixed).
+        :return: a :class:`GibbsState` holding the new ``f``.
+        """
+        if self._params_changed():
+            self.refresh()
+        y = self.y if y is None else self.likelihood.check_targets(y, **self.target_kwargs)
+        f_int = self._from_storage(f, None, name="f")
+        z = self._to_z(f_int)
+        U, grad = self._potential(z, y)
+        eps = self._chain_step_size(z.shape[1])
+        z, _, _, _ = self._transition(z, U, grad, y, eps, self._draw_steps(generator), generator)
+        return GibbsState(f=self._to_storage(self._to_f(z)).to(self.dtype))

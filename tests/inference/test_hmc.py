@@ -1,0 +1,100 @@
+r"""Tests of :class:`~gpytorch_augment.HMCSampler` (Laplace-preconditioned HMC on the exact posterior).
+
+Exactness, over every registered likelihood (``tests/likelihoods/registry.py``): the closed-form
+``log_prob_and_grad`` equals autograd of ``log_prob_at``; the Geweke joint-distribution test with the HMC transition;
+the brute-force posterior test (HMC means of f and f² against importance sampling from the prior, N = 3). Each can
+fail: a likelihood whose log-density is halved (the wrong posterior) must fail both sampler tests. API: the same
+``sample`` / ``resume`` / ``GibbsSamples`` interface as ``GibbsSampler``.
+"""
+
+from __future__ import annotations
+
+import gpytorch
+import pytest
+import torch
+
+from gpytorch_augment import BernoulliLogitLikelihood, HMCSampler
+from gpytorch_augment.testing.geweke import Z_TOL
+from gpytorch_augment.testing.hmc import hmc_geweke_z, hmc_posterior_z, violation_log_prob_and_grad
+from tests.inference.test_geweke import _one_thread  # noqa: F401  (autouse: one torch thread)
+from tests.likelihoods.registry import CASES
+
+
+class HalvedLogLik(BernoulliLogitLikelihood):
+    """A deliberately wrong likelihood for HMC: :math:`\\tfrac12 \\log p(y \\mid f)` (a flatter posterior)."""
+
+    def log_prob_and_grad(self, y, f, **kwargs):
+        value, grad = super().log_prob_and_grad(y, f, **kwargs)
+        return value / 2, grad / 2
+
+    def log_prob_at(self, y, f, **kwargs):
+        return super().log_prob_at(y, f, **kwargs) / 2
+
+
+def _bernoulli_case():
+    return next(c for c in CASES if c.name == "bernoulli_logit")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_log_prob_and_grad_matches_autograd(case):
+    ratios = violation_log_prob_and_grad(case)
+    assert max(ratios.values()) <= 1, ratios
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_hmc_geweke(case):
+    z = hmc_geweke_z(case)
+    assert z.abs().max() <= Z_TOL, z
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_hmc_posterior_matches_importance_sampling(case):
+    z = hmc_posterior_z(case)
+    assert z.abs().max() <= Z_TOL, z
+
+
+def test_wrong_target_fails_both():
+    case = _bernoulli_case()
+    wrong = type(case)(**{**case.__dict__, "make": lambda: HalvedLogLik().double()})
+    assert hmc_geweke_z(wrong).abs().max() > Z_TOL
+    assert hmc_posterior_z(case, likelihood=HalvedLogLik().double()).abs().max() > Z_TOL
+
+
+class _GP(gpytorch.Module):
+    def __init__(self):
+        super().__init__()
+        self.mean_module = gpytorch.means.ZeroMean()
+        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+
+    def forward(self, x):
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+
+def _sampler(**kwargs):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(25, 2, generator=g)
+    y = torch.bernoulli(torch.sigmoid(2 * x[:, 0]), generator=g)
+    return HMCSampler(_GP(), BernoulliLogitLikelihood(), x, y, **kwargs)
+
+
+def test_resume_equals_one_run_and_api():
+    a, b = _sampler(), _sampler()
+    long = a.sample(30, warmup=20, num_chains=3, seed=1, progress=False)
+    short = b.sample(12, warmup=20, num_chains=3, seed=1, progress=False)
+    both = b.resume(short, 18, progress=False)
+    torch.testing.assert_close(both.f, long.f)
+    assert long.f.shape == (3, 30, 25) and long.f_update == "hmc"
+    assert 0 < a.last_run["acceptance_rate"] <= 1 and a.step_size.shape == (3,)
+    assert long.summary().rhat.shape == (25,)
+    assert long.predict(torch.zeros(4, 2)).y_probs.shape == (4,)
+
+
+def test_invalid_options():
+    with pytest.raises(ValueError, match="num_steps"):
+        _sampler(num_steps=(3, 2))
+    with pytest.raises(ValueError, match="target_accept"):
+        _sampler(target_accept=1.5)
+    with pytest.raises(ValueError, match="preconditioner"):
+        _sampler(preconditioner="cavi")
+    with pytest.raises(ValueError, match="exact posterior"):
+        _sampler(inducing_points=torch.zeros(3, 2))
