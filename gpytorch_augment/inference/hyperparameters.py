@@ -186,12 +186,10 @@ class CollapsedProtocol:
 
     Example::
 
-        >>> import torch
-        >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
-        >>> from gpytorch_augment.testing import SVGP
-        >>> x = torch.linspace(-3, 3, 60, dtype=torch.float64).unsqueeze(-1)
-        >>> y = (x.squeeze(-1).sin() > 0).double()
-        >>> cavi = CAVI(SVGP(x[::6].clone()).double(), BernoulliLogitLikelihood(), num_data=60)
+        >>> import torch, gpytorch_augment as ga, gpytorch_augment.testing as gt
+        >>> x = torch.linspace(0, 6, 40, dtype=torch.float64).unsqueeze(-1)
+        >>> cavi = ga.CAVI(gt.SVGP(x[::5].clone()).double(), ga.BernoulliLogitLikelihood(), num_data=40)
+        >>> y = (x.squeeze(-1).cos() > 0).double()
         >>> protocol = CollapsedProtocol(cavi, x, y, hyperparameters_of(cavi))
         >>> bounds = [protocol.step() for _ in range(5)]
         >>> protocol.polishing                          # after 3 outer steps on all the data: the true ELBO
