@@ -8,10 +8,10 @@ Two protocols, chosen by :func:`choose_protocol` from the likelihood and the dat
   ``lbfgs_iter`` iterations on :math:`\theta` with :math:`q(\Omega)` fixed. Both halves never decrease the bound. To
   make the early outer steps cheap, they run on a seeded random subset of the data that doubles every outer step
   (``subset`` points first) until it is all the data. Memory is :math:`O(\text{chunk}\cdot M + M^2)`. Once the
-  bound is flat on all the data, fresh L-BFGS runs on GPyTorch's true ``VariationalELBO`` over :math:`\theta` and
-  :math:`q(u)` together remove the bias of the augmented bound's maximiser (``polish``, default on; see
-  :class:`CollapsedProtocol`); the rule ``convergence`` (default: relative change of the final phase's objective
-  below ``tol``) decides when to stop.
+  bound is flat on all the data (or after 3 outer steps on all of it), fresh L-BFGS runs on GPyTorch's true
+  ``VariationalELBO`` over :math:`\theta` and :math:`q(u)` together remove the bias of the augmented bound's
+  maximiser (``polish``, default on; see :class:`CollapsedProtocol`); the rule ``convergence`` (default: relative
+  change of the final phase's objective below ``tol``) decides when to stop.
 * ``"stochastic"`` -- mini-batch CAVI (``batch_size``, the default Robbins-Monro step on :math:`q(u)`) with one Adam
   step (``lr``) on the CAVI's ``hyper_objective`` per CAVI step, fused with it (one kernel evaluation per batch):
   :meth:`CAVI.fit` with ``hyper_optimizer``. Used for likelihoods whose latents are updated in blocks (the
@@ -20,6 +20,18 @@ Two protocols, chosen by :func:`choose_protocol` from the likelihood and the dat
 Every fit returns a :class:`~gpytorch_augment.inference.convergence.CAVITrace` (``elbo``: the bound per datum
 entering each outer step or CAVI step; ``time``: training wall time) and leaves :math:`q(u)` at its optimum for the
 final hyper-parameters.
+
+Example::
+
+    >>> import torch
+    >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+    >>> from gpytorch_augment.testing import SVGP
+    >>> x = torch.linspace(-3, 3, 60, dtype=torch.float64).unsqueeze(-1)
+    >>> y = (x.squeeze(-1).sin() > 0).double()
+    >>> model = SVGP(x[::6].clone()).double()
+    >>> trace = CAVI(model, BernoulliLogitLikelihood(), num_data=60).fit(x, y, learn_hyperparameters=True)
+    >>> trace.elbo[-1] > trace.elbo[0]
+    True
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from typing import Any
 
 import gpytorch
 import torch
+from gpytorch.variational import CholeskyVariationalDistribution
 from torch import Tensor
 
 from .._validation import check_inputs_targets
@@ -40,8 +53,8 @@ from .convergence import CAVITrace, Convergence, RelativeChange
 
 __all__ = ["COLLAPSED_MAX_DATA", "CollapsedProtocol", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
 
-#: above this many training points the default protocol is ``"stochastic"`` (a full pass per L-BFGS evaluation
-#: then costs more than the mini-batch steps that reach the same test NLL; see ``benchmarks/README.md``)
+#: above this many training points the default protocol is ``"stochastic"``: a conservative threshold, not yet
+#: measured (the collapsed protocol was measured up to 5,000 points, ``benchmarks/README.md``; issue 15 item 4)
 COLLAPSED_MAX_DATA = 50_000
 
 PROTOCOLS = ("auto", "collapsed", "stochastic")
@@ -113,8 +126,8 @@ def fit_hyperparameters(
     :param learn_inducing_locations: see :func:`hyperparameters_of`.
     :param subset: collapsed: the points of the first outer step (doubled every step; ``>= N``: all from the start).
     :param lbfgs_iter: collapsed: L-BFGS iterations per outer step.
-    :param batch_size: stochastic: the mini-batch size.
-    :param lr: stochastic: Adam's learning rate.
+    :param batch_size: stochastic: the mini-batch size (default 1024, the prototype's best SVGP batch on magic).
+    :param lr: stochastic: Adam's learning rate (the stochastic defaults are not tuned by a benchmark yet).
     :param num_epochs: stochastic: epochs (default 20).
     :param chunk_size: collapsed: data points per chunk of the bound.
     :param polish: collapsed: finish with L-BFGS on the true ``VariationalELBO`` (:class:`CollapsedProtocol`).
@@ -166,13 +179,21 @@ class CollapsedProtocol:
     ``VariationalELBO`` over :math:`\theta` and :math:`q(u)` together, from the phase-1 solution. The augmented
     bound is looser than the true ELBO and its maximiser is biased (larger outputscales, different likelihood
     scales); phase 1 gets close cheaply, phase 2 removes the bias in a few iterations (measurements in
-    ``benchmarks/README.md``). :meth:`finish` leaves :math:`q(u)` at the optimum of the last phase on all the data.
+    ``benchmarks/README.md``). Phase 2 needs a ``CholeskyVariationalDistribution`` (GPyTorch's natural
+    parametrisations hand NGD's gradients to autograd, which L-BFGS cannot use); with any other, ``polish`` is off
+    and phase 1 runs to convergence. :meth:`finish` leaves :math:`q(u)` at the optimum of the last phase on all the
+    data.
 
     Example::
 
+        >>> import torch, gpytorch_augment as ga, gpytorch_augment.testing as gt
+        >>> x = torch.linspace(0, 6, 40, dtype=torch.float64).unsqueeze(-1)
+        >>> cavi = ga.CAVI(gt.SVGP(x[::5].clone()).double(), ga.BernoulliLogitLikelihood(), num_data=40)
+        >>> y = (x.squeeze(-1).cos() > 0).double()
         >>> protocol = CollapsedProtocol(cavi, x, y, hyperparameters_of(cavi))
-        >>> for _ in range(10):
-        ...     bound = protocol.step()
+        >>> bounds = [protocol.step() for _ in range(5)]
+        >>> protocol.polishing                          # after 3 outer steps on all the data: the true ELBO
+        True
         >>> protocol.finish()
     """
 
@@ -197,7 +218,10 @@ class CollapsedProtocol:
         #: the number of points of the next outer step
         self.size = min(int(subset), self.num_data)
         self.lbfgs_iter, self.chunk_size = int(lbfgs_iter), chunk_size
-        self.polish, self.switch_tol, self.max_collapsed = bool(polish), float(switch_tol), int(max_collapsed)
+        # GPyTorch's natural parametrisations return NGD's gradients, not the ELBO's: L-BFGS needs the Cholesky one
+        cholesky = isinstance(cavi.strategy._variational_distribution, CholeskyVariationalDistribution)
+        self.polish = bool(polish) and cholesky
+        self.switch_tol, self.max_collapsed = float(switch_tol), int(max_collapsed)
         self.mll: CollapsedAugmentedELBO | None = None
         #: whether the steps are now on the true ELBO (phase 2)
         self.polishing = False

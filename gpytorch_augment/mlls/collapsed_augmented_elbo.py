@@ -76,14 +76,14 @@ class CollapsedAugmentedELBO(MarginalLogLikelihood):
         >>> y = (x.squeeze(-1).sin() > 0).double()
         >>> model, likelihood = SVGP(x[::5].clone()).double(), BernoulliLogitLikelihood()
         >>> mll = CollapsedAugmentedELBO(likelihood, model, num_data=50, train_inputs=x, train_targets=y)
-        >>> before = float(mll())
+        >>> before = float(mll().detach())
         >>> for _ in range(3):                          # alternate q(Omega) with L-BFGS on theta
         ...     mll.update_aux()
         ...     opt = torch.optim.LBFGS(list(model.hyperparameters()), max_iter=20)
         ...     def closure():
         ...         opt.zero_grad(); loss = -mll(); loss.backward(); return loss
         ...     _ = opt.step(closure)
-        >>> float(mll()) > before
+        >>> float(mll().detach()) > before
         True
     """
 
