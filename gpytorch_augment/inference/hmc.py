@@ -46,11 +46,18 @@ when: ``benchmarks/README.md``.
 
 Example::
 
-    >>> sampler = HMCSampler(GP(), BernoulliLogitLikelihood(), x, y)
-    >>> samples = sampler.sample(1000, warmup=300, num_chains=16, seed=0)
-    >>> samples.summary().rhat.max(), sampler.last_run["acceptance_rate"]
-    >>> p = samples.predict(x_test).y_probs
-    >>> more = sampler.resume(samples, 1000)
+    >>> import gpytorch, torch
+    >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior, HMCSampler
+    >>> x = torch.linspace(-2, 2, 10, dtype=torch.float64).unsqueeze(-1)
+    >>> y = (x.squeeze(-1) > 0).double()
+    >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
+    >>> sampler = HMCSampler(prior, BernoulliLogitLikelihood(), x, y)
+    >>> samples = sampler.sample(40, warmup=40, num_chains=4, seed=0, progress=False)
+    >>> samples.f.shape
+    torch.Size([4, 40, 10])
+    >>> more = sampler.resume(samples, 10, progress=False)
+    >>> more.f.shape
+    torch.Size([4, 50, 10])
 """
 
 from __future__ import annotations

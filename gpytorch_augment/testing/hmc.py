@@ -11,8 +11,15 @@ prior over :math:`N = 3` points), for any likelihood whose ``log_prob_at`` is di
 
 Example::
 
-    >>> z = hmc_posterior_z(case)
-    >>> assert z.abs().max() <= Z_TOL, z
+    >>> import torch
+    >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE
+    >>> from gpytorch_augment.testing.hmc import violation_log_prob_and_grad
+    >>> from gpytorch_augment.testing import worst
+    >>> with torch.random.fork_rng():
+    ...     _ = torch.manual_seed(0)
+    ...     ratios = violation_log_prob_and_grad(BERNOULLI_CASE)
+    >>> worst(ratios) <= 1
+    True
 """
 
 from __future__ import annotations
