@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 from gpytorch.mlls import MarginalLogLikelihood
-from gpytorch.variational import IndependentMultitaskVariationalStrategy
 from torch import Tensor
 
 from .._validation import check_inputs_targets, check_nonempty, check_target_keywords, squeezed_targets
@@ -31,7 +30,7 @@ from ..core.distributed import (
     is_distributed,
 )
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
-from ..variational.cavi_variational_strategy import _CAVIMixin
+from ..variational.cavi_variational_strategy import _CAVIMixin, cavi_strategy_of
 from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
 from ._checks import check_batch_size, check_input_dim, check_latents
@@ -52,15 +51,7 @@ _ELBO_CHUNK_ELEMENTS = 2**22
 
 
 def _cavi_strategy(model: Any) -> _CAVIMixin:
-    strategy = getattr(model, "variational_strategy", None)
-    if isinstance(strategy, IndependentMultitaskVariationalStrategy):
-        strategy = strategy.base_variational_strategy
-    if not isinstance(strategy, _CAVIMixin):
-        raise TypeError(
-            f"CAVI needs a model whose variational_strategy is a CAVIVariationalStrategy or "
-            f"UnwhitenedCAVIVariationalStrategy (possibly inside an IndependentMultitaskVariationalStrategy); "
-            f"got {type(strategy).__name__}"
-        )
+    strategy = cavi_strategy_of(model, needed_by="CAVI")
     strategy.check_distribution()
     return strategy
 

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from .._validation import check_target_keywords
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
+from ..variational.cavi_variational_strategy import cavi_strategy_of
 
 
 class AugmentedELBO(_ApproximateMarginalLogLikelihood):
@@ -56,7 +57,7 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (0 <= float(beta) < math.inf):
             raise ValueError(f"beta must be a finite number >= 0; got {beta!r}")
         super().__init__(likelihood, model, int(num_data), beta=float(beta), combine_terms=True)
-        strategy = _cavi_strategy_or_none(model)
+        strategy = cavi_strategy_of(model)
         if strategy is not None:  # a CAVI model: one latent GP per latent of the likelihood
             from ..inference._checks import check_latents  # (inference imports this module)
 
@@ -97,13 +98,3 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         mean, var = variational_dist_f.mean, variational_dist_f.variance
         q_aux = self.likelihood.aux_posterior(y, mean.detach(), var.detach())
         return self.likelihood.elbo_terms(y, q_aux, mean, var).sum(-1)
-
-
-def _cavi_strategy_or_none(model: Any) -> Any:
-    """The model's CAVI strategy (unwrapping GPyTorch's multitask wrapper), or ``None`` for any other model."""
-    from ..variational.cavi_variational_strategy import _CAVIMixin
-
-    strategy = getattr(model, "variational_strategy", None)
-    strategy = getattr(strategy, "base_variational_strategy", strategy)
-    return strategy if isinstance(strategy, _CAVIMixin) else None
-

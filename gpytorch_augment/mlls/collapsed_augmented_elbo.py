@@ -7,13 +7,13 @@ from typing import Any
 import torch
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
-from gpytorch.variational import IndependentMultitaskVariationalStrategy
 from torch import Tensor
 
 from .._validation import check_inputs_targets
 from ..core import PriorTerms, SufficientStatistics, WhitenedGaussian
 from ..core.linalg import tri_solve
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
+from ..variational.cavi_variational_strategy import cavi_strategy_of
 
 __all__ = ["CollapsedAugmentedELBO"]
 
@@ -321,15 +321,4 @@ def _collapsed(stats: SufficientStatistics) -> Tensor:
 
 
 def _strategy(model: Any) -> Any:
-    from ..variational.cavi_variational_strategy import _CAVIMixin
-
-    strategy = getattr(model, "variational_strategy", None)
-    if isinstance(strategy, IndependentMultitaskVariationalStrategy):
-        strategy = strategy.base_variational_strategy
-    if not isinstance(strategy, _CAVIMixin):
-        raise TypeError(
-            "CollapsedAugmentedELBO needs a model whose variational_strategy is a CAVIVariationalStrategy or "
-            f"UnwhitenedCAVIVariationalStrategy (possibly inside IndependentMultitaskVariationalStrategy); got "
-            f"{type(strategy).__name__}"
-        )
-    return strategy
+    return cavi_strategy_of(model, needed_by="CollapsedAugmentedELBO")

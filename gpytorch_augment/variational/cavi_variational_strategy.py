@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from gpytorch.variational import (
     CholeskyVariationalDistribution,
+    IndependentMultitaskVariationalStrategy,
     NaturalVariationalDistribution,
     TrilNaturalVariationalDistribution,
     UnwhitenedVariationalStrategy,
@@ -340,3 +341,30 @@ class UnwhitenedCAVIVariationalStrategy(_CAVIMixin, UnwhitenedVariationalStrateg
         theta1 = tri_solve(terms.L.mT, q.theta1.unsqueeze(-1), upper=True).squeeze(-1)
         theta1 = theta1 + mv(C_u.mT, mv(C_u, terms.mu_Z))
         return theta1, C_u
+
+
+def cavi_strategy_of(model: Any, needed_by: str | None = None) -> _CAVIMixin | None:
+    """The model's CAVI strategy (unwrapping GPyTorch's ``IndependentMultitaskVariationalStrategy``); ``None`` for any
+    other model, or, with ``needed_by`` (the caller's name), a ``TypeError`` saying what it needs.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import SVGP
+        >>> from gpytorch_augment.variational.cavi_variational_strategy import cavi_strategy_of
+        >>> type(cavi_strategy_of(SVGP(torch.zeros(3, 1)))).__name__
+        'CAVIVariationalStrategy'
+    """
+    strategy = getattr(model, "variational_strategy", None)
+    if isinstance(strategy, IndependentMultitaskVariationalStrategy):
+        strategy = strategy.base_variational_strategy
+    if isinstance(strategy, _CAVIMixin):
+        return strategy
+    if needed_by is None:
+        return None
+    raise TypeError(
+        f"{needed_by} needs a model whose variational_strategy is a CAVIVariationalStrategy or "
+        "UnwhitenedCAVIVariationalStrategy (possibly inside an IndependentMultitaskVariationalStrategy); "
+        f"got {type(strategy).__name__}"
+    )
+
