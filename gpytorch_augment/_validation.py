@@ -1,23 +1,47 @@
 """Input checks run once, at the public entry points (engines, MLLs, ``expected_log_prob``).
 
 Each raises ``ValueError`` naming the offending argument and, where useful, an offending value.
+
+Checks of the data's *values* (finite, labels, counts) read a result back from the device, a host synchronisation on
+CUDA. A loop over slices of data already checked as a whole (``CAVI.fit`` on tensors) runs inside
+:func:`checked_data`, where those value checks are skipped; shape and type checks always run.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor
+
+_VALUES_CHECKED = contextvars.ContextVar("gpytorch_augment_values_checked", default=False)
+
+
+@contextmanager
+def checked_data() -> Iterator[None]:
+    """Inside, :func:`checking_values` is ``False``: the data passed on were validated as a whole beforehand, so the
+    value checks (each a host synchronisation on CUDA) are skipped for their slices."""
+    token = _VALUES_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _VALUES_CHECKED.reset(token)
+
+
+def checking_values() -> bool:
+    """Whether the data's values are to be checked (``False`` inside :func:`checked_data`)."""
+    return not _VALUES_CHECKED.get()
 
 
 def check_finite(name: str, t: Tensor) -> Tensor:
     """Raise if ``t`` holds NaN or infinite values."""
     if not isinstance(t, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.is_floating_point() and not torch.isfinite(t).all():
+    if t.is_floating_point() and checking_values() and not torch.isfinite(t).all():
         bad = t[~torch.isfinite(t)].flatten()[0].item()
         raise ValueError(f"{name} contains non-finite values (e.g. {bad}); remove or impute them first")
     return t
@@ -39,6 +63,8 @@ def check_inputs_targets(x: Tensor, y: Tensor) -> None:
 def check_values_in(name: str, y: Tensor, allowed: tuple[float, ...]) -> None:
     """Raise unless every entry of ``y`` is one of ``allowed``."""
     check_finite(name, y)
+    if not checking_values():
+        return
     ok = torch.zeros_like(y, dtype=torch.bool)
     for a in allowed:
         ok |= y == a
@@ -52,6 +78,8 @@ def check_counts(name: str, y: Tensor) -> Tensor:
     check_finite(name, y)
     if not y.is_floating_point():
         y = y.to(torch.get_default_dtype())
+    if not checking_values():
+        return y
     bad = (y < 0) | (y != y.round())
     if bad.any():
         raise ValueError(f"{name} must be non-negative integer counts; found {y[bad].flatten()[0].item()}")

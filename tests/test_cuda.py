@@ -66,3 +66,26 @@ def test_polya_gamma_draws_on_cuda_have_the_right_moments():
     draws = q.sample()
     assert draws.device.type == "cuda"
     assert float(draws.mean()) == pytest.approx(float(q.mean[0]), rel=0.02)
+
+
+def test_a_minibatch_cavi_step_on_checked_data_synchronises_at_most_twice():
+    """CUDA's sync debug mode counts one step of a fit (data checked once, beforehand): the kernel factorisation's
+    failure check (GPyTorch's jitter retry) and GPyTorch's equal-inputs test in the RBF kernel, nothing of ours."""
+    import warnings
+
+    from gpytorch_augment._validation import checked_data
+
+    x, y, z = _data("cuda")
+    model = SVGP(z, mean_constant=0.3).double().cuda()
+    cavi = CAVI(model, BernoulliLogitLikelihood().cuda(), num_data=len(y))
+    cavi.step(x[:20], y[:20])
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught, checked_data():
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            cavi._step(x[20:40], y[20:40], {})
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) <= 2, [str(w.message) for w in syncs]

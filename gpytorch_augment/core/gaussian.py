@@ -122,8 +122,10 @@ class NaturalParameters(NamedTuple):
         return NaturalParameters((1 - rho) * self.b + rho * target.b, (1 - rho) * self.B + rho * target.B)
 
     def factorize(self) -> WhitenedGaussian:
-        """The same Gaussian with :math:`B = C^\\top C` factorised."""
-        return WhitenedGaussian(self.b, reverse_cholesky(self.B))
+        """The same Gaussian with :math:`B = C^\\top C` factorised, without a host synchronisation: the precisions
+        of the engines are :math:`I` plus positive semi-definite statistics, or convex combinations of positive
+        definite ones, so the factorisation does not fail short of non-finite entries, which give NaN factors."""
+        return WhitenedGaussian(self.b, reverse_cholesky(self.B, checked=False))
 
 
 def natural_gradient(q: WhitenedGaussian, target: NaturalParameters) -> Tensor:

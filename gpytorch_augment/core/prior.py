@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky
-from linear_operator.utils.errors import NotPSDError
+from linear_operator.utils.errors import NanError, NotPSDError
 from torch import Tensor
 
 from .linalg import tri_solve
@@ -62,6 +62,11 @@ def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I", source_dtype: torch
     """
     try:
         return psd_safe_cholesky(K)
+    except NanError as err:
+        raise PriorFactorizationError(
+            f"the prior covariance {what} has NaN entries: a kernel hyper-parameter or the inducing inputs became NaN "
+            f"(an optimizer step too large? lower its learning rate), or the inputs hold NaN. ({err})"
+        ) from err
     except NotPSDError as err:
         scale = float(K.diagonal(dim1=-2, dim2=-1).abs().max()) if K.numel() else 0.0
         where = f"{K.dtype}" if source_dtype in (None, K.dtype) else f"{source_dtype} (factorised in {K.dtype})"
@@ -169,9 +174,15 @@ def whiten_prior(
     return PriorTerms(L=L, A=A, mu_Z=mean[..., :M], mu_X=mean[..., M:], k_diag=k_diag, a_sq=A.pow(2).sum(-2))
 
 
-def _same(a: Tensor, b: Tensor) -> bool:
-    """Equal shape, dtype, device and values (NaN never equals)."""
-    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+def _all_same(pairs: Sequence[tuple[Tensor, Tensor]]) -> bool:
+    """Whether every pair has equal shape, dtype, device and values (NaN never equals), reading the comparison back
+    from each device once (one host synchronisation per device, not one per pair)."""
+    if any(a.shape != b.shape or a.dtype != b.dtype or a.device != b.device for a, b in pairs):
+        return False
+    per_device: dict[torch.device, list[Tensor]] = {}
+    for a, b in pairs:
+        per_device.setdefault(a.device, []).append((a == b).all())
+    return all(bool(torch.stack(flags).all()) for flags in per_device.values())
 
 
 class _Entry(NamedTuple):
@@ -228,8 +239,7 @@ class PriorCache:
             or len(entry.inputs) != len(inputs)
             or any(a is not b for a, b in zip(entry.tensors, tensors))
             or entry.versions != _versions(entry.value)
-            or not all(_same(a, b) for a, b in zip(entry.inputs, inputs))
-            or not all(_same(value, t) for value, t in zip(entry.values, tensors))
+            or not _all_same([*zip(entry.inputs, inputs), *zip(entry.values, tensors)])
         ):
             return None
         return entry.value

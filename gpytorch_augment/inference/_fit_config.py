@@ -49,6 +49,13 @@ class FitConfig:
         return padded(batches, self.num_batches, self.x, self.y, self.kwargs) if self.sharded else batches
 
     @property
+    def prechecked(self) -> bool:
+        """Whether the batches are slices of tensors whose values :meth:`build` checked as a whole (then the loop
+        skips the per-batch value checks, each a host synchronisation on CUDA); a data loader's batches are
+        checked one by one."""
+        return self.data_loader is None
+
+    @property
     def total_steps(self) -> int | None:
         """The cap on the number of steps (``None``: none), for the progress bar."""
         total = self.max_iter
@@ -68,7 +75,7 @@ class FitConfig:
         if data_loader is not None:
             num_batches = _check_loader(cavi, x, y, batch_size, data_loader, kwargs, sharded, group)
         else:
-            batch_size, num_batches = _check_tensors(cavi, x, y, batch_size, sharded, group)
+            batch_size, num_batches = _check_tensors(cavi, x, y, batch_size, sharded, group, kwargs)
         if int(hyper_steps) < 1:
             raise ValueError(f"hyper_steps must be a positive integer, got {hyper_steps}")
         if hyper_optimizer is not None:
@@ -156,7 +163,13 @@ def _check_loader(
 
 
 def _check_tensors(
-    cavi: Any, x: Tensor | None, y: Tensor | None, batch_size: Any, sharded: bool = False, group: Any = None
+    cavi: Any,
+    x: Tensor | None,
+    y: Tensor | None,
+    batch_size: Any,
+    sharded: bool = False,
+    group: Any = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> tuple[int | None, int]:
     """Validate a fit on tensors; returns ``(batch_size, batches per epoch)`` (with sharded data: the largest
     number over the ranks)."""
@@ -165,6 +178,7 @@ def _check_tensors(
     cavi._check_inputs(x, y)
     if not sharded:
         check_nonempty(x, "CAVI.fit")
+    cavi.likelihood.check_targets(y, **(kwargs or {}))  # the whole data, once: the loop then skips the value checks
     if batch_size is None:
         sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
         check_full_batch(sum(sizes), cavi.num_data, sharded)

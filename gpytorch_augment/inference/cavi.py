@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,13 @@ import torch
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import check_inputs_targets, check_nonempty, check_target_keywords, squeezed_targets
+from .._validation import (
+    check_inputs_targets,
+    check_nonempty,
+    check_target_keywords,
+    checked_data,
+    squeezed_targets,
+)
 from ..core import PriorTerms, WhitenedGaussian, natural_gradient
 from ..core.distributed import (
     all_gather_objects,
@@ -493,9 +500,11 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         epoch = 0
         while config.num_epochs is None or epoch < config.num_epochs:
             for xb, yb, kb, epoch_end in config.epoch():
-                value = float(self._step(xb, yb, kb, config.hyper_optimizer))
-                if config.hyper_optimizer is not None and config.hyper_steps > 1:
-                    self.hyper_step(xb, yb, config.hyper_optimizer, steps=config.hyper_steps - 1, **kb)
+                with checked_data() if config.prechecked else nullcontext():
+                    loss = self._step(xb, yb, kb, config.hyper_optimizer)
+                    if config.hyper_optimizer is not None and config.hyper_steps > 1:
+                        self.hyper_step(xb, yb, config.hyper_optimizer, steps=config.hyper_steps - 1, **kb)
+                value = float(loss)  # the step's one host synchronisation: the trace and the stopping rule need it
                 t = trace.num_steps
                 trace.elbo.append(value)
                 trace.time.append(clock.elapsed())

@@ -37,6 +37,8 @@ import torch
 from gpytorch.constraints import Positive
 from torch import Tensor
 
+from .._validation import checking_values
+
 __all__ = ["PositiveConstant", "check_gamma_prior", "register_positive_constant", "set_positive_constant"]
 
 _FLOAT64_ADVICE = "fit in float64 (model.double(), likelihood.double() and float64 x, y)"
@@ -70,8 +72,11 @@ def set_positive_constant(module: torch.nn.Module, name: str, value: Any, update
     constraint = getattr(module, f"raw_{name}_constraint")
     declared: torch.Size = module._positive_constant_shapes[name]
     wide = _as_float64(name, value)
+    # an update inside a loop over checked data skips the value checks (host synchronisations on CUDA): a bad value
+    # there surfaces as a non-finite ELBO
+    check = not update or checking_values()
     bad = ~torch.isfinite(wide) | (wide <= 0)
-    if bad.any():
+    if check and bad.any():
         if update:
             raise ValueError(
                 f"the closed-form update of {name} gave {_first(wide, bad)} (it must be positive and finite): q(f) "
@@ -81,8 +86,7 @@ def set_positive_constant(module: torch.nn.Module, name: str, value: Any, update
         raise ValueError(f"{name} must be positive and finite; got {_first(wide, bad)}")
     narrow = wide.to(param.dtype)
     raw = constraint.inverse_transform(narrow.to(param.device))
-    lost = ~torch.isfinite(narrow) | (narrow <= 0) | ~torch.isfinite(raw.cpu())
-    if lost.any():
+    if check and (lost := ~torch.isfinite(narrow) | (narrow <= 0) | ~torch.isfinite(raw.cpu())).any():
         what = "the closed-form update of " if update else ""
         raise ValueError(
             f"{what}{name} = {_first(wide, lost)} is not representable in {param.dtype} (overflow or underflow): "

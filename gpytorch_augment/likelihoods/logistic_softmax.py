@@ -30,7 +30,7 @@ from .._numerics import (
     pg_tilt_c,
 )
 from .._random import seeded_by
-from .._validation import check_finite
+from .._validation import check_finite, checking_values
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.negative_multinomial import NegativeMultinomial
 from ..distributions.polya_gamma import PolyaGamma
@@ -293,7 +293,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         if not y.is_floating_point():
             y = y.to(torch.get_default_dtype())
         bad = (y != y.round()) | (y < 0) | (y > self.num_classes - 1)
-        if bad.any():
+        if checking_values() and bad.any():
             raise ValueError(
                 f"labels y must be integer class indices in 0..{self.num_classes - 1}; "
                 f"found {y[bad].flatten()[0].item()}"

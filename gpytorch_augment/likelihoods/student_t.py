@@ -223,7 +223,7 @@ class StudentTLikelihood(AugmentedLikelihood):
         :math:`[\min_i r_i^2, \max_i r_i^2]`: :func:`~gpytorch_augment._numerics.safeguarded_newton` in :math:`u`,
         started at the current :math:`\sigma^2`, finds it to ~1e-13 relative in a few steps, per batch element.
         """
-        if not self.learn_scale:
+        if not (self.learn_scale and self.raw_scale.requires_grad):  # frozen as the error advice says
             return
         shape = self.raw_scale.shape
         r2 = ((y - f_mean) ** 2 + f_var).to(torch.float64).clamp_min(1e-300)
@@ -234,8 +234,7 @@ class StudentTLikelihood(AugmentedLikelihood):
             t = r2 / (df * u.exp() + r2)  # t_i = r_i^2 / (nu sigma^2 + r_i^2), d t_i / du = -t_i (1 - t_i)
             return t.sum_to_size(shape) - target, -(t * (1 - t)).sum_to_size(shape)
 
-        lo = torch.full(shape, float(r2.min().log()), dtype=torch.float64, device=r2.device)
-        hi = torch.full_like(lo, float(r2.max().log()))
+        lo, hi = r2.min().log().expand(shape), r2.max().log().expand(shape)  # tensors: no device read-back
         start = 2 * self.scale.to(torch.float64).log()
         log_scale2 = safeguarded_newton(excess_and_slope, lo, hi, start, increasing=False)
         set_positive_constant(self, "scale", (log_scale2 / 2).exp().to(self.raw_scale), update=True)
