@@ -400,7 +400,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         x: Tensor | None = None,
         y: Tensor | None = None,
         max_iter: int | None = None,
-        tol: float = 1e-8,
+        tol: float | None = None,
         hyper_optimizer: torch.optim.Optimizer | None = None,
         hyper_steps: int = 1,
         callback: Callable[[int, float], Any] | None = None,
@@ -419,7 +419,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         given) until ``convergence`` says so or a cap is reached.
 
         **Full batch** (``x, y`` and no ``batch_size``): every step uses all the data; by default the run stops
-        when the relative change of the augmented ELBO falls below ``tol`` (``RelativeChange(tol, window=1)``) or
+        when the relative change of the augmented ELBO falls below ``tol`` (default ``1e-8``; with
+        ``learn_hyperparameters=True``, the protocol's own default) (``RelativeChange(tol, window=1)``) or
         after ``max_iter`` steps (default 100).
 
         **Mini-batch**: either ``batch_size`` (with ``x, y``: each epoch visits a fresh random permutation, drawn
@@ -448,7 +449,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         """
         if x is not None and y is not None:
             y = squeezed_targets(x, y)
-        if learn_hyperparameters or hyper_options is not None:  # the one-call protocol
+        if learn_hyperparameters or hyper_options is not None:  # the one-call protocol (its own default tol)
             return self._fit_hyperparameters(
                 x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, callback=callback,
                 batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
@@ -456,9 +457,9 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                 kwargs=kwargs,
             )  # fmt: skip
         config = FitConfig.build(
-            self, x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, hyper_steps=hyper_steps,
-            batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
-            generator=generator, kwargs=kwargs,
+            self, x, y, max_iter=max_iter, tol=1e-8 if tol is None else tol, hyper_optimizer=hyper_optimizer,
+            hyper_steps=hyper_steps, batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs,
+            convergence=convergence, generator=generator, kwargs=kwargs,
         )  # fmt: skip
         check_target_keywords(self.likelihood, kwargs, "CAVI.fit")
         bar = progress_bar(config.total_steps) if progress else None
@@ -491,6 +492,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             options["batch_size"] = batch_size
         if x is not None and y is not None:
             self._check_inputs(x, y)
+        if shared.get("tol") is None:  # fit_hyperparameters' own default
+            shared.pop("tol", None)
         return fit_hyperparameters(self, x, y, **shared, **options, **kwargs)
 
     def _run(self, config: FitConfig, callback: Callable[[int, float], Any] | None, bar: Any) -> CAVITrace:

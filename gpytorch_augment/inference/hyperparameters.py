@@ -116,7 +116,8 @@ def fit_hyperparameters(
     r"""Learn :math:`q(u)` and the hyper-parameters together (what ``CAVI.fit(..., learn_hyperparameters=True)``
     runs); see the module docstring for the two protocols.
 
-    :param protocol: ``"auto"`` (:func:`choose_protocol`), ``"collapsed"`` or ``"stochastic"``.
+    :param protocol: ``"auto"`` (:func:`choose_protocol`; always ``"stochastic"`` with sharded data),
+        ``"collapsed"`` (one process only) or ``"stochastic"``.
     :param max_iter: outer steps (collapsed, default 50) or CAVI steps (stochastic, default none).
     :param tol: the default rule's relative tolerance on the bound per datum.
     :param convergence: a :class:`~gpytorch_augment.inference.convergence.Convergence` or callable ``trace -> bool``
@@ -150,7 +151,13 @@ def fit_hyperparameters(
         raise ValueError(f"lr must be a finite number > 0, got {lr}")
     params = hyperparameters_of(cavi, learn_inducing_locations)
     if protocol == "auto":
-        protocol = choose_protocol(cavi.likelihood, y.shape[-1])
+        # with sharded data (torch.distributed) only the stochastic protocol reduces over the ranks
+        protocol = "stochastic" if cavi.distributed else choose_protocol(cavi.likelihood, y.shape[-1])
+    elif protocol == "collapsed" and cavi.distributed:
+        raise ValueError(
+            "protocol='collapsed' works on one process's data only; with sharded data (torch.distributed) use "
+            "protocol='stochastic' (or 'auto', which chooses it)"
+        )
     if protocol == "stochastic":
         optimizer = torch.optim.Adam(params, lr=float(lr))
         return cavi.fit(

@@ -173,3 +173,31 @@ def test_natural_distributions_skip_the_polish_phase():
     trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, max_iter=30)
     assert trace.converged and all(b >= a - 1e-9 * abs(a) for a, b in zip(trace.elbo, trace.elbo[1:]))
     assert any(not torch.equal(a, b) for a, b in zip(natural, model.variational_parameters()))  # CAVI wrote q*(u)
+
+
+def test_sharded_data_refuse_the_collapsed_protocol_and_auto_chooses_the_stochastic_one(monkeypatch):
+    """The collapsed bound sees one process's data only: with torch.distributed, 'auto' means 'stochastic'."""
+    import gpytorch_augment.inference.hyperparameters as hyper
+
+    monkeypatch.setattr(CAVI, "distributed", property(lambda self: True))
+    _, cavi, data = _setup()
+    with pytest.raises(ValueError, match="protocol='stochastic'"):
+        cavi.fit(data.x, data.y, learn_hyperparameters=True, hyper_options={"protocol": "collapsed"})
+    chosen = {}
+    monkeypatch.setattr(hyper, "_fit_collapsed", lambda *a, **k: chosen.setdefault("protocol", "collapsed"))
+    monkeypatch.setattr(CAVI, "fit", lambda self, *a, **k: chosen.setdefault("protocol", "stochastic"))
+    hyper.fit_hyperparameters(cavi, data.x, data.y)
+    assert chosen["protocol"] == "stochastic"
+
+
+def test_the_one_call_fit_keeps_its_own_default_tolerance(monkeypatch):
+    """CAVI.fit's tol default (1e-8, for q(u) alone) is not forced on the hyper-parameter protocols."""
+    import gpytorch_augment.inference.hyperparameters as hyper
+
+    seen = {}
+    monkeypatch.setattr(hyper, "fit_hyperparameters", lambda cavi, x, y, **kw: seen.update(kw))
+    _, cavi, data = _setup()
+    cavi.fit(data.x, data.y, learn_hyperparameters=True)
+    assert "tol" not in seen
+    cavi.fit(data.x, data.y, learn_hyperparameters=True, tol=1e-3)
+    assert seen["tol"] == 1e-3
