@@ -1,0 +1,338 @@
+r"""Issue 15, item 4: the large-data protocol of ``CAVI.fit(x, y, learn_hyperparameters=True)`` on 10⁶ points
+against GPyTorch's SVGP+Adam, hyper-parameters learned by every method.
+
+Problem: the synthetic binary problem of ``scale.py`` (:func:`scale.synthetic_data`, ``x ~ N(0, I_10)``, logistic
+link), N = 10⁶ training points, 10⁴ held-out test points from the same generator (another seed), M = 200 inducing
+inputs (k-means of a seeded 20,000-point subset, fixed, the same for every method), the same initial
+hyper-parameters for every method (median-heuristic ARD lengthscales, outputscale 1, mean 0) and the **same model**:
+scaled ARD-RBF kernel, constant mean, Bernoulli likelihood with the logistic link (the package's
+``BernoulliLogitLikelihood``, which GPyTorch's ``VariationalELBO`` takes as any likelihood).
+
+The methods, declared in :data:`GRID` before any run:
+
+* **ours** -- the ``"stochastic"`` protocol of :func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`
+  (what ``CAVI.fit(..., learn_hyperparameters=True)`` runs above 50,000 points): one mini-batch CAVI step (default
+  Robbins-Monro step on :math:`q(u)`) fused with one Adam step (the protocol's default ``lr``) on the hyper-parameters
+  per batch. Driven one step at a time exactly as ``CAVI.fit``'s loop does (``cavi.step(xb, yb,
+  hyper_optimizer=adam)`` inside ``checked_data()``, then ``float(elbo)``), so that it can run round-robin with the
+  peers; the optimiser is the one the protocol builds (Adam over ``hyperparameters_of(cavi)``).
+* **SVGP+Adam** -- GPyTorch's whitened ``VariationalStrategy`` with a Cholesky :math:`q(u)`, ``VariationalELBO``,
+  Adam on every parameter.
+
+Every method sees the same seeded sequence of mini-batches for its batch size (:func:`scale.batch_stream`). One torch
+thread, float64, all methods round-robin in one process (:func:`_common.run_interleaved`, each on its own clock;
+evaluation excluded) for the same wall-time budget each (65 s; 8 methods). Measured: (1) seconds per epoch,
+**extrapolated** from the median steady-state step time (steps after the first :data:`STEADY_FROM`) times
+``N / batch``; (2) the test NLL when each method's clock reaches the budget; (3) the peak RSS while the methods ran
+(``VmHWM``, reset after the data were built) over the footprint after the data were built (one process holds all
+methods: the figure bounds every method's).
+
+Run ``python benchmarks/hyperparameters_large.py`` (~10 min on 2 shared cores) or ``--quick`` (N = 10⁵, 10 s per
+method, ~1.5 min); results go to ``results/hyperparameters_large.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import inspect
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common  # noqa: E402
+import gpytorch  # noqa: E402
+import hyperparameters as hp  # noqa: E402
+import numpy as np  # noqa: E402
+import scale  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from gpytorch_augment import CAVI, BernoulliLogitLikelihood, CAVIVariationalStrategy  # noqa: E402
+from gpytorch_augment._validation import checked_data  # noqa: E402
+from gpytorch_augment.inference.hyperparameters import fit_hyperparameters, hyperparameters_of  # noqa: E402
+
+_DEFAULTS = inspect.signature(fit_hyperparameters).parameters
+#: the stochastic protocol's defaults, read from the package (not chosen here)
+OURS_LR = float(_DEFAULTS["lr"].default)
+OURS_DEFAULT_BATCH = int(_DEFAULTS["batch_size"].default)
+
+#: the grid, fixed before any run
+GRID = {
+    "ours": {"protocol": "stochastic", "batch_size": [1024, 4096], "lr": [OURS_LR]},
+    "SVGP+Adam": {"batch_size": [256, 1024, 4096], "lr": [0.01, 0.05]},
+}
+#: the headline compares ours at the protocol's default batch size with the peer at its best batch size (best =
+#: lowest test NLL after the budget); the other row of ours is reported beside it
+HEADLINE_BATCH = OURS_DEFAULT_BATCH
+FULL = {"num_train": 1_000_000, "num_test": 10_000, "budget": 65.0}
+QUICK = {"num_train": 100_000, "num_test": 10_000, "budget": 10.0}
+NUM_INDUCING = 200
+DIM = 10
+KMEANS_SUBSET = 20_000
+STEADY_FROM = 20  #: steps dropped before the median step time (warm-up of caches and allocator)
+EVAL_EVERY = 250  #: evaluations at steps 1, 2, 4, 8, ... and every EVAL_EVERY steps (plus at the budget)
+TARGET_RATIO = 0.5  #: the issue's target: ours' epoch time <= 0.5 x the peer's at its best batch size
+
+
+def vm_rss_mb() -> float:
+    """The process's current resident set size (``VmRSS`` of ``/proc/self/status``), in MiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")  # pragma: no cover
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter ``VmHWM`` to the current RSS (``/proc/self/clear_refs``, value 5; Linux
+    >= 4.0); ``ru_maxrss`` is not reset. Returns whether it worked."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:  # pragma: no cover
+        return False
+
+
+def probe_memory(specs: list[common.MethodSpec], hwm_reset: bool, steps: int = 3) -> dict[str, Any]:
+    """Each method alone, on a throw-away model: the peak RSS above the RSS before it of ``steps`` training steps and
+    of one evaluation (``VmHWM`` reset before each; ``None`` where it cannot be reset). Doubles as the warm-up."""
+    out = {}
+    for spec in specs:
+        record: dict[str, Any] = {}
+        for phase, run in (("steps", lambda: [spec.step() for _ in range(steps)]), ("evaluate", spec.evaluate)):
+            gc.collect()
+            base = vm_rss_mb()
+            reset_peak_rss()
+            run()
+            peak = scale.vm_hwm_mb()
+            record[f"{phase}_peak_above_mb"] = peak - base if hwm_reset and peak is not None else None
+        out[spec.name] = record
+    return out
+
+
+def schedule(t: int) -> bool:
+    return t > 0 and (t & (t - 1) == 0 or t % EVAL_EVERY == 0)
+
+
+# ---------------------------------------------------------------------------------------------------- methods
+def model_for(Z: Tensor, ls: Tensor, strategy_cls: type) -> hp.Model:
+    return hp.initialise(hp.Model(Z, 1, gpytorch.variational.CholeskyVariationalDistribution, strategy_cls), ls)
+
+
+def make_ours(data: dict[str, Any], Z: Tensor, ls: Tensor, batch_size: int) -> common.MethodSpec:
+    model = model_for(Z, ls, CAVIVariationalStrategy)
+    lik = BernoulliLogitLikelihood()
+    n = data["y"].shape[-1]
+    cavi = CAVI(model, lik, num_data=n)
+    adam = torch.optim.Adam(hyperparameters_of(cavi), lr=OURS_LR)  # what fit_hyperparameters builds
+    next_batch = scale.batch_stream(data["x"], data["y"], batch_size, seed=0)
+
+    def step() -> float:
+        xb, yb = next_batch()
+        with checked_data():  # as CAVI.fit's loop: the data were checked once as a whole
+            elbo = cavi.step(xb, yb, hyper_optimizer=adam)
+        return float(elbo)  # CAVI.fit's one host synchronisation per step
+
+    name = f"ours: stochastic protocol, batch {batch_size}"
+    settings = {"family": "ours", "batch_size": batch_size, "lr": OURS_LR, "step_size": "default (Robbins-Monro)"}
+    return common.MethodSpec(name, step, common.binary_evaluator(model, lik, data["xt"], data["yt"]), settings)
+
+
+def make_peer(data: dict[str, Any], Z: Tensor, ls: Tensor, batch_size: int, lr: float) -> common.MethodSpec:
+    model = model_for(Z, ls, gpytorch.variational.VariationalStrategy)
+    lik = BernoulliLogitLikelihood()
+    mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=data["y"].shape[-1])
+    adam = torch.optim.Adam([p for p in (*model.parameters(), *lik.parameters()) if p.requires_grad], lr=lr)
+    next_batch = scale.batch_stream(data["x"], data["y"], batch_size, seed=0)
+
+    def loss() -> Tensor:
+        xb, yb = next_batch()
+        return -mll(model(xb), yb)
+
+    name = f"SVGP+Adam lr {lr}, batch {batch_size}"
+    settings = {"family": "SVGP+Adam", "batch_size": batch_size, "lr": lr}
+    return common.MethodSpec(name, common.gradient_step(loss, adam),
+                             common.binary_evaluator(model, lik, data["xt"], data["yt"]), settings)  # fmt: skip
+
+
+def methods(data: dict[str, Any], Z: Tensor, ls: Tensor) -> list[common.MethodSpec]:
+    out = [make_ours(data, Z, ls, b) for b in GRID["ours"]["batch_size"]]
+    for b in GRID["SVGP+Adam"]["batch_size"]:
+        for lr in GRID["SVGP+Adam"]["lr"]:
+            out.append(make_peer(data, Z, ls, b, lr))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- run
+def run(quick: bool, budget: float | None, seed: int) -> dict[str, Any]:
+    size = dict(QUICK if quick else FULL)
+    if budget is not None:
+        size["budget"] = budget
+    n = size["num_train"]
+    rss_start = scale.peak_rss_mb()
+    t0 = time.perf_counter()
+    x, y = scale.synthetic_data(n, DIM, seed=seed)
+    xt, yt = scale.synthetic_data(size["num_test"], DIM, seed=seed + 1)
+    data_time = time.perf_counter() - t0
+    sub = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:KMEANS_SUBSET]
+    t0 = time.perf_counter()
+    Z = common.kmeans_inducing_points(x[sub], NUM_INDUCING, seed=seed, n_init=1)
+    kmeans_time = time.perf_counter() - t0
+    ls = common.median_heuristic_lengthscales(x, max_points=1000)
+    data = {"x": x, "y": y, "xt": xt, "yt": yt}
+    gc.collect()
+    rss_data, setup_peak = vm_rss_mb(), scale.peak_rss_mb()
+    hwm_reset = reset_peak_rss()  # from here VmHWM is the peak of the methods' runs only
+    print(f"== N = {n}, test {size['num_test']}, M = {NUM_INDUCING}, budget {size['budget']} s per method; data "
+          f"{data_time:.1f} s, k-means {kmeans_time:.1f} s, RSS after data {rss_data:.0f} MiB", flush=True)  # fmt: skip
+    probes = probe_memory(methods(data, Z, ls), hwm_reset)  # also the untimed warm-up, on throw-away models
+    gc.collect()
+    reset_peak_rss()  # the probes ran on throw-away models: the peak of the interleaved runs from here
+    rule = common.StoppingRule(patience=10**9, min_improvement=-math.inf, max_iter=10**9, max_time=size["budget"])
+    traces = common.run_interleaved(
+        methods(data, Z, ls), "test_nll", rule, schedule,
+        on_done=lambda name, t: common.print_run(name, t, f"nll {t.metrics['test_nll'][-1]:.4f} ", width=40),
+    )  # fmt: skip
+    memory = {
+        "rss_start_mb": rss_start, "rss_after_data_mb": rss_data, "setup_peak_rss_mb": setup_peak,
+        "process_peak_rss_mb": scale.peak_rss_mb(), "hwm_reset_after_data": hwm_reset,
+        "peak_rss_during_runs_mb": scale.vm_hwm_mb() if hwm_reset else scale.peak_rss_mb(),
+        "n_by_m_matrix_mb": n * NUM_INDUCING * 8 / 2**20,
+        "data_mb": (x.numel() + y.numel() + xt.numel() + yt.numel()) * x.element_size() / 2**20,
+    }  # fmt: skip
+    memory["peak_above_data_mb"] = memory["peak_rss_during_runs_mb"] - rss_data
+    memory["per_method_probe"] = probes
+    specs = {m.name: m.settings for m in methods(data, Z, ls)}
+    runs = {}
+    for name, tr in traces.items():
+        steady = tr.step_times[STEADY_FROM:] or tr.step_times
+        b = specs[name]["batch_size"]
+        step_wall = float(np.median(steady))
+        step_cpu = tr.cpu_time[-1] / max(tr.num_iterations, 1)
+        runs[name] = {
+            **specs[name], "steps": tr.num_iterations, "run_time": tr.total_time, "run_cpu_time": tr.cpu_time[-1],
+            "median_step_time": step_wall, "mean_cpu_step_time": step_cpu,
+            "epoch_time_extrapolated": step_wall * n / b, "epoch_cpu_time_extrapolated": step_cpu * n / b,
+            "epochs_covered": tr.num_iterations * b / n, "final_test_nll": tr.metrics["test_nll"][-1],
+            "final_test_error": tr.metrics["test_error"][-1], "best_test_nll": min(tr.metrics["test_nll"]),
+            "trace": tr.to_dict(),
+        }  # fmt: skip
+    return {"size": size, "memory": memory, "runs": runs, "data_time": data_time, "kmeans_time": kmeans_time,
+            **summarise(runs)}  # fmt: skip
+
+
+def summarise(runs: dict[str, Any]) -> dict[str, Any]:
+    peers = {k: r for k, r in runs.items() if r["family"] == "SVGP+Adam"}
+    ours = {k: r for k, r in runs.items() if r["family"] == "ours"}
+    best_peer = min(peers, key=lambda k: peers[k]["final_test_nll"])
+    bp = peers[best_peer]
+    for r in runs.values():
+        r["epoch_ratio_to_best_peer"] = r["epoch_time_extrapolated"] / bp["epoch_time_extrapolated"]
+        r["epoch_cpu_ratio_to_best_peer"] = r["epoch_cpu_time_extrapolated"] / bp["epoch_cpu_time_extrapolated"]
+        r["nll_minus_best_peer"] = r["final_test_nll"] - bp["final_test_nll"]
+    headline = next(k for k, r in ours.items() if r["batch_size"] == HEADLINE_BATCH)
+    h = runs[headline]
+    return {
+        "best_peer": best_peer, "headline": headline, "epoch_ratio": h["epoch_ratio_to_best_peer"],
+        "epoch_cpu_ratio": h["epoch_cpu_ratio_to_best_peer"],
+        "ratio_met": h["epoch_ratio_to_best_peer"] <= TARGET_RATIO,
+        "nll_gap": h["nll_minus_best_peer"], "nll_met": h["nll_minus_best_peer"] <= 0.0,
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------- output
+def _probe(p: dict[str, Any] | None) -> str:
+    if not p or p["steps_peak_above_mb"] is None:
+        return "n/a"
+    return f"{p['steps_peak_above_mb']:.0f} / {p['evaluate_peak_above_mb']:.0f}"
+
+
+def write_markdown(path: Path, result: dict[str, Any]) -> None:
+    size, mem, runs = result["size"], result["memory"], result["runs"]
+    T = size["budget"]
+    h, bp = runs[result["headline"]], runs[result["best_peer"]]
+    lines = [
+        "# 10⁶ points: the large-data protocol vs SVGP+Adam, hyper-parameters learned (issue 15, item 4)", "",
+        f"Generated by `python benchmarks/hyperparameters_large.py{' --quick' if result['quick'] else ''}` "
+        f"({result['machine']['date_utc']}, whole script {result['wall_time_total']:.0f} s).", "",
+        common.machine_sentence(result["machine"]),
+        f"* Problem: `scale.synthetic_data` (D = {DIM}, logistic link), N = {size['num_train']:,} train, "
+        f"{size['num_test']:,} test (another seed); M = {NUM_INDUCING} inducing inputs (k-means of a seeded "
+        f"{KMEANS_SUBSET:,}-point subset, fixed, shared); same initial hyper-parameters (median-heuristic ARD "
+        "lengthscales, outputscale 1, mean 0) and the same model (logistic `BernoulliLogitLikelihood`) for every "
+        "method; float64, one torch thread.",
+        f"* Grid (declared in the script before any run): ours = the `\"stochastic\"` protocol of "
+        f"`CAVI.fit(..., learn_hyperparameters=True)` at its defaults (Adam lr {OURS_LR}, Robbins-Monro step on "
+        f"q(u)) with batch {GRID['ours']['batch_size']} (headline: the default {HEADLINE_BATCH}); peer = GPyTorch "
+        f"SVGP (whitened `VariationalStrategy`, Cholesky q(u), `VariationalELBO`) + Adam on every parameter, lr "
+        f"{GRID['SVGP+Adam']['lr']}, batch {GRID['SVGP+Adam']['batch_size']}.",
+        f"* Protocol: all methods round-robin in one process, each on its own clock (training steps only, evaluation "
+        f"excluded) until it reaches {T:.0f} s; s/epoch **extrapolated** = median step time (steps after the first "
+        f"{STEADY_FROM}) × N / batch; CPU s/epoch = mean CPU time per step × N / batch. The peer's best batch = "
+        f"lowest test NLL after {T:.0f} s: **{result['best_peer']}**.", "",
+    ]  # fmt: skip
+    rows = []
+    for name, r in runs.items():
+        rows.append([
+            f"**{name}**" if name in (result["headline"], result["best_peer"]) else name, r["batch_size"],
+            f"{1e3 * r['median_step_time']:.1f}", f"{r['epoch_time_extrapolated']:.1f}",
+            f"{r['epoch_cpu_time_extrapolated']:.1f}",
+            f"{r['epoch_ratio_to_best_peer']:.2f}× ({r['epoch_cpu_ratio_to_best_peer']:.2f}× CPU)",
+            f"{r['final_test_nll']:.4f} ({r['nll_minus_best_peer']:+.4f})", f"{r['final_test_error']:.4f}",
+            r["steps"], f"{r['epochs_covered']:.2f}", _probe(mem["per_method_probe"].get(name)),
+        ])  # fmt: skip
+    lines.append(common.markdown_table(
+        ["method", "batch", "ms / step (median)", "s / epoch (extrap.)", "CPU s / epoch (extrap.)",
+         "epoch ratio to peer's best batch", f"test NLL after {T:.0f} s (vs peer's best)", "test error", "steps taken",
+         "epochs covered", "alone: peak above RSS [MiB], 3 steps / 1 evaluation"], rows))  # fmt: skip
+    ratio, gap = result["epoch_ratio"], result["nll_gap"]
+    lines += [
+        "",
+        f"* **Epoch cost ≤ {TARGET_RATIO}× the peer's at its best batch: "
+        f"{'met' if result['ratio_met'] else 'missed'}** -- {result['headline']}: {ratio:.2f}× wall "
+        f"({result['epoch_cpu_ratio']:.2f}× CPU) of {result['best_peer']}"
+        + ("" if result["ratio_met"] else f", missed by {ratio - TARGET_RATIO:.2f}× ({ratio / TARGET_RATIO:.2f}× the "
+           "target)") + ".",
+        f"* **Test NLL no worse after equal wall time ({T:.0f} s): {'met' if result['nll_met'] else 'missed'}** -- "
+        f"{h['final_test_nll']:.4f} vs {bp['final_test_nll']:.4f} "
+        + (f"(better by {-gap:.4f} nats)." if result["nll_met"] else f"(missed by {gap:.4f} nats)."),
+        f"* Peak memory (one process holds all {len(runs)} methods, so the figure bounds each): peak RSS during the "
+        f"runs {mem['peak_rss_during_runs_mb']:.0f} MiB (`VmHWM`, reset after the data were built), "
+        f"**{mem['peak_above_data_mb']:.0f} MiB above** the {mem['rss_after_data_mb']:.0f} MiB resident after the "
+        f"data and inducing inputs were built (RSS after imports {mem['rss_start_mb']:.0f} MiB; train and test data "
+        f"{mem['data_mb']:.0f} MiB; process peak including the set-up, `ru_maxrss`, {mem['process_peak_rss_mb']:.0f} "
+        f"MiB). No N × M matrix is formed (one would take {mem['n_by_m_matrix_mb']:.0f} MiB): every step touches a "
+        "batch × M block.",
+    ]  # fmt: skip
+    if result.get("notes"):
+        lines += ["", *[f"* {note}" for note in result["notes"]]]
+    common.write_text(path, "\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = common.run_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]),
+                                  "N = 10⁵, 10 s per method", caps=False)  # fmt: skip
+    parser.add_argument("--budget", type=float, default=None, help="seconds of training per method")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    machine = common.start_run(args.threads, args.seed)
+    result = run(args.quick, args.budget, args.seed)
+    result.update({
+        "machine": common.close_machine_info(machine), "grid": GRID, "quick": args.quick,
+        "config": {"num_inducing": NUM_INDUCING, "dim": DIM, "kmeans_subset": KMEANS_SUBSET,
+                   "steady_from": STEADY_FROM, "eval_every": EVAL_EVERY, "headline_batch": HEADLINE_BATCH,
+                   "target_ratio": TARGET_RATIO, "threads": torch.get_num_threads(), "dtype": "float64",
+                   "seed": args.seed},
+        "wall_time_total": time.perf_counter() - start,
+    })  # fmt: skip
+    common.write_results(common.output_dir(args.output_dir, args.quick), "hyperparameters_large", result,
+                         write_markdown)  # fmt: skip
+    return result
+
+
+if __name__ == "__main__":
+    main()
