@@ -56,7 +56,7 @@ from gpytorch_augment.inference.diagnostics import rank_normalized_rhat  # noqa:
 
 #: declared before any run: the settings the pilots choose from
 GRIDS = {"gibbs": [{"overrelaxation": a} for a in (0.0, -0.5, -0.7)],
-         "hmc": [{"num_steps": s} for s in ((2, 5), (3, 7))]}
+         "hmc": [{"num_steps": (2, 5)}, {"num_steps": (3, 7)}, {"num_steps": (3, 7), "curvature": "diagonal"}]}
 #: seed of the pilot runs (never a reported seed)
 PILOT_SEED = 101
 #: chain counts compared

@@ -7,10 +7,16 @@ Target (exact model, :math:`T` independent latent GPs, :math:`K_t + \epsilon I =
 .. math::
     p(f \mid y) \propto \prod_i p(y_i \mid f_{\cdot i}) \prod_t \mathcal N(f_t \mid \mu_t, K_t + \epsilon I).
 
-**Coordinates.** With :math:`f_t = \mu_t + L_t v_t` (whitened prior) and the Laplace approximation
-:math:`v \approx \mathcal N(\hat v, B^{-1})`, :math:`B = I + L^\top W L = C C^\top` (:math:`\hat v` the mode,
-:math:`W = \mathrm{diag}(\max(0, -\partial^2_{f_{ti}} \log p(y \mid \hat f)))`), the chain moves in
-:math:`z` with :math:`v = \hat v + C^{-\top} z`, i.e. :math:`f = \hat f + A z`, :math:`A = L C^{-\top}`. In these
+**Coordinates.** Stack the :math:`T` latents into one vector of length :math:`TN` (latent-major) and write
+:math:`f = \mu + L v` with the block-diagonal :math:`L = \mathrm{diag}(L_1, \dots, L_T)` (whitened prior). The
+Laplace approximation is :math:`v \approx \mathcal N(\hat v, B^{-1})`, :math:`B = I + L^\top W L = C C^\top`
+(:math:`\hat v` the mode; :math:`W` the negative Hessian of :math:`\log p(y \mid f)` at :math:`\hat f`, which is
+block-diagonal over the data points with one :math:`T \times T` block per point, each projected onto the positive
+semi-definite cone; ``curvature="joint"`` keeps the curvature *across* the latents of a point, e.g. the softmax's
+coupling of the class latents, ``"diagonal"`` keeps only its diagonal). The chain moves in :math:`z` with
+:math:`v = \hat v + C^{-\top} z`, i.e. :math:`f = \hat f + A z`, :math:`A = L C^{-\top}`: one dense
+:math:`TN \times TN` matrix (joint) or :math:`T` blocks of :math:`N \times N` (diagonal; :math:`T` times fewer
+flops per product). In these
 coordinates the Laplace approximation is :math:`\mathcal N(0, I)` and, because
 :math:`C^{-1}C^{-\top} = I - A^\top W A`, the potential and its gradient are
 
@@ -19,9 +25,9 @@ coordinates the Laplace approximation is :math:`\mathcal N(0, I)` and, because
     - \log p(y \mid \hat f + d),\qquad
     \nabla U(z) = z + b - A^\top\big(\nabla_f \log p(y \mid f) + W d\big),
 
-with :math:`d = A z` and :math:`b = C^{-1}\hat v`: **two** dense :math:`N \times N` products per leapfrog step
-(:math:`Az` and :math:`A^\top r`), each one matrix-matrix product over all chains. :math:`W` and the mode only
-shape the coordinates; the potential is the true one, so any :math:`W \ge 0` (and an inexact mode) gives an exact
+with :math:`d = A z` and :math:`b = C^{-1}\hat v`: **two** dense products per leapfrog step (:math:`Az` and
+:math:`A^\top r`), each one matrix-matrix product over all chains. :math:`W` and the mode only shape the
+coordinates; the potential is the true one, so any :math:`W \ge 0` (and an inexact mode) gives an exact
 sampler.
 
 **Transition** (Neal 2011): momentum :math:`p \sim \mathcal N(0, I)`, :math:`n` leapfrog steps of size
@@ -34,7 +40,8 @@ rejected). Every transition leaves :math:`p(f \mid y)` invariant.
 ``target_accept``; after warm-up it is frozen at the averaged value and stored on the sampler (so
 :meth:`~gpytorch_augment.GibbsSampler.resume` continues with it; a run without warm-up and without a stored step size
 uses ``initial_step_size``). The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then the
-diagonal curvature by double back-propagation) and cached with the prior; :meth:`refresh` recomputes both.
+per-point :math:`T \times T` curvature by double back-propagation) and cached with the prior; :meth:`refresh`
+recomputes both.
 
 The likelihood is used only through ``log_prob_and_grad(y, f)`` (closed form where the likelihood provides one,
 else autograd of ``log_prob_at``): any
@@ -78,12 +85,16 @@ from .gibbs.state import GibbsState
 __all__ = ["HMCSampler", "LaplacePreconditioner"]
 
 _PRECONDITIONERS = ("laplace", "prior")
+_CURVATURES = ("joint", "diagonal")
 
 
 class LaplacePreconditioner(NamedTuple):
-    r"""The coordinates of :class:`HMCSampler`, latent-major: mode ``f_hat`` (T, N), ``v_hat`` (T, N), curvature
-    ``W`` (T, N), ``A`` = :math:`L C^{-\top}` (T, N, N), ``C`` = chol(:math:`I + L^\top W L`) (T, N, N),
-    ``b`` = :math:`C^{-1}\hat v` (T, N) and ``const`` = :math:`\tfrac12\lVert\hat v\rVert^2`."""
+    r"""The coordinates of :class:`HMCSampler`, in ``G`` independent groups of ``n`` coordinates (joint curvature:
+    one group of :math:`TN`, latent-major; diagonal: :math:`T` groups of :math:`N`): mode ``f_hat`` (T, N),
+    ``v_hat`` (T, N), per-point curvature ``W`` (N, T, T), ``A`` = :math:`L C^{-\top}` (G, n, n), ``C`` =
+    chol(:math:`I + L^\top W L`) (G, n, n), ``b`` = :math:`C^{-1}\hat v` (G, 1, n), ``const`` =
+    :math:`\tfrac12\lVert\hat v\rVert^2` and ``w_diag``, the diagonal of ``W`` as (T, 1, N) where ``W`` is
+    diagonal (one latent or diagonal curvature), else ``None``."""
 
     f_hat: Tensor
     v_hat: Tensor
@@ -92,6 +103,7 @@ class LaplacePreconditioner(NamedTuple):
     C: Tensor
     b: Tensor
     const: Tensor
+    w_diag: Tensor | None = None
 
 
 class _DualAveraging:
@@ -137,6 +149,8 @@ class HMCSampler(GibbsSampler):
     :param initial_step_size: step size the adaptation starts from, and the step size of runs without warm-up
         before any adaptation (default 1.0: the Laplace approximation is :math:`\mathcal N(0, I)` in these
         coordinates).
+    :param curvature: ``"joint"`` (default: the Laplace curvature keeps the coupling of a point's latents) or
+        ``"diagonal"`` (per latent: cheaper leapfrog steps when :math:`T > 1`; the same for :math:`T = 1`).
     :param preconditioner: ``"laplace"`` (default) or ``"prior"`` (:math:`W = 0`, :math:`\hat v = 0`: plain
         HMC in the whitened prior coordinates; a baseline).
     :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
@@ -157,6 +171,7 @@ class HMCSampler(GibbsSampler):
         target_accept: float = 0.8,
         initial_step_size: float = 1.0,
         preconditioner: str = "laplace",
+        curvature: str = "joint",
         **kwargs: Any,
     ) -> None:
         if inducing_points is not None:
@@ -170,6 +185,9 @@ class HMCSampler(GibbsSampler):
             raise ValueError(f"initial_step_size must be a positive number, got {initial_step_size!r}")
         if preconditioner not in _PRECONDITIONERS:
             raise ValueError(f"preconditioner must be one of {_PRECONDITIONERS}, got {preconditioner!r}")
+        if curvature not in _CURVATURES:
+            raise ValueError(f"curvature must be one of {_CURVATURES}, got {curvature!r}")
+        self.curvature = curvature
         self.num_steps, self.target_accept = (lo, hi), float(target_accept)
         self.initial_step_size, self.preconditioner = float(initial_step_size), preconditioner
         self.step_size: Tensor | None = None
@@ -193,15 +211,24 @@ class HMCSampler(GibbsSampler):
         grad = grad.unsqueeze(0) if T == 1 else grad.permute(2, 0, 1)
         return value.reshape(value.shape[0], -1).sum(-1).to(LINALG_DTYPE), grad.to(LINALG_DTYPE)
 
+    def _split(self, z: Tensor) -> Tensor:
+        """Grouped coordinates (G, C, n) -> latent-major (T, C, N)."""
+        if z.shape[0] == self.num_latents:
+            return z
+        return z[0].view(z.shape[1], self.num_latents, -1).transpose(0, 1)
+
+    def _join(self, r: Tensor, groups: int) -> Tensor:
+        """Latent-major (T, C, N) -> grouped (G, C, n)."""
+        return r if groups == r.shape[0] else r.transpose(0, 1).reshape(1, r.shape[1], -1)
+
     def _potential(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """(U(z) per chain, ∇U(z)) for latent-major coordinates ``z`` (T, C, N)."""
+        """(U(z) per chain, ∇U(z)) for grouped coordinates ``z`` (G, C, n)."""
         P = self.laplace
-        d = z @ P.A.mT  # A z per chain
+        d = self._split(z @ P.A.mT)  # A z per chain, (T, C, N)
         ll, g = self._log_lik(P.f_hat.unsqueeze(1) + d, y)
-        Wd = P.W.unsqueeze(1) * d
-        b = P.b.unsqueeze(1)
-        quad = (z * (b + 0.5 * z) - 0.5 * d * Wd).sum((0, 2))
-        return P.const + quad - ll, z + b - (g + Wd) @ P.A
+        Wd = P.w_diag * d if P.w_diag is not None else torch.einsum("nts,scn->tcn", P.W, d)
+        quad = (z * (P.b + 0.5 * z)).sum((0, 2)) - 0.5 * (d * Wd).sum((0, 2))
+        return P.const + quad - ll, z + P.b - self._join(g + Wd, z.shape[0]) @ P.A
 
     # ------------------------------------------------------------------ preconditioner
     @property
@@ -235,10 +262,11 @@ class HMCSampler(GibbsSampler):
         return v.detach()
 
     def _curvature(self, f: Tensor, y: Tensor) -> Tensor:
-        r""":math:`\max(0, -\partial^2 \log p(y \mid f) / \partial f_{ti}^2)` (T, N) by double back-propagation (the
-        log-likelihood is separable over data points, so one backward pass per latent gives the diagonal)."""
+        r"""The negative Hessian of :math:`\log p(y \mid f)` (separable over the data points: one :math:`T \times
+        T` block per point) by double back-propagation (one backward pass per latent), each block projected onto
+        the positive semi-definite cone: (N, T, T)."""
         T = self.num_latents
-        out = torch.zeros_like(f)
+        H = torch.zeros(f.shape[-1], T, T, dtype=f.dtype, device=f.device)
         with torch.enable_grad():
             f_ = f.unsqueeze(1).to(self.dtype).requires_grad_(True)  # (T, 1, N)
             arg = f_[0] if T == 1 else f_.permute(1, 2, 0)
@@ -246,34 +274,50 @@ class HMCSampler(GibbsSampler):
             for t in range(T):
                 (h,) = torch.autograd.grad(g[t].sum(), f_, retain_graph=t < T - 1, allow_unused=True)
                 if h is not None:
-                    out[t] = h[t, 0].to(LINALG_DTYPE)
-        return (-out).clamp_min(0.0).nan_to_num(0.0, 0.0, 0.0)
+                    H[:, t, :] = -h[:, 0].mT.to(LINALG_DTYPE)
+        H = H.nan_to_num(0.0, 0.0, 0.0)
+        if T == 1:
+            return H.clamp_min(0.0)
+        evals, evecs = torch.linalg.eigh((H + H.mT) / 2)
+        return (evecs * evals.clamp_min(0.0).unsqueeze(-2)) @ evecs.mT
 
     @torch.no_grad()
     def _build_preconditioner(self) -> LaplacePreconditioner:
-        terms = self.terms
+        terms, T = self.terms, self.num_latents
+        L, N = terms.L, terms.mu.shape[-1]
         if self.preconditioner == "laplace":
             v_hat = self._mode(self.y)
-            f_hat = terms.mu + (terms.L @ v_hat.unsqueeze(-1)).squeeze(-1)
+            f_hat = terms.mu + (L @ v_hat.unsqueeze(-1)).squeeze(-1)
             W = self._curvature(f_hat, self.y)
+            if self.curvature == "diagonal":
+                W = torch.diag_embed(W.diagonal(dim1=-2, dim2=-1))
         else:
-            v_hat, f_hat, W = torch.zeros_like(terms.mu), terms.mu.clone(), torch.zeros_like(terms.mu)
-        B = add_to_diagonal(terms.L.mT @ (W.unsqueeze(-1) * terms.L), 1.0)
+            v_hat, f_hat = torch.zeros_like(terms.mu), terms.mu.clone()
+            W = torch.zeros(N, T, T, dtype=terms.mu.dtype, device=terms.mu.device)
+        w_diag = None
+        if T == 1 or self.curvature == "diagonal":  # T groups: B_t = I + L_t^T diag(W_tt) L_t
+            w_diag = W.diagonal(dim1=-2, dim2=-1).mT.unsqueeze(1)  # (T, 1, N)
+            B, root = L.mT @ (w_diag.mT * L), L
+        else:  # one group: B = I + L^T W L, block (t, s) = L_t^T diag(W[:, t, s]) L_s
+            B = torch.cat([torch.cat([L[t].mT @ (W[:, t, s].unsqueeze(-1) * L[s]) for s in range(T)], -1)
+                           for t in range(T)], -2).unsqueeze(0)
+            root = torch.block_diag(*L.unbind(0)).unsqueeze(0)
+        B = add_to_diagonal(B, 1.0)
         C = torch.linalg.cholesky((B + B.mT) / 2)
-        A = tri_solve(C, terms.L.mT).mT.contiguous()  # L C^{-T}
-        b = tri_solve(C, v_hat.unsqueeze(-1)).squeeze(-1)
-        return LaplacePreconditioner(f_hat, v_hat, W, A, C, b, 0.5 * (v_hat * v_hat).sum())
+        A = tri_solve(C, root.mT).mT.contiguous()  # L C^{-T}
+        b = tri_solve(C, self._join(v_hat.unsqueeze(1), C.shape[0]).mT).mT
+        return LaplacePreconditioner(f_hat, v_hat, W, A, C, b, 0.5 * (v_hat * v_hat).sum(), w_diag)
 
     def _to_z(self, f: Tensor) -> Tensor:
-        """Internal chain latents (C, T, N) -> coordinates z (T, C, N)."""
+        """Internal chain latents (C, T, N) -> grouped coordinates z (G, C, n)."""
         P, terms = self.laplace, self.terms
         v = tri_solve(terms.L, (f.transpose(0, 1) - terms.mu.unsqueeze(1)).mT).mT  # (T, C, N)
-        return (v - P.v_hat.unsqueeze(1)) @ P.C  # C^T (v - v_hat), row-vector form
+        return self._join(v - P.v_hat.unsqueeze(1), P.C.shape[0]) @ P.C  # C^T (v - v_hat), row-vector form
 
     def _to_f(self, z: Tensor) -> Tensor:
-        """Coordinates z (T, C, N) -> internal chain latents (C, T, N)."""
+        """Grouped coordinates z (G, C, n) -> internal chain latents (C, T, N)."""
         P = self.laplace
-        return (P.f_hat.unsqueeze(1) + z @ P.A.mT).transpose(0, 1).contiguous()
+        return (P.f_hat.unsqueeze(1) + self._split(z @ P.A.mT)).transpose(0, 1).contiguous()
 
     # ------------------------------------------------------------------ one transition
     def _transition(

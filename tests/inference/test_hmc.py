@@ -53,6 +53,42 @@ def test_hmc_posterior_matches_importance_sampling(case):
     assert z.abs().max() <= Z_TOL, z
 
 
+MULTI_LATENT = [c for c in CASES if c.make().num_latents > 1]
+
+
+@pytest.mark.parametrize("case", MULTI_LATENT, ids=lambda c: c.name)
+def test_hmc_diagonal_curvature_is_exact(case):
+    """The per-latent (block-diagonal) preconditioner of several latents: Geweke and brute force."""
+    assert hmc_geweke_z(case, curvature="diagonal").abs().max() <= Z_TOL
+    assert hmc_posterior_z(case, curvature="diagonal").abs().max() <= Z_TOL
+
+
+@pytest.mark.parametrize("case", MULTI_LATENT, ids=lambda c: c.name)
+def test_joint_curvature_is_the_projected_hessian(case):
+    """``W`` holds, per data point, the negative Hessian of log p(y_i | f_i) over its T latents (autograd, one point
+    at a time), projected onto the PSD cone; the diagonal option keeps its diagonal."""
+    g = torch.Generator().manual_seed(3)
+    likelihood = case.make()
+    T, N = likelihood.num_latents, 6
+    kwargs = case.make_kwargs(torch.Size([N]), g)
+    f = torch.randn(T, N, generator=g, dtype=torch.float64)
+    y = case.sample_targets(f.mT, g, **kwargs)
+    sampler = HMCSampler(_GP().double(), likelihood, torch.randn(N, 1, generator=g, dtype=torch.float64), y,
+                         **kwargs)
+    W = sampler._curvature(f, sampler.y)
+    for i in range(N):
+        kw = {k: v[i : i + 1] for k, v in kwargs.items()}
+        H = torch.autograd.functional.hessian(
+            lambda fi: likelihood.log_prob_at(sampler.y[i : i + 1], fi.unsqueeze(0), **kw).sum(), f[:, i])
+        evals, evecs = torch.linalg.eigh(-H)
+        torch.testing.assert_close(W[i], (evecs * evals.clamp_min(0)) @ evecs.mT, rtol=1e-6, atol=1e-8)
+    assert (torch.linalg.eigvalsh(W) >= -1e-10).all() and W[:, 0, 1].abs().max() > 1e-3  # the latents couple
+    diagonal = HMCSampler(_GP().double(), likelihood, sampler.x, y, curvature="diagonal", **kwargs)
+    P = diagonal.laplace
+    assert P.A.shape == (T, N, N) and sampler.laplace.A.shape == (1, T * N, T * N)
+    torch.testing.assert_close(P.W, torch.diag_embed(P.W.diagonal(dim1=-2, dim2=-1)))
+
+
 def test_wrong_target_fails_both():
     case = _bernoulli_case()
     wrong = type(case)(**{**case.__dict__, "make": lambda: HalvedLogLik().double()})
@@ -96,5 +132,7 @@ def test_invalid_options():
         _sampler(target_accept=1.5)
     with pytest.raises(ValueError, match="preconditioner"):
         _sampler(preconditioner="cavi")
+    with pytest.raises(ValueError, match="curvature"):
+        _sampler(curvature="full")
     with pytest.raises(ValueError, match="exact posterior"):
         _sampler(inducing_points=torch.zeros(3, 2))
