@@ -12,6 +12,7 @@ from .inference import (
     HeldOut,
     HMCSampler,
     RelativeChange,
+    posterior_sampler,
 )
 from .likelihoods import (
     AugmentedLikelihood,
@@ -62,4 +63,5 @@ __all__ = [
     "greedy_variance",
     "kmeans_plus_plus",
     "likelihoods",
+    "posterior_sampler",
 ]

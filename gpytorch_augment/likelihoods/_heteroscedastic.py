@@ -194,6 +194,11 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         poisson = torch.xlogy(n, gamma_rho) + self._xi * (1 - gamma_rho)
         return self.log_tilt_constant(y, aux) + poisson + 0.5 * (0.5 - n) * g - 0.5 * omega * g**2
 
+    @property
+    def samples_constants(self) -> bool:
+        """Whether a prior on the constants is set (``max_precision_prior``): then the Gibbs sampler draws them."""
+        return self.max_precision_prior is not None
+
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
     ) -> tuple[dict[str, Tensor], AuxDict | None]:

@@ -92,6 +92,19 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: option would otherwise be passed on and silently ignored).
     target_keywords: tuple[str, ...] = ()
 
+    #: The exact-model sampler measured best on this likelihood's posteriors (``benchmarks/results/sampling.md``):
+    #: ``"hmc"`` (:class:`~gpytorch_augment.HMCSampler`) or ``"gibbs"`` (:class:`~gpytorch_augment.GibbsSampler`,
+    #: also the value of every likelihood not measured). What :func:`~gpytorch_augment.posterior_sampler` builds with
+    #: ``kernel="auto"``.
+    preferred_sampler: str = "gibbs"
+
+    @property
+    def samples_constants(self) -> bool:
+        """Whether :meth:`sample_hyperparameters` draws the likelihood's constants (a prior on them is set). Only
+        :class:`~gpytorch_augment.GibbsSampler` samples them; :class:`~gpytorch_augment.HMCSampler` refuses such a
+        likelihood."""
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.q_aux: AuxDict | None = None

@@ -51,6 +51,9 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
         True
     """
 
+    #: measured best on KEEL heart (``benchmarks/results/sampling.md``)
+    preferred_sampler = "hmc"
+
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Labels must be in {0, 1} or in {-1, 1} (not a mix of 0 and -1)."""
         check_values_in("labels y", y, (0.0, 1.0, -1.0))

@@ -68,6 +68,9 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
+    #: measured best on MASS mcycle (``benchmarks/results/sampling.md``)
+    preferred_sampler = "hmc"
+
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Normal:
         f, g = split_latents(function_samples)
         return Normal(f, torch.exp(-0.5 * self._noise_log_precision(g)))

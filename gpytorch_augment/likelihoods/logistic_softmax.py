@@ -216,6 +216,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         noise of GPyTorch's 10-sample Monte-Carlo estimate, at 1/32 of the points of the predictive's rule).
     """
 
+    #: measured best on KEEL vehicle (``benchmarks/results/sampling.md``)
+    preferred_sampler = "hmc"
+
     def __init__(
         self,
         num_classes: int,
@@ -309,6 +312,16 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         logits = self._logits(f)
         full, _ = self._labels(y, f.dtype)
         return (full * logits).sum(-1) - torch.logsumexp(logits, -1)
+
+    def log_prob_and_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        r""":meth:`log_prob_at` and its gradient in closed form: with the logits :math:`\ell_l = \log\theta_l
+        s_l(f)` and :math:`p = \mathrm{softmax}(\ell)`, :math:`\partial_{f_j}\log p(y \mid f) = (Y_j - p_j)\,
+        \sigma(-f_j)`."""
+        logits = self._logits(f)
+        full, labels = self._labels(y, f.dtype)
+        log_norm = torch.logsumexp(logits, -1, keepdim=True)
+        probs = (logits[..., : self.num_latents] - log_norm).exp()
+        return (full * logits).sum(-1) - log_norm.squeeze(-1), (labels - probs) * torch.sigmoid(-f)
 
     def _moments(self, function_dist: MultivariateNormal) -> tuple[Tensor, Tensor]:
         mean, var = function_dist.mean, function_dist.variance
@@ -440,6 +453,11 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         n = aux["n"]
         _, Y = self._labels(y, n.dtype)
         return self._log_label_weight(y, n.dtype) - (Y + n).sum(-1) * LOG2
+
+    @property
+    def samples_constants(self) -> bool:
+        """Whether a prior on the constants is set (``class_scale_prior``): then the Gibbs sampler draws them."""
+        return self.class_scale_prior is not None
 
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None

@@ -128,6 +128,11 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
     def log_tilt_constant(self, y: Tensor, aux: AuxDict) -> Tensor:
         return y * self.rate_scale.log() - torch.lgamma(y + 1) - (y + aux["n"]) * LOG2
 
+    @property
+    def samples_constants(self) -> bool:
+        """Whether a prior on the constants is set (``rate_scale_prior``): then the Gibbs sampler draws them."""
+        return self.rate_scale_prior is not None
+
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
     ) -> tuple[dict[str, Tensor], AuxDict | None]:

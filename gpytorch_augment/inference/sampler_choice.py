@@ -1,0 +1,90 @@
+r"""One entry point for the exact-posterior samplers: :func:`posterior_sampler` builds the sampler that was measured
+best for the likelihood (``kernel="auto"``) or the one named.
+
+The kernels, all under the same ``sample`` / ``resume`` / :class:`~gpytorch_augment.GibbsSamples` API (ArviZ export,
+:math:`\hat R` / ESS, ``predict``):
+
+* ``"gibbs"`` -- :class:`~gpytorch_augment.GibbsSampler`, the blocked sampler of the augmented model
+  (:math:`\Omega \mid f`, then :math:`f \mid \Omega`, optionally over-relaxed); it also samples the likelihood's
+  constants under their prior and runs the inducing-point (sparse) samplers;
+* ``"hmc"`` -- :class:`~gpytorch_augment.HMCSampler`, Hamiltonian Monte Carlo on the original model in coordinates
+  whitened by the Laplace approximation (exact model, constants fixed).
+
+``"auto"`` applies one rule, with no likelihood-specific branch: the Gibbs sampler where only it applies
+(``inducing_points`` given, or ``likelihood.samples_constants``), else the likelihood's declared
+``preferred_sampler`` -- the sampler with the larger worst-case effective sample size per second in
+``benchmarks/sampling.py`` (``"gibbs"`` for every likelihood not measured there). Which to use when, with the
+measured figures: ``docs/guide/choosing.md``.
+
+Example::
+
+    >>> import gpytorch, torch
+    >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior, StudentTLikelihood, posterior_sampler
+    >>> x = torch.linspace(-2, 2, 12, dtype=torch.float64).unsqueeze(-1)
+    >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
+    >>> sampler = posterior_sampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
+    >>> type(sampler).__name__
+    'HMCSampler'
+    >>> type(posterior_sampler(prior, StudentTLikelihood(df=4.0), x, x.squeeze(-1).sin())).__name__
+    'GibbsSampler'
+    >>> samples = sampler.sample(20, warmup=20, num_chains=2, seed=0, progress=False)
+    >>> samples.f.shape
+    torch.Size([2, 20, 12])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from ..likelihoods.augmented_likelihood import AugmentedLikelihood
+from .gibbs import GibbsSampler
+from .hmc import HMCSampler
+
+__all__ = ["KERNELS", "choose_kernel", "posterior_sampler"]
+
+#: the samplers :func:`posterior_sampler` builds, by name
+KERNELS: dict[str, type[GibbsSampler]] = {"gibbs": GibbsSampler, "hmc": HMCSampler}
+
+
+def choose_kernel(likelihood: AugmentedLikelihood, inducing_points: Tensor | None = None) -> str:
+    """The kernel ``"auto"`` stands for (see the module docstring): ``"gibbs"`` with ``inducing_points`` or a
+    likelihood whose constants are sampled, else ``likelihood.preferred_sampler``."""
+    if inducing_points is not None or getattr(likelihood, "samples_constants", False):
+        return "gibbs"
+    preferred = getattr(likelihood, "preferred_sampler", "gibbs")
+    if preferred not in KERNELS:
+        name = type(likelihood).__name__
+        raise ValueError(f"{name}.preferred_sampler must be one of {tuple(KERNELS)}, got {preferred!r}")
+    return preferred
+
+
+def posterior_sampler(
+    model: Any,
+    likelihood: AugmentedLikelihood,
+    x: Tensor,
+    y: Tensor,
+    *,
+    kernel: str = "auto",
+    inducing_points: Tensor | None = None,
+    **kwargs: Any,
+) -> GibbsSampler:
+    """Build the sampler of the posterior :math:`p(f \\mid y)` named by ``kernel``.
+
+    :param model: the prior, as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)``).
+    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood`.
+    :param x: training inputs ``(N, D)``.
+    :param y: training targets ``(N,)``.
+    :param kernel: ``"auto"`` (default: :func:`choose_kernel`), ``"gibbs"`` or ``"hmc"``.
+    :param inducing_points: optional inducing inputs (Gibbs only).
+    :param kwargs: options of the chosen sampler (e.g. ``overrelaxation`` for Gibbs, ``num_steps`` for HMC, both:
+        ``jitter``) and per-datum keyword data of the likelihood.
+    :return: a :class:`~gpytorch_augment.GibbsSampler` or :class:`~gpytorch_augment.HMCSampler` (a subclass).
+    :raises ValueError: on an unknown ``kernel`` or an option the chosen sampler rejects.
+    """
+    if kernel != "auto" and kernel not in KERNELS:
+        raise ValueError(f"kernel must be 'auto' or one of {tuple(KERNELS)}, got {kernel!r}")
+    name = choose_kernel(likelihood, inducing_points) if kernel == "auto" else kernel
+    options = {} if inducing_points is None else {"inducing_points": inducing_points}
+    return KERNELS[name](model, likelihood, x, y, **options, **kwargs)

@@ -1,0 +1,84 @@
+"""Tests of :func:`~gpytorch_augment.posterior_sampler`: ``kernel="auto"`` follows the one declared rule (Gibbs where
+only it applies, else the likelihood's measured ``preferred_sampler``), a named kernel is built as named, and bad
+choices fail with a ``ValueError`` naming the argument."""
+
+from __future__ import annotations
+
+import gpytorch
+import pytest
+import torch
+
+from gpytorch_augment import (
+    BernoulliLogitLikelihood,
+    GibbsSampler,
+    GPPrior,
+    HeteroscedasticGaussianLikelihood,
+    HMCSampler,
+    LogisticSoftmaxLikelihood,
+    PoissonLogitLikelihood,
+    StudentTLikelihood,
+    posterior_sampler,
+)
+from gpytorch_augment.inference.sampler_choice import KERNELS, choose_kernel
+from tests.likelihoods.registry import CASES
+
+X = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
+
+
+def _prior():
+    return GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
+
+
+def test_auto_builds_the_preferred_sampler():
+    binary = (X.squeeze(-1) > 0).double()
+    assert type(posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, binary)) is HMCSampler
+    assert type(posterior_sampler(_prior(), StudentTLikelihood(df=4.0), X, X.squeeze(-1))) is GibbsSampler
+    labels = torch.arange(8, dtype=torch.float64) % 3
+    assert type(posterior_sampler(_prior(), LogisticSoftmaxLikelihood(3), X, labels)) is HMCSampler
+    assert type(posterior_sampler(_prior(), HeteroscedasticGaussianLikelihood(), X, X.squeeze(-1))) is HMCSampler
+
+
+def test_auto_falls_back_to_gibbs_where_only_gibbs_applies():
+    labels = torch.arange(8, dtype=torch.float64) % 3
+    with_prior = LogisticSoftmaxLikelihood(3, learn_class_scales=True, class_scale_prior=(2.0, 2.0))
+    assert with_prior.samples_constants and not LogisticSoftmaxLikelihood(3).samples_constants
+    assert type(posterior_sampler(_prior(), with_prior, X, labels)) is GibbsSampler
+    assert PoissonLogitLikelihood(rate_scale_prior=(2.0, 1.0)).samples_constants
+    sparse = posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, (X.squeeze(-1) > 0).double(),
+                               inducing_points=X[::2].clone())
+    assert type(sparse) is GibbsSampler and sparse.inducing_points is not None
+
+
+def test_named_kernel_and_options():
+    y = (X.squeeze(-1) > 0).double()
+    gibbs = posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, kernel="gibbs", overrelaxation=-0.5)
+    assert type(gibbs) is GibbsSampler and gibbs.overrelaxation == -0.5
+    hmc = posterior_sampler(_prior(), StudentTLikelihood(df=4.0), X, X.squeeze(-1), kernel="hmc", num_steps=(2, 3))
+    assert type(hmc) is HMCSampler and hmc.num_steps == (2, 3)
+    samples = hmc.sample(5, warmup=5, num_chains=2, seed=0, progress=False)
+    assert samples.f.shape == (2, 5, 8) and torch.isfinite(samples.f).all()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_likelihood_declares_a_known_sampler(case):
+    assert choose_kernel(case.make()) in KERNELS
+
+
+def test_bad_choices_raise():
+    y = (X.squeeze(-1) > 0).double()
+    with pytest.raises(ValueError, match="kernel"):
+        posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, kernel="nuts")
+    with pytest.raises(ValueError, match="overrelaxation"):
+        posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, overrelaxation=-0.5)  # auto -> HMC
+    labels = torch.arange(8, dtype=torch.float64) % 3
+    with_prior = LogisticSoftmaxLikelihood(3, learn_class_scales=True, class_scale_prior=(2.0, 2.0))
+    with pytest.raises(ValueError, match="prior on its constants"):
+        HMCSampler(_prior(), with_prior, X, labels)
+    with pytest.raises(ValueError, match="exact posterior"):
+        posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, kernel="hmc", inducing_points=X[::2].clone())
+
+    class Odd(BernoulliLogitLikelihood):
+        preferred_sampler = "nuts"
+
+    with pytest.raises(ValueError, match="preferred_sampler"):
+        posterior_sampler(_prior(), Odd(), X, y)
