@@ -384,13 +384,15 @@ class HMCSampler(GibbsSampler):
         progress: bool,
     ) -> tuple[Tensor, dict[str, Tensor], None, dict[str, Tensor]]:
         """Driver hook of ``GibbsSampler._sample``: ``warmup`` adapting transitions, then ``num_samples * thin``
-        transitions at the frozen step sizes, recording every kept one (internal layout (C, T, N))."""
+        transitions at the frozen step sizes, recording every kept one (internal layout (C, T, N); the kept
+        coordinates are mapped to latents in one product at the end)."""
         C = f.shape[0]
         z = self._to_z(f)
         U, grad = self._potential(z, self.y)
         adapt = _DualAveraging(self._chain_step_size(C), self.target_accept) if warmup > 0 else None
         total = warmup + record.num_samples * thin
         accept_sum, steps_sum = torch.zeros(C, dtype=LINALG_DTYPE), 0
+        kept_z, k = torch.empty((record.num_samples, *z.shape), dtype=z.dtype, device=z.device), 0
         for it in range(total):
             eps = adapt.step_size if adapt is not None else self._chain_step_size(C)
             steps = self._draw_steps(generator)
@@ -403,7 +405,10 @@ class HMCSampler(GibbsSampler):
             accept_sum += prob.cpu()
             steps_sum += steps
             if (it - warmup + 1) % thin == 0:
-                record.keep(self._to_f(z), {}, None, constants)
+                kept_z[k], k = z, k + 1
+        S, G, _, n = kept_z.shape
+        draws = self._to_f(kept_z.transpose(0, 1).reshape(G, S * C, n))  # (S * C, T, N)
+        record.keep_block(draws.view(S, C, *draws.shape[1:]).transpose(0, 1))
         kept = max(total - warmup, 1)
         self.last_run = {
             "step_size": self._chain_step_size(C).cpu(),

@@ -60,6 +60,13 @@ class Recorder:
             self.hyper.setdefault(name, []).append(value)
         self.kept += 1
 
+    def keep_block(self, f: Tensor) -> None:
+        """Several kept draws ``(chains, draws, T, N)`` at once, for a sampler that records nothing but the latents
+        (:class:`~gpytorch_augment.HMCSampler`)."""
+        k = self.kept
+        self.f[:, k : k + f.shape[1]] = f.to(self.sampler.dtype)
+        self.kept += f.shape[1]
+
     def samples(self, **settings: Any) -> GibbsSamples:
         sampler = self.sampler
         return GibbsSamples(
