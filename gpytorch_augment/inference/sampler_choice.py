@@ -19,13 +19,14 @@ measured figures: ``docs/guide/choosing.md``.
 Example::
 
     >>> import gpytorch, torch
-    >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior, StudentTLikelihood, posterior_sampler
+    >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior, PoissonLogitLikelihood, posterior_sampler
     >>> x = torch.linspace(-2, 2, 12, dtype=torch.float64).unsqueeze(-1)
     >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
     >>> sampler = posterior_sampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
     >>> type(sampler).__name__
     'HMCSampler'
-    >>> type(posterior_sampler(prior, StudentTLikelihood(df=4.0), x, x.squeeze(-1).sin())).__name__
+    >>> counts = torch.arange(12, dtype=torch.float64) % 4           # not measured yet: Gibbs
+    >>> type(posterior_sampler(prior, PoissonLogitLikelihood(), x, counts)).__name__
     'GibbsSampler'
     >>> samples = sampler.sample(20, warmup=20, num_chains=2, seed=0, progress=False)
     >>> samples.f.shape

@@ -71,6 +71,9 @@ class StudentTLikelihood(AugmentedLikelihood):
     :param batch_shape: batch shape of the constants.
     """
 
+    #: measured best on MASS Boston (``benchmarks/results/sampling.md``)
+    preferred_sampler = "hmc"
+
     def __init__(
         self,
         df: float | Tensor = 4.0,
