@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -188,8 +189,8 @@ class CollapsedProtocol:
     scales); phase 1 gets close cheaply, phase 2 removes the bias in a few iterations (measurements in
     ``benchmarks/README.md``). Phase 2 needs a ``CholeskyVariationalDistribution`` (GPyTorch's natural
     parametrisations hand NGD's gradients to autograd, which L-BFGS cannot use); with any other, ``polish`` is off
-    and phase 1 runs to convergence. :meth:`finish` leaves :math:`q(u)` at the optimum of the last phase on all the
-    data.
+    (with a warning unless ``polish=False``) and phase 1 runs to convergence. :meth:`finish` leaves :math:`q(u)` at
+    the optimum of the last phase on all the data.
 
     Example::
 
@@ -227,6 +228,14 @@ class CollapsedProtocol:
         self.lbfgs_iter, self.chunk_size = int(lbfgs_iter), chunk_size
         # GPyTorch's natural parametrisations return NGD's gradients, not the ELBO's: L-BFGS needs the Cholesky one
         cholesky = isinstance(cavi.strategy._variational_distribution, CholeskyVariationalDistribution)
+        if polish and not cholesky:
+            warnings.warn(
+                f"the true-ELBO polish phase needs a CholeskyVariationalDistribution, not "
+                f"{type(cavi.strategy._variational_distribution).__name__}: skipped, so the hyper-parameters keep the "
+                "augmented bound's bias (pass polish=False to silence this)",
+                UserWarning,
+                stacklevel=3,
+            )
         self.polish = bool(polish) and cholesky
         self.switch_tol, self.max_collapsed = float(switch_tol), int(max_collapsed)
         self.mll: CollapsedAugmentedELBO | None = None
