@@ -94,10 +94,10 @@ class LaplacePreconditioner(NamedTuple):
     one group of :math:`TN`, latent-major; diagonal: :math:`T` groups of :math:`N`): mode ``f_hat`` (T, N),
     ``v_hat`` (T, N), per-point curvature ``W`` (N, T, T), ``A`` = :math:`L C^{-\top}` (G, n, n), ``C`` =
     chol(:math:`I + L^\top W L`) (G, n, n), ``b`` = :math:`C^{-1}\hat v` (G, 1, n), ``const`` =
-    :math:`\tfrac12\lVert\hat v\rVert^2`, ``w_rows``, ``W`` laid out for the product :math:`Wd` with
-    latent-major ``d`` (T, C, N): its diagonal (T, 1, N) where ``W`` is diagonal (one latent or diagonal
-    curvature), else (T, T, 1, N), and ``At`` = :math:`A^\top`, contiguous (a
-    product with a transposed view takes a slower BLAS path, about 3x for few chains)."""
+    :math:`\tfrac12\lVert\hat v\rVert^2`, ``w_rows`` (``W`` laid out for the product :math:`Wd` with a
+    latent-major ``d`` (T, C, N): its diagonal (T, 1, N) where ``W`` is diagonal -- one latent or diagonal
+    curvature -- else (T, T, 1, N)) and ``At`` (:math:`A^\top`, stored contiguous: a product with a transposed view
+    takes a slower BLAS path, 3-5x slower for few chains)."""
 
     f_hat: Tensor
     v_hat: Tensor
@@ -106,8 +106,8 @@ class LaplacePreconditioner(NamedTuple):
     C: Tensor
     b: Tensor
     const: Tensor
-    w_rows: Tensor | None = None
-    At: Tensor | None = None
+    w_rows: Tensor
+    At: Tensor
 
 
 def _matmul(z: Tensor, M: Tensor) -> Tensor:
