@@ -13,20 +13,21 @@ The kernels, all under the same ``sample`` / ``resume`` / :class:`~gpytorch_augm
 ``"auto"`` applies one rule, with no likelihood-specific branch: the Gibbs sampler where only it applies
 (``inducing_points`` given, or ``likelihood.samples_constants``), else the likelihood's declared
 ``preferred_sampler`` -- the sampler with the larger worst-case effective sample size per second in
-``benchmarks/sampling.py`` (``"gibbs"`` for every likelihood not measured there). Which to use when, with the
-measured figures: ``docs/guide/choosing.md``.
+``benchmarks/sampling.py`` (real posteriors) or ``benchmarks/sampler_choice.py`` (synthetic ones), ``"gibbs"`` where
+the two split by chain count and for a likelihood not measured. Which to use when, with the measured figures:
+``docs/guide/choosing.md``.
 
 Example::
 
     >>> import gpytorch, torch
-    >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior, PoissonLogitLikelihood, posterior_sampler
+    >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior, LaplaceLikelihood, posterior_sampler
     >>> x = torch.linspace(-2, 2, 12, dtype=torch.float64).unsqueeze(-1)
     >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
     >>> sampler = posterior_sampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
     >>> type(sampler).__name__
     'HMCSampler'
-    >>> counts = torch.arange(12, dtype=torch.float64) % 4           # not measured yet: Gibbs
-    >>> type(posterior_sampler(prior, PoissonLogitLikelihood(), x, counts)).__name__
+    >>> y = x.squeeze(-1).sin()                                       # Laplace noise: Gibbs
+    >>> type(posterior_sampler(prior, LaplaceLikelihood(scale=0.3), x, y)).__name__
     'GibbsSampler'
     >>> samples = sampler.sample(20, warmup=20, num_chains=2, seed=0, progress=False)
     >>> samples.f.shape

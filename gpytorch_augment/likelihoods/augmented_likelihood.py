@@ -92,10 +92,10 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: option would otherwise be passed on and silently ignored).
     target_keywords: tuple[str, ...] = ()
 
-    #: The exact-model sampler measured best on this likelihood's posteriors (``benchmarks/results/sampling.md``):
-    #: ``"hmc"`` (:class:`~gpytorch_augment.HMCSampler`) or ``"gibbs"`` (:class:`~gpytorch_augment.GibbsSampler`,
-    #: also the value of every likelihood not measured). What :func:`~gpytorch_augment.posterior_sampler` builds with
-    #: ``kernel="auto"``.
+    #: The exact-model sampler measured best on this likelihood's posteriors (``benchmarks/results/sampling.md``,
+    #: ``benchmarks/results/sampler_choice.md``): ``"hmc"`` (:class:`~gpytorch_augment.HMCSampler`) or ``"gibbs"``
+    #: (:class:`~gpytorch_augment.GibbsSampler`: also where the two split by chain count, and for a likelihood not
+    #: measured). What :func:`~gpytorch_augment.posterior_sampler` builds with ``kernel="auto"``.
     preferred_sampler: str = "gibbs"
 
     @property

@@ -84,6 +84,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of the constants.
     """
 
+    #: measured best on a synthetic posterior (``benchmarks/results/sampler_choice.md``)
+    preferred_sampler = "hmc"
+
     def __init__(
         self,
         df: float | Tensor = 4.0,

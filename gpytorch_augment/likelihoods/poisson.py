@@ -78,6 +78,9 @@ class PoissonLogitLikelihood(AugmentedLikelihood):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
+    #: measured best on a synthetic posterior (``benchmarks/results/sampler_choice.md``)
+    preferred_sampler = "hmc"
+
     def __init__(
         self,
         rate_scale: float = 1.0,

@@ -14,6 +14,7 @@ from gpytorch_augment import (
     GPPrior,
     HeteroscedasticGaussianLikelihood,
     HMCSampler,
+    LaplaceLikelihood,
     LogisticSoftmaxLikelihood,
     PoissonLogitLikelihood,
     StudentTLikelihood,
@@ -33,8 +34,9 @@ def test_auto_builds_the_preferred_sampler():
     binary = (X.squeeze(-1) > 0).double()
     assert type(posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, binary)) is HMCSampler
     assert type(posterior_sampler(_prior(), StudentTLikelihood(df=4.0), X, X.squeeze(-1))) is HMCSampler
-    counts = torch.arange(8, dtype=torch.float64) % 4  # a likelihood the benchmark has not measured: Gibbs
-    assert type(posterior_sampler(_prior(), PoissonLogitLikelihood(), X, counts)) is GibbsSampler
+    counts = torch.arange(8, dtype=torch.float64) % 4
+    assert type(posterior_sampler(_prior(), PoissonLogitLikelihood(), X, counts)) is HMCSampler
+    assert type(posterior_sampler(_prior(), LaplaceLikelihood(scale=0.3), X, X.squeeze(-1))) is GibbsSampler
     labels = torch.arange(8, dtype=torch.float64) % 3
     assert type(posterior_sampler(_prior(), LogisticSoftmaxLikelihood(3), X, labels)) is HMCSampler
     assert type(posterior_sampler(_prior(), HeteroscedasticGaussianLikelihood(), X, X.squeeze(-1))) is HMCSampler
