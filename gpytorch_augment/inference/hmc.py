@@ -311,7 +311,6 @@ class HMCSampler(GibbsSampler):
         else:
             v_hat, f_hat = torch.zeros_like(terms.mu), terms.mu.clone()
             W = torch.zeros(N, T, T, dtype=terms.mu.dtype, device=terms.mu.device)
-        w_rows = W.permute(1, 2, 0).unsqueeze(2).contiguous()  # (T, T, 1, N)
         if T == 1 or self.curvature == "diagonal":  # T groups: B_t = I + L_t^T diag(W_tt) L_t
             w_rows = W.diagonal(dim1=-2, dim2=-1).mT.unsqueeze(1)  # (T, 1, N)
             B, root = L.mT @ (w_rows.mT * L), L
@@ -319,6 +318,7 @@ class HMCSampler(GibbsSampler):
             B = torch.cat([torch.cat([L[t].mT @ (W[:, t, s].unsqueeze(-1) * L[s]) for s in range(T)], -1)
                            for t in range(T)], -2).unsqueeze(0)
             root = torch.block_diag(*L.unbind(0)).unsqueeze(0)
+            w_rows = W.permute(1, 2, 0).unsqueeze(2).contiguous()  # (T, T, 1, N)
         B = add_to_diagonal(B, 1.0)
         C = torch.linalg.cholesky((B + B.mT) / 2)
         A = tri_solve(C, root.mT).mT.contiguous()  # L C^{-T}
