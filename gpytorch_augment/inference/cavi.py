@@ -52,7 +52,7 @@ __all__ = ["CAVI", "CAVITrace", "Convergence", "HeldOut", "RelativeChange"]
 StepSize = float | str | StepSchedule | Callable[[int], float] | None
 
 #: the keys ``fit(..., hyper_options=)`` accepts (keyword arguments of ``fit_hyperparameters``)
-_HYPER_OPTIONS = {"protocol", "lr", "inner_steps", "learn_inducing_locations"}
+_HYPER_OPTIONS = {"protocol", "lr", "inner_steps", "true_steps", "learn_inducing_locations"}
 
 #: above this many elements of the M x N cross-covariance, :meth:`CAVI.elbo` works in chunks of the data
 _ELBO_CHUNK_ELEMENTS = 2**22

@@ -102,6 +102,7 @@ def fit_hyperparameters(
     convergence: Convergence | Callable[[CAVITrace], bool] | None = None,
     learn_inducing_locations: bool | None = None,
     inner_steps: int = 3,
+    true_steps: int = 0,
     batch_size: int = 1024,
     lr: float = 0.05,
     num_epochs: int | None = None,
@@ -125,6 +126,8 @@ def fit_hyperparameters(
         replacing the default rule (checked after every iteration or step; its time is not counted).
     :param learn_inducing_locations: see :func:`hyperparameters_of`.
     :param inner_steps: nested: the CAVI steps of every evaluation of :math:`J`.
+    :param true_steps: nested: natural-gradient steps of :math:`q(u)` on the true ELBO after them
+        (:meth:`~gpytorch_augment.inference.nested.NestedObjective._true_elbo_step`).
     :param batch_size: stochastic: the mini-batch size.
     :param lr: stochastic: Adam's learning rate.
     :param num_epochs: stochastic: the cap on epochs (default 20). The nested protocol has no epochs
@@ -138,9 +141,10 @@ def fit_hyperparameters(
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if x is None or y is None:
         raise ValueError("learn_hyperparameters=True needs the training data x and y")
-    for name, value in (("inner_steps", inner_steps), ("batch_size", batch_size)):
-        if isinstance(value, bool) or int(value) != value or int(value) < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value}")
+    for name, value, least in (("inner_steps", inner_steps, 1), ("true_steps", true_steps, 0),
+                               ("batch_size", batch_size, 1)):  # fmt: skip
+        if isinstance(value, bool) or int(value) != value or int(value) < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value}")
     if max_iter is not None and (isinstance(max_iter, bool) or int(max_iter) < 1):
         raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
     if not (math.isfinite(float(lr)) and float(lr) > 0):
@@ -168,7 +172,8 @@ def fit_hyperparameters(
         else:
             trace = _fit_nested(
                 cavi, x, y, params, max_iter=NESTED_MAX_ITER if max_iter is None else int(max_iter),
-                tol=NESTED_TOL if tol is None else float(tol), inner_steps=int(inner_steps), convergence=convergence,
+                tol=NESTED_TOL if tol is None else float(tol), inner_steps=int(inner_steps),
+                true_steps=int(true_steps), convergence=convergence,
                 progress=progress, callback=callback, kwargs=kwargs,
             )  # fmt: skip
     if not trace.converged:
@@ -213,6 +218,7 @@ def _fit_nested(
     max_iter: int,
     tol: float,
     inner_steps: int,
+    true_steps: int,
     convergence: Any,
     progress: bool,
     callback: Callable[[int, float], Any] | None,
@@ -232,7 +238,7 @@ def _fit_nested(
     bar = progress_bar(max_iter, desc="nested L-BFGS", unit="iteration") if progress else None
     try:
         with checked_data():
-            protocol = NestedProtocol(cavi, x, y, params, inner_steps=inner_steps, **kwargs)
+            protocol = NestedProtocol(cavi, x, y, params, inner_steps=inner_steps, true_steps=true_steps, **kwargs)
             for t in range(max_iter):
                 value = protocol.step()
                 trace.elbo.append(value)
