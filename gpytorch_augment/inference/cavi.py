@@ -203,9 +203,13 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         return y
 
     def _check_inputs(self, x: Tensor, y: Tensor) -> None:
-        check_inputs_targets(x, y)
-        check_input_dim(x, self.strategy.inducing_points)
         batch_shape = self.strategy._variational_distribution.batch_shape
+        try:
+            data_batch = torch.broadcast_shapes(x.shape[:-2], batch_shape) if x.dim() >= 2 else None
+        except RuntimeError:
+            data_batch = None
+        check_inputs_targets(x, y, data_batch)
+        check_input_dim(x, self.strategy.inducing_points)
         try:
             ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
         except RuntimeError:

@@ -386,6 +386,7 @@ class GibbsSampler(BlockedGibbsKernel):
             rank 0 returns every rank's draws joined along the chain dimension (the other ranks return their own).
         :return: :class:`GibbsSamples`.
         """
+        _check_seed(seed)
         if not is_distributed(process_group):
             return self._sample(num_samples, warmup, thin, num_chains, seed, init, progress)
         if seed is None or init is not None:
@@ -419,8 +420,7 @@ class GibbsSampler(BlockedGibbsKernel):
         warmup = self._check_count("warmup", warmup, 0)
         thin = self._check_count("thin", thin, 1)
         num_chains = self._check_count("num_chains", num_chains, 1)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        _check_seed(seed)
         if self._params_changed():
             self.refresh()
         state = _initial_state(init)
@@ -516,6 +516,16 @@ class GibbsSampler(BlockedGibbsKernel):
             progress=progress,
         )
         return GibbsSamples.cat([samples, more], dim="draw")
+
+
+def _check_seed(seed: Any) -> None:
+    """``ValueError`` naming ``seed`` unless it is ``None`` or an integer a ``torch.Generator`` takes."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64) (a torch.Generator seed) or None, got {seed!r}")
 
 
 def _check_alpha(alpha: Any, sparse: bool) -> float:
