@@ -139,11 +139,52 @@ def check_values_in(name: str, y: Tensor, allowed: tuple[float, ...]) -> None:
         raise ValueError(f"{name} must take values in {set(allowed)}; found {bad}")
 
 
+def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """An integer (or boolean) tensor converted to the floating ``dtype`` (default: torch's default dtype), exactly:
+    ``ValueError`` if some entry has no exact representation there (e.g. counts above ``2**24`` in float32). A
+    floating tensor is returned unchanged.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import exact_float
+        >>> exact_float("y", torch.tensor([2**24 + 1, 3]), torch.float64)
+        tensor([16777217.,        3.], dtype=torch.float64)
+        >>> exact_float("y", torch.tensor([2**24 + 1, 3]), torch.float32)
+        Traceback (most recent call last):
+            ...
+        ValueError: y holds integers that torch.float32 cannot represent exactly (e.g. 16777217): ...
+    """
+    if not isinstance(t, Tensor) or t.is_floating_point() or t.is_complex():
+        return t
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    out = t.to(dtype)
+    if checking_values() and t.numel() and t.dtype != torch.bool:
+        limit = 2 ** {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}.get(dtype, 53)
+        inexact = t.abs() > limit  # beyond, not every integer is representable: ask for exactness up front
+        if inexact.any():
+            bad = t[inexact].flatten()[0].item()
+            raise ValueError(
+                f"{name} holds integers that {dtype} cannot represent exactly (e.g. {bad}): pass them as float64 "
+                "(y.double()) with a float64 model (model.double(), likelihood.double())"
+            )
+    return out
+
+
+def float_targets(y: Tensor, kwargs: dict[str, Any], dtype: torch.dtype, name: str = "y") -> Tensor:
+    """Integer targets (and integer per-datum keyword data, e.g. ``trials=``, replaced in ``kwargs``) converted
+    exactly to the data's floating ``dtype`` (see :func:`exact_float`)."""
+    for key, value in list(kwargs.items()):
+        if isinstance(value, Tensor) and not value.is_floating_point():
+            kwargs[key] = exact_float(key, value, dtype)
+    return exact_float(name, y, dtype)
+
+
 def check_counts(name: str, y: Tensor) -> Tensor:
-    """Raise unless ``y`` holds finite non-negative integers; return it as a floating tensor."""
+    """Raise unless ``y`` holds finite non-negative integers; return it as a floating tensor (an integer tensor is
+    converted exactly to the default dtype, ``ValueError`` if it cannot be: see :func:`exact_float`)."""
     check_finite(name, y)
-    if not y.is_floating_point():
-        y = y.to(torch.get_default_dtype())
+    y = exact_float(name, y)
     if not checking_values():
         return y
     bad = (y < 0) | (y != y.round())

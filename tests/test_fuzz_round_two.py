@@ -3,6 +3,7 @@ finite-or-clear classification cannot see; each test compares with a reference v
 
 from __future__ import annotations
 
+import gpytorch
 import mpmath as mp
 import pytest
 import torch
@@ -57,3 +58,58 @@ def test_polya_gamma_density_integrates_to_one_with_exact_moments(b, c):
     assert mass == pytest.approx(1.0, abs=1e-5)
     assert first == pytest.approx(mean, rel=1e-5)
     assert second == pytest.approx(sd**2, rel=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------ integer counts
+@pytest.fixture
+def float32_default():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def _count_likelihoods():
+    big = torch.tensor([10**6 + 1, 10**6 + 3, 10**6, 10**6 + 7, 10**6 + 2, 10**6 + 5])
+    return [
+        ("poisson", ga.PoissonLogitLikelihood(rate_scale=2e6), big, {}),
+        ("negbin", ga.NegativeBinomialLogitLikelihood(total_count=2.0), big, {}),
+        ("binomial", ga.BinomialLogitLikelihood(), big, {"trials": torch.full((6,), 2 * 10**6 + 1)}),
+    ]
+
+
+@pytest.mark.parametrize("case", _count_likelihoods(), ids=lambda c: c[0])
+def test_integer_counts_are_converted_exactly_to_the_data_dtype(case, float32_default):
+    """``long`` counts near 1e6 with float64 data and model: the same ELBO, steps, Gibbs targets and expected
+    log-likelihood as the float64 counts (they were cast to the float32 default dtype first)."""
+    from gpytorch.distributions import MultivariateNormal
+
+    from gpytorch_augment.testing.models import make_cavi_model
+
+    assert torch.get_default_dtype() == torch.float32
+    _, likelihood, y, kw = case
+    likelihood = likelihood.double()
+    y64, kw64 = y.double(), {k: v.double() for k, v in kw.items()}
+    x = torch.linspace(-2, 2, 6, dtype=torch.float64).unsqueeze(-1)
+    cavi = ga.CAVI(make_cavi_model(1, x[:3].clone()).double(), likelihood, num_data=6)
+    assert cavi.elbo(x, y, **kw).item() == cavi.elbo(x, y64, **kw64).item()
+    q_f = MultivariateNormal(torch.zeros(6, dtype=torch.float64), torch.eye(6, dtype=torch.float64))
+    assert torch.equal(likelihood.expected_log_prob(y, q_f, **kw), likelihood.expected_log_prob(y64, q_f, **kw64))
+    prior = ga.GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
+    assert torch.equal(
+        ga.GibbsSampler(prior, likelihood, x, y, **kw).y, ga.GibbsSampler(prior, likelihood, x, y64, **kw64).y
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda y: ga.PoissonLogitLikelihood().check_targets(y),
+        lambda y: ga.NegativeBinomialLogitLikelihood(total_count=2.0).check_targets(y),
+        lambda y: ga.BinomialLogitLikelihood().check_targets(y, trials=torch.full((2,), 2**25)),
+        lambda y: ga.BinomialLogitLikelihood().check_targets(y.float() * 0, trials=y),
+    ],
+)
+def test_integer_counts_the_default_dtype_cannot_hold_raise(make, float32_default):
+    with pytest.raises(ValueError, match="cannot represent exactly"):
+        make(torch.tensor([2**24 + 1, 3]))

@@ -27,6 +27,7 @@ from .._validation import (
     check_nonempty,
     check_target_keywords,
     checked_data,
+    float_targets,
     squeezed_targets,
 )
 from ..core import PriorTerms, WhitenedGaussian, natural_gradient
@@ -198,6 +199,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         check_target_keywords(self.likelihood, kwargs, where)
         y = squeezed_targets(x, y)
         self._check_inputs(x, y)
+        if x.is_floating_point():  # integer targets (counts, trials=) converted exactly to the data's dtype
+            y = float_targets(y, kwargs, x.dtype)
         if not self.distributed:
             check_nonempty(x, where)
         return y

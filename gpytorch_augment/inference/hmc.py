@@ -77,6 +77,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validation import float_targets
 from ..core.linalg import add_to_diagonal, tri_solve
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from .gibbs.kernel import LINALG_DTYPE
@@ -438,6 +439,8 @@ class HMCSampler(GibbsSampler):
         """
         if self._params_changed():
             self.refresh()
+        if y is not None:
+            y = float_targets(y, dict(self.target_kwargs), self.dtype)
         y = self.y if y is None else self.likelihood.check_targets(y, **self.target_kwargs)
         f_int = self._from_storage(f, None, name="f")
         z = self._to_z(f_int)

@@ -20,6 +20,7 @@ from ..._validation import (
     check_inputs_targets,
     check_nonempty,
     check_target_keywords,
+    float_targets,
     squeezed_targets,
 )
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
@@ -207,6 +208,8 @@ class GibbsSampler(BlockedGibbsKernel):
             raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
         if x.dim() != 2 and not (x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents):
             raise ValueError(f"x must have shape (N, D); got shape {tuple(x.shape)}")
+        if x.is_floating_point():  # integer targets (counts) converted exactly to the data's dtype
+            y = float_targets(y, kwargs, x.dtype)
         self.target_kwargs = kwargs
         self.y = likelihood.check_targets(y, **kwargs)
         if inducing_points is not None:
@@ -340,6 +343,7 @@ class GibbsSampler(BlockedGibbsKernel):
                 raise ValueError(
                     f"y must have {self.num_data} points in its last dimension; got shape {tuple(y.shape)}"
                 )
+            y = float_targets(y, dict(self.target_kwargs), self.dtype)
             y = self.likelihood.check_targets(y, **self.target_kwargs)
         f_int = self._from_storage(f, None, name="f")
         f_int, aux, v, constants = self._sweep(f_int, y, generator, dict(hyper or {}))
