@@ -611,6 +611,44 @@ for _d in ("PolyaGamma", "InverseGaussian", "NegativeMultinomial"):
     add(f"{_d}.rsample", _rsample(_d), (r"sample\(\)",), must_fail=True)
 
 
+def _gibbs_other_n(entry: str) -> Callable[[], Any]:
+    def run() -> Any:
+        def sampler(n: int) -> Any:
+            x = torch.linspace(-2, 2, n).unsqueeze(-1)
+            y = _targets("bernoulli", n, x.dtype)[0]
+            return ga.GibbsSampler(_gibbs_prior(), ga.BernoulliLogitLikelihood(), x, y)
+
+        small, large = sampler(N), sampler(N + 3)
+        samples = small.sample(2, warmup=1, seed=0, progress=False)
+        if entry == "from_state_dict":
+            return ga.GibbsSamples.from_state_dict(samples.state_dict(), sampler=large).predict(torch.zeros(2, 1))[:2]
+        if entry == "resume":
+            return large.resume(samples, 2, progress=False).f
+        other = large.sample(2, warmup=1, seed=0, progress=False)
+        return ga.GibbsSamples.cat([samples, other], dim=entry).summary()
+
+    return run
+
+
+for _e in ("from_state_dict", "resume", "draw", "chain"):
+    add(f"GibbsSamples-{_e} of another N", _gibbs_other_n(_e), ("sampler", "run"), must_fail=True, isolate=True)
+
+
+def _cavi_dtype_mismatch(entry: str) -> Callable[[], Any]:
+    def run() -> Any:
+        model, likelihood, x, y, _ = _setup("bernoulli", torch.float32)
+        cavi = ga.CAVI(model, likelihood, num_data=N)
+        x, y = x.double(), y.double()
+        out = cavi.step(x, y) if entry == "step" else cavi.fit(x, y, max_iter=2).elbo
+        return out, likelihood(model(x)).mean
+
+    return run
+
+
+for _e in ("step", "fit"):
+    add(f"CAVI.{_e}-float32 model, float64 data", _cavi_dtype_mismatch(_e), ("dtype",), must_fail=True)
+
+
 @pytest.fixture(autouse=True)
 def _defaults():
     dtype = torch.get_default_dtype()

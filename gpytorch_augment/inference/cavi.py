@@ -213,6 +213,12 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             data_batch = None
         check_inputs_targets(x, y, data_batch)
         check_input_dim(x, self.strategy.inducing_points)
+        model_dtype = self.strategy.inducing_points.dtype
+        if x.is_floating_point() and x.dtype != model_dtype:
+            raise ValueError(
+                f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert the model "
+                f"(model.double() / model.float(), and the likelihood) or the data (x.to({model_dtype}), same for y)"
+            )
         try:
             ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
         except RuntimeError:

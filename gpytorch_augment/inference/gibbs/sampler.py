@@ -511,6 +511,7 @@ class GibbsSampler(BlockedGibbsKernel):
         (Runs joined with ``GibbsSamples.cat(..., dim="chain")`` have no single generator state; they continue
         with a fresh seed.)
         """
+        samples._check_fits(self, "samples")
         more = self.sample(
             num_samples,
             warmup=0,
