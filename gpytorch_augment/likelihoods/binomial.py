@@ -13,6 +13,7 @@ from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c, q
 from .._validation import check_counts, checking_values, exact_float
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
+from ._count_predictive import CountPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 
@@ -33,7 +34,7 @@ def _log_binom(t: Tensor, y: Tensor) -> Tensor:
     return torch.lgamma(t + 1) - torch.lgamma(y + 1) - torch.lgamma(t - y + 1)
 
 
-class BinomialLogitLikelihood(AugmentedLikelihood):
+class BinomialLogitLikelihood(CountPredictive, AugmentedLikelihood):
     r"""Successes out of per-datum trials with the logistic link,
     :math:`p(y \mid f) = \binom{t}{y}\sigma(f)^y\sigma(-f)^{t-y}`, :math:`y \in \{0, \dots, t\}`.
 
