@@ -50,7 +50,8 @@ def check_finite(name: str, t: Tensor) -> Tensor:
 
 def check_finite_state(name: str, state: Any) -> None:
     """Raise ``ValueError`` naming the first entry of a (nested) state dict whose floating tensor holds NaN or
-    infinite values (a checkpoint written after a fit diverged would otherwise load silently).
+    infinite values (a checkpoint written after a fit diverged would otherwise load silently); the bounds of
+    constraints (entries named ``...constraint...``) may be infinite.
 
     Example::
 
@@ -62,8 +63,10 @@ def check_finite_state(name: str, state: Any) -> None:
         ValueError: state['model']['mean'] holds non-finite values (e.g. nan): ...
     """
     if isinstance(state, Tensor):
-        if state.is_floating_point() and not torch.isfinite(state).all():
-            bad = state[~torch.isfinite(state)].flatten()[0].item()
+        # a constraint's bound may be infinite (gpytorch's Interval with upper_bound=inf); NaN is never valid
+        ok = torch.isnan(state).logical_not() if "constraint" in name else torch.isfinite(state)
+        if state.is_floating_point() and not ok.all():
+            bad = state[~ok].flatten()[0].item()
             raise ValueError(
                 f"{name} holds non-finite values (e.g. {bad}): the state was saved after the run diverged or was "
                 "corrupted; load an earlier checkpoint"
