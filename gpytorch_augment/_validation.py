@@ -151,8 +151,8 @@ def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tenso
 
         >>> import torch
         >>> from gpytorch_augment._validation import exact_float
-        >>> exact_float("y", torch.tensor([2**24 + 1, 3]), torch.float64)
-        tensor([16777217.,        3.], dtype=torch.float64)
+        >>> exact_float("y", torch.tensor([2**24 + 1, 3]), torch.float64).tolist()
+        [16777217.0, 3.0]
         >>> exact_float("y", torch.tensor([2**24 + 1, 3]), torch.float32)
         Traceback (most recent call last):
             ...
