@@ -27,6 +27,7 @@ from .._validation import (
     check_nonempty,
     check_target_keywords,
     checked_data,
+    float_targets,
     squeezed_targets,
 )
 from ..core import PriorTerms, WhitenedGaussian, natural_gradient
@@ -199,14 +200,26 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         check_target_keywords(self.likelihood, kwargs, where)
         y = squeezed_targets(x, y)
         self._check_inputs(x, y)
+        if x.is_floating_point():  # integer targets (counts, trials=) converted exactly to the data's dtype
+            y = float_targets(y, kwargs, x.dtype)
         if not self.distributed:
             check_nonempty(x, where)
         return y
 
     def _check_inputs(self, x: Tensor, y: Tensor) -> None:
-        check_inputs_targets(x, y)
-        check_input_dim(x, self.strategy.inducing_points)
         batch_shape = self.strategy._variational_distribution.batch_shape
+        try:
+            data_batch = torch.broadcast_shapes(x.shape[:-2], batch_shape) if x.dim() >= 2 else None
+        except RuntimeError:
+            data_batch = None
+        check_inputs_targets(x, y, data_batch)
+        check_input_dim(x, self.strategy.inducing_points)
+        model_dtype = self.strategy.inducing_points.dtype
+        if x.is_floating_point() and x.dtype != model_dtype:
+            raise ValueError(
+                f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert the model "
+                f"(model.double() / model.float(), and the likelihood) or the data (x.to({model_dtype}), same for y)"
+            )
         try:
             ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
         except RuntimeError:
