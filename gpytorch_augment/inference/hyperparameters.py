@@ -102,7 +102,7 @@ def fit_hyperparameters(
     convergence: Convergence | Callable[[CAVITrace], bool] | None = None,
     learn_inducing_locations: bool | None = None,
     inner_steps: int = 3,
-    true_steps: int = 0,
+    true_steps: int = 3,
     batch_size: int = 1024,
     lr: float = 0.05,
     num_epochs: int | None = None,
