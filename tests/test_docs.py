@@ -42,6 +42,8 @@ PAGES = {
     "guide/choosing",
     "guide/from_gpytorch",
     "maths/index",
+    "maths/engines",
+    "maths/identities",
     "maths/binary",
     "maths/counts",
     "maths/robust",
@@ -222,8 +224,9 @@ def citation_problems(texts: dict[str, str], file_names: set[str]) -> list[str]:
         names_thesis = "Galy-Fajou" in text
         for number, line in enumerate(text.splitlines(), 1):
             where = f"{rel}:{number}: {line.strip()[:120]}"
-            for name in _MD_NAME.findall(line):
-                if name.rsplit("/", 1)[-1] not in file_names or name.endswith(UNSHIPPED):
+            for match in _MD_NAME.finditer(line):
+                name, quoted = match.group(0), line[match.start() - 1 : match.start()] in ("'", '"')
+                if name.endswith(UNSHIPPED) or (name.rsplit("/", 1)[-1] not in file_names and not quoted):
                     problems.append(f"{where}  (cites {name}, not in the repository)")
             if _SECTION.search(line) and not _YEAR.search(line):
                 problems.append(f"{where}  (a section number with no paper named beside it)")
@@ -279,7 +282,7 @@ def test_the_snippets_of_the_page_run(page: str) -> None:
         torch.set_default_dtype(dtype)
 
 
-# ============================================================================================ the README and the API table
+# ========================================================================================= the README and the API table
 def _first_python_block(path: Path) -> str:
     return _PYTHON_BLOCK.findall(path.read_text(encoding="utf-8"))[0]
 

@@ -1,4 +1,4 @@
-r"""The Pólya-Gamma distribution :math:`\mathrm{PG}(b, c)` (``augmentations.md`` §2)."""
+r"""The Pólya-Gamma distribution :math:`\mathrm{PG}(b, c)` (:doc:`/maths/binary`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def _log1mexp(d: Tensor) -> Tensor:
 
 
 def _log_pg0_series(x: Tensor, b: Tensor) -> Tensor:
-    r""":math:`\log \mathrm{PG}(x \mid b, 0)` by the alternating series of §2.7, for float64 ``x > 0``, ``b > 0``.
+    r""":math:`\log \mathrm{PG}(x \mid b, 0)` by the alternating series of :doc:`/maths/binary`, for float64 ``x >
+    0``, ``b > 0``.
 
     The terms :math:`a_n = \frac{\Gamma(n+b)}{n!}(2n+b)e^{-(2n+b)^2/(8x)}` are unimodal in :math:`n`; even and odd
     terms are log-sum-exp'ed separately (in chunks of ``_SERIES_CHUNK`` terms) and combined as
@@ -65,7 +66,8 @@ def _log_pg0_series(x: Tensor, b: Tensor) -> Tensor:
 
 
 def _gamma_series_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    r"""§2.1 gamma series: the first ``_GAMMA_TERMS`` terms drawn exactly, the tail by one moment-matched gamma.
+    r"""The gamma series (:doc:`/maths/binary`): the first ``_GAMMA_TERMS`` terms drawn exactly, the tail by one
+    moment-matched gamma.
 
     With weights :math:`w_k = [2\pi^2((k-\frac12)^2 + z^2/4\pi^2)]^{-1}`, the tail :math:`\sum_{k>K} w_k g_k` has
     mean :math:`b S_1` and variance :math:`b S_2`, :math:`S_j = \sum_{k>K} w_k^j` (taken from the exact totals
@@ -114,7 +116,7 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
     ``b <= 200``, ``z >= 8``     ``"alternate"`` (exact)
     integer ``b <= 12``          ``"devroye"`` (exact)
     ``b >= 8``                   ``"saddle"`` (exact)
-    otherwise (``b < 8``)        gamma series, 10 terms + moment-matched tail (§2.8)
+    otherwise (``b < 8``)        gamma series, 10 terms + moment-matched tail
     ==========================  =====================================================
 
     For integer ``b <= 12`` (e.g. ``b = 1``, Bernoulli) only the two exact samplers ``"devroye"`` and
@@ -163,7 +165,7 @@ class PolyaGamma(Distribution):
 
     * :attr:`mean`, :attr:`variance` and the KL to :math:`\mathrm{PG}(b, 0)` are closed forms, stable (value and
       gradient) as :math:`c \to 0`.
-    * :meth:`log_prob` uses the alternating series of ``augmentations.md`` §2.7 in float64 (cast back) and the
+    * :meth:`log_prob` uses the alternating series of :doc:`/maths/binary` in float64 (cast back) and the
       tilting identity. The series cancels catastrophically in the right tail; measured (float64, ``c = 0``)
       absolute error of :math:`\log\mathrm{PG}(x\mid b,0)` below :math:`10^{-6}` for
       :math:`x <` 5.0 (``b = 0.5``), 5.2 (``b = 1``), 5.9 (``b = 3.7``), 7.1 (``b = 10``; mean + 7 sd),

@@ -10,7 +10,7 @@ such that, given :math:`\Omega_i`, the datum contributes a Gaussian *tilt* to th
 
 :math:`h` is the *potential* and :math:`\lambda \ge 0` the *precision*. The engines (``CAVI``,
 ``GibbsSampler``) only ever talk to a likelihood through the members of :class:`AugmentedLikelihood`;
-the mathematics of each likelihood is in ``shared/docs/augmentations.md``.
+the mathematics of each likelihood is in :doc:`/maths/index`.
 
 Shapes: a single-latent likelihood takes ``f`` of shape ``(*batch, N)``; a multi-latent one ``(*batch, N, T)``.
 Potentials and precisions come back as ``(*batch, N)`` or, for ``T`` latents, ``(*batch, T, N)``
@@ -256,7 +256,7 @@ class AugmentedLikelihood(Likelihood, ABC):
         r""":math:`\ell_i^* = \max_{q(\Omega_i)} \ell_i`, per datum (a smooth function of :math:`(m_i, s_i)`).
 
         The default evaluates :meth:`elbo_terms` at :meth:`aux_posterior`; likelihoods override it with the
-        closed form of ``augmentations.md``.
+        closed form of :doc:`/maths/index`.
         """
         return self.elbo_terms(y, self.aux_posterior(y, f_mean, f_var), f_mean, f_var)
 

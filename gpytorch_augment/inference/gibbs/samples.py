@@ -307,7 +307,7 @@ class GibbsSamples:
         r"""Posterior predictive at ``x_new`` as a mixture of GP conditionals over the stored draws.
 
         Exact model: :math:`\frac1S\sum_s \mathcal N\big(f_* \mid \mu_* + K_{*X}K^{-1}(f^{(s)} - \mu_0),\
-        K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (``augmentations.md`` §1.8).
+        K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (:doc:`/maths/engines`).
         :math:`y_*` is predicted with the **original** likelihood: ``likelihood.marginal`` of each conditional,
         averaged over draws.
 
