@@ -69,8 +69,8 @@ from gpytorch_augment import (  # noqa: E402
     LogisticSoftmaxLikelihood,
     UnwhitenedCAVIVariationalStrategy,
 )
+from gpytorch_augment._numerics import latent_expectation  # noqa: E402
 from gpytorch_augment.datasets import load_keel  # noqa: E402
-from gpytorch_augment.likelihoods.logistic_softmax import _expectation  # noqa: E402
 
 #: draws of the tracking predictive (shared by every method)
 TRACKING_DRAWS = 512
@@ -425,7 +425,7 @@ def final_metrics(built: Built, x_test: Tensor, y_test: Tensor, state: dict[str,
         if isinstance(built.likelihood, LogisticSoftmaxLikelihood):
             probs = built.likelihood.predict_proba(q_f)
         else:
-            probs = _expectation(lambda f: torch.softmax(f, -1), q_f.mean, q_f.variance)
+            probs = latent_expectation(lambda f: torch.softmax(f, -1), q_f.mean, q_f.variance)
     model.train()
     if current is not None:
         _load(built, current)

@@ -92,10 +92,10 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: option would otherwise be passed on and silently ignored).
     target_keywords: tuple[str, ...] = ()
 
-    #: The exact-model sampler measured best on this likelihood's posteriors (``benchmarks/results/sampling.md``,
-    #: ``benchmarks/results/sampler_choice.md``): ``"hmc"`` (:class:`~gpytorch_augment.HMCSampler`) or ``"gibbs"``
-    #: (:class:`~gpytorch_augment.GibbsSampler`: also where the two split by chain count, and for a likelihood not
-    #: measured). What :func:`~gpytorch_augment.posterior_sampler` builds with ``kernel="auto"``.
+    #: The exact-model sampler :func:`~gpytorch_augment.posterior_sampler` builds with ``kernel="auto"``: ``"hmc"``
+    #: (:class:`~gpytorch_augment.HMCSampler`) where it gives the larger worst-case effective sample size per second
+    #: on this likelihood's posteriors, else ``"gibbs"`` (:class:`~gpytorch_augment.GibbsSampler`; also the default
+    #: for a new likelihood). The figures behind each choice: the user guide's "Which engine, when".
     preferred_sampler: str = "gibbs"
 
     @property

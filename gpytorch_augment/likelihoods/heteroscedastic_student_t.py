@@ -85,7 +85,7 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of the constants.
     """
 
-    #: measured best on a synthetic posterior (``benchmarks/results/sampler_choice.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

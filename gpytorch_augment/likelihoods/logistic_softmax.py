@@ -217,7 +217,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         noise of GPyTorch's 10-sample Monte-Carlo estimate, at 1/32 of the points of the predictive's rule).
     """
 
-    #: measured best on KEEL vehicle (``benchmarks/results/sampling.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

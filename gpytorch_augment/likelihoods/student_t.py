@@ -71,7 +71,7 @@ class StudentTLikelihood(AugmentedLikelihood):
     :param batch_shape: batch shape of the constants.
     """
 
-    #: measured best on MASS Boston (``benchmarks/results/sampling.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

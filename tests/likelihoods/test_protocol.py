@@ -37,12 +37,8 @@ from gpytorch_augment.testing import (
     violation_stationarity,
     worst,
 )
-from gpytorch_augment.testing.models import make_cavi_model as _make_model
 from tests.likelihoods.registry import BERNOULLI, CASES
 from tests.likelihoods.toy_multilatent import TWO_BIT_LOGIT
-
-# names other test modules import from here (kept for them)
-__all__ = ["_make_model", "gp_data", "protocol_data"]
 
 
 # ================================================================================================ the protocol tests
