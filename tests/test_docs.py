@@ -256,11 +256,23 @@ def test_the_citation_check_can_fail() -> None:
 # ============================================================================================ snippets that run
 #: pages whose every ```python block is executed, in order, in one namespace per page
 EXECUTED_PAGES = ["guide/gibbs", "guide/from_gpytorch"]
+#: shorter runs for the test (as the tutorials' fast mode): text of a snippet -> what the test runs instead
+FAST_SUBSTITUTIONS = {
+    "learn_hyperparameters=True)": "learn_hyperparameters=True, max_iter=2)",
+    "sample(100, warmup=100,": "sample(20, warmup=20,",
+    "sample(200, warmup=100,": "sample(20, warmup=20,",
+}
 _PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def python_snippets(page: str) -> list[str]:
     return _PYTHON_BLOCK.findall((DOCS / f"{page}.md").read_text(encoding="utf-8"))
+
+
+def fast(code: str) -> str:
+    for text, replacement in FAST_SUBSTITUTIONS.items():
+        code = code.replace(text, replacement)
+    return code
 
 
 @pytest.mark.parametrize("page", EXECUTED_PAGES)
@@ -275,7 +287,7 @@ def test_the_snippets_of_the_page_run(page: str) -> None:
         torch.manual_seed(0)
         for number, code in enumerate(snippets, 1):
             try:
-                exec(compile(code, f"docs/{page}.md, snippet {number}", "exec"), namespace)  # noqa: S102
+                exec(compile(fast(code), f"docs/{page}.md, snippet {number}", "exec"), namespace)  # noqa: S102
             except Exception as error:  # noqa: BLE001 -- report which snippet failed
                 raise AssertionError(f"docs/{page}.md, snippet {number} failed: {error!r}\n{code}") from error
     finally:
