@@ -370,3 +370,15 @@ def test_no_compatibility_shims() -> None:
     assert importlib.util.find_spec("gpytorch_augment.likelihoods.heteroscedastic") is None
     assert not (ROOT / "tests" / "likelihoods" / "case.py").exists()
     assert (ROOT / "CHANGELOG.md").is_file()
+
+
+@pytest.mark.parametrize("name", ["CAVIVariationalStrategy", "UnwhitenedCAVIVariationalStrategy"])
+def test_the_strategies_document_every_parameter(name: str) -> None:
+    import inspect
+
+    import gpytorch_augment
+
+    cls = getattr(gpytorch_augment, name)
+    parameters = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    missing = [p for p in parameters if f":param {p}:" not in (cls.__doc__ or "")]
+    assert parameters and not missing, f"{name} does not document {missing}"
