@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Table", "cell", "render", "write_report"]
+__all__ = ["Table", "cell", "machine_settings", "render", "write_report"]
 
 #: what an empty cell shows (a value that was not measured, e.g. a target never reached)
 MISSING = "—"
@@ -73,6 +73,19 @@ def cell(value: Any, spec: str | None = None) -> str:
     if isinstance(value, float):
         return format(value, spec or ".4g")
     return str(value)
+
+
+def machine_settings(machine: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings rows of a machine record (``_common.close_machine_info``): date, cores, load, versions."""
+    load = lambda key: ", ".join(f"{v:.1f}" for v in machine.get(key, [])) or None  # noqa: E731
+    return {
+        "date (UTC)": machine.get("date_utc"),
+        "CPU cores (shared)": machine.get("cpu_count"),
+        "torch threads": machine.get("torch_threads"),
+        "load average at start (1, 5, 15 min)": load("load_average_start"),
+        "load average at end (1, 5, 15 min)": load("load_average_end"),
+        "torch / gpytorch": f"{machine.get('torch')} / {machine.get('gpytorch')}",
+    }
 
 
 def _markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -45,3 +45,26 @@ def test_the_renderer_writes_a_figure_link(report, tmp_path: Path) -> None:
     drawn = []
     report.write_report(tmp_path, "fig", {}, "T", {}, [], figure=lambda p, r: drawn.append(p), echo=False)
     assert drawn == [tmp_path / "fig.png"] and "![T](fig.png)" in (tmp_path / "fig.md").read_text()
+
+
+#: scripts that report through the renderer: each renders its committed result record (benchmarks/results/)
+CONVERTED = ["regression"]
+
+
+@pytest.mark.parametrize("name", CONVERTED)
+def test_a_converted_script_renders_its_result_record(report, name: str, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        script = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert not hasattr(script, "write_markdown"), f"{name}.py still writes its own Markdown"
+    result = json.loads((BENCHMARKS / "results" / f"{name}.json").read_text())
+    title, settings, tables = script.report(result)
+    md = report.write_report(tmp_path, name, result, title, settings, tables, echo=False).read_text()
+    prose = [
+        line for line in md.splitlines() if line and not line.startswith(("#", "|", "![")) and line.strip()
+    ]  # fmt: skip
+    assert not prose, f"{name}: prose in the report: {prose[:3]}"
+    assert len(tables) >= 1 and all(t.rows for t in tables)
