@@ -442,7 +442,7 @@ def _hit_cells(r: dict[str, Any], reading: str, speedup: dict[str, Any] | None) 
     return [time_cell, str(h["iteration"]) if h else "—", sp]
 
 
-def _table(runs: list[dict[str, Any]], y_std: float) -> str:
+def _table(title: str, runs: list[dict[str, Any]], y_std: float) -> _report.Table:
     headers = [
         "method",
         "σ",
@@ -475,7 +475,7 @@ def _table(runs: list[dict[str, Any]], y_std: float) -> str:
             f"{r['trace']['iteration'][-1]}, {r['total_time']:.1f}, {r['stop_reason']}",
         ]
         rows.append(cells)
-    return common.markdown_table(headers, rows)
+    return _report.Table(title, headers, rows)
 
 
 def _speedup_table(title: str, block: dict[str, Any]) -> _report.Table:
@@ -490,13 +490,6 @@ def _speedup_table(title: str, block: dict[str, Any]) -> _report.Table:
         ])  # fmt: skip
     columns = ["reading", "target test NLL", "fastest SVGP + Adam", "speed-up (wall)", "speed-up (CPU)",
                "speed-up (iterations × cost)", "lower bound", "≥ 20×"]  # fmt: skip
-    return _report.Table(title, columns, rows)
-
-
-def _runs_table(title: str, block: dict[str, Any], y_std: float) -> _report.Table:
-    text = _table(block["runs"], y_std).strip().splitlines()
-    columns = [c.strip() for c in text[0].strip("|").split("|")]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text[2:]]
     return _report.Table(title, columns, rows)
 
 
@@ -522,13 +515,13 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
         **_report.machine_settings(result["machine"]),
     }
     tables = [
-        _runs_table(f"Runs, σ = {result['main']['scale']:.4f}", result["main"], cfg["y_std"]),
+        _table(f"Runs, σ = {result['main']['scale']:.4f}", result["main"]["runs"], cfg["y_std"]),
         _speedup_table("CAVI against the fastest SVGP + Adam", result["main"]),
     ]
     sens = result.get("sensitivity")
     if sens:
         tables += [
-            _runs_table(f"Runs, σ = {sens['scale']:.4f} (moment-matched)", sens, cfg["y_std"]),
+            _table(f"Runs, σ = {sens['scale']:.4f} (moment-matched)", sens["runs"], cfg["y_std"]),
             _speedup_table(f"CAVI against the fastest SVGP + Adam, σ = {sens['scale']:.4f}", sens),
         ]
     return title, settings, tables
