@@ -48,7 +48,7 @@ from gpytorch_augment._numerics import gauss_hermite
 from gpytorch_augment._random import seeded_by
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
-from gpytorch_augment.likelihoods.heteroscedastic import (
+from gpytorch_augment.likelihoods import (
     HeteroscedasticGaussianLikelihood,
     HeteroscedasticStudentTLikelihood,
 )
