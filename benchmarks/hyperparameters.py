@@ -50,7 +50,8 @@ from gpytorch_augment import (  # noqa: E402
     StudentTLikelihood,
 )
 from gpytorch_augment.datasets import load_keel  # noqa: E402
-from gpytorch_augment.inference.hyperparameters import CollapsedProtocol, hyperparameters_of  # noqa: E402
+from gpytorch_augment.inference.hyperparameters import hyperparameters_of  # noqa: E402
+from gpytorch_augment.inference.nested import NestedProtocol  # noqa: E402
 
 #: the peers' grid, fixed before any run: learning rates and batch sizes ("full" = all the training data)
 GRID = {
@@ -160,8 +161,7 @@ def make_ours(p: dict[str, Any], data: dict[str, Any], Z: Tensor, ls: Tensor) ->
                              CAVIVariationalStrategy), ls)  # fmt: skip
     lik = likelihood_for(p["kind"], True, data["K"])
     cavi = CAVI(model, lik, num_data=data["y"].shape[-1])
-    protocol = CollapsedProtocol(cavi, data["x"], data["y"], hyperparameters_of(cavi),
-                                 generator=torch.Generator().manual_seed(0))  # fmt: skip
+    protocol = NestedProtocol(cavi, data["x"], data["y"], hyperparameters_of(cavi))
     return common.MethodSpec("ours: collapsed + L-BFGS", protocol.step,
                              evaluator(p["kind"], model, lik, data["xt"], data["yt"], data["K"]),
                              {"protocol": "CAVI.fit(learn_hyperparameters=True), collapsed"})  # fmt: skip

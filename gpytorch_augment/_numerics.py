@@ -161,7 +161,84 @@ def quadrature_mixture(
     """
     f = nodes.movedim(0, -1)
     w = weights.expand_as(nodes).movedim(0, -1)
-    return MixtureSameFamily(Categorical(probs=w), component(f))
+    return QuadratureMixture(Categorical(probs=w), component(f))
+
+
+class QuadratureMixture(MixtureSameFamily):
+    """The ``MixtureSameFamily`` of :func:`quadrature_mixture`: ``cdf`` also works for count components (by summing
+    the mass function), and ``icdf`` (which a mixture has in no closed form) says where the quantiles are."""
+
+    def cdf(self, x: Tensor) -> Tensor:
+        if self.component_distribution.support.is_discrete:
+            return discrete_mixture_cdf(self, x).to(self.mixture_distribution.probs.dtype)
+        try:
+            return super().cdf(x)
+        except NotImplementedError as err:
+            raise NotImplementedError(
+                f"the predictive mixture of {type(self.component_distribution).__name__} has no cdf; use the "
+                "likelihood's predictive_cdf(q_f, value) where it has one"
+            ) from err
+
+    def icdf(self, value: Tensor) -> Tensor:
+        raise NotImplementedError(
+            "a quadrature mixture has no closed-form icdf: use likelihood.predictive_quantile(q_f, q) or "
+            "likelihood.predictive_interval(q_f, level) (same keyword data as likelihood(q_f, ...))"
+        )
+
+
+#: grid points of the mass function evaluated at a time (per datum and quadrature node)
+_CHUNK = 256
+
+
+def _upper_bound(mixture: MixtureSameFamily) -> Tensor | None:
+    """The largest value of the components' support (the binomial's trials), per datum; ``None`` if unbounded."""
+    upper = getattr(mixture.component_distribution.support, "upper_bound", None)
+    return None if upper is None else torch.as_tensor(upper)[..., 0]
+
+
+def discrete_mixture_cdf(mixture: MixtureSameFamily, value: Tensor | float) -> Tensor:
+    r""":math:`P(y \le \text{value})` of a mixture of distributions on :math:`\{0, 1, \dots\}`, by summing its mass
+    function over :math:`0, \dots, \lfloor\text{value}\rfloor` (float64; ``value`` broadcasts against the data)."""
+    shape = mixture.batch_shape
+    value = torch.as_tensor(value, dtype=torch.float64).floor().expand(shape)
+    total = torch.zeros(shape, dtype=torch.float64)
+    top = int(value.max().clamp(min=-1).item())
+    upper = _upper_bound(mixture)
+    for start in range(0, top + 1, _CHUNK):
+        grid = torch.arange(start, min(start + _CHUNK, top + 1), dtype=torch.float64).reshape(-1, *[1] * len(shape))
+        total = total + (_mass(mixture, grid, upper) * (grid <= value)).sum(0)
+    return total.clamp(max=1.0)
+
+
+def _mass(mixture: MixtureSameFamily, grid: Tensor, upper: Tensor | None) -> Tensor:
+    """The mixture's probability mass at ``grid`` (``(G, *batch)``), 0 beyond the support's upper bound."""
+    dtype = mixture.mixture_distribution.probs.dtype
+    grid = grid.expand(grid.shape[0], *mixture.batch_shape)
+    inside = torch.ones_like(grid, dtype=torch.bool) if upper is None else grid <= upper.to(grid)
+    safe = grid if upper is None else torch.minimum(grid, upper.to(grid))
+    return torch.where(inside, mixture.log_prob(safe.to(dtype)).double().exp(), 0.0)
+
+
+def discrete_mixture_quantile(mixture: MixtureSameFamily, q: Tensor | float) -> Tensor:
+    r"""The smallest integer :math:`k` with :math:`P(y \le k) \ge q`, per datum (``q`` broadcasts against the data),
+    found by summing the mass function upwards from 0 in chunks until every quantile is reached."""
+    shape = mixture.batch_shape
+    q = torch.as_tensor(q, dtype=torch.float64).expand(shape)
+    upper = _upper_bound(mixture)
+    cdf = torch.zeros(shape, dtype=torch.float64)
+    out = torch.full(shape, -1.0, dtype=torch.float64)
+    start = 0
+    while bool((out < 0).any()):
+        grid = torch.arange(start, start + _CHUNK, dtype=torch.float64).reshape(-1, *[1] * len(shape))
+        running = cdf + _mass(mixture, grid, upper).cumsum(0)
+        reached = running >= q * (1 - 1e-12)
+        if upper is not None:  # the last support point holds the rest of the mass
+            reached = reached | (grid >= upper.to(grid))
+        first = torch.where(reached.any(0), reached.double().argmax(0).double() + start, torch.full_like(q, -1.0))
+        out = torch.where((out < 0) & (first >= 0), first, out)
+        cdf = running[-1]
+        start += _CHUNK
+    return out
 
 
 #: nodes of :func:`log_trapezoid` (step <= 0.25 on the widest range it is used on; error ~ exp(-pi^2 / step))

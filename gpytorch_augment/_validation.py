@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -47,8 +48,65 @@ def check_finite(name: str, t: Tensor) -> Tensor:
     return t
 
 
-def check_inputs_targets(x: Tensor, y: Tensor) -> None:
-    """Check that inputs ``x`` (``(..., N, D)``) and targets ``y`` (``(..., N)``) are finite and aligned."""
+def check_finite_state(name: str, state: Any) -> None:
+    """Raise ``ValueError`` naming the first entry of a (nested) state dict whose floating tensor holds NaN or
+    infinite values (a checkpoint written after a fit diverged would otherwise load silently); the bounds of
+    constraints (entries named ``...constraint...``) may be infinite.
+
+    Example::
+
+        >>> import math, torch
+        >>> from gpytorch_augment._validation import check_finite_state
+        >>> check_finite_state("state", {"model": {"mean": torch.tensor([0.0, math.nan])}})
+        Traceback (most recent call last):
+            ...
+        ValueError: state['model']['mean'] holds non-finite values (e.g. nan): ...
+    """
+    if isinstance(state, Tensor):
+        # a constraint's bound may be infinite (gpytorch's Interval with upper_bound=inf); NaN is never valid
+        ok = torch.isnan(state).logical_not() if "constraint" in name else torch.isfinite(state)
+        if state.is_floating_point() and not ok.all():
+            bad = state[~ok].flatten()[0].item()
+            raise ValueError(
+                f"{name} holds non-finite values (e.g. {bad}): the state was saved after the run diverged or was "
+                "corrupted; load an earlier checkpoint"
+            )
+    elif isinstance(state, Mapping):
+        for key, value in state.items():
+            check_finite_state(f"{name}[{key!r}]", value)
+    elif isinstance(state, (list, tuple)):
+        for i, value in enumerate(state):
+            check_finite_state(f"{name}[{i}]", value)
+    elif isinstance(state, float) and not math.isfinite(state):
+        raise ValueError(f"{name} is {state}: the state was saved after the run diverged or was corrupted")
+
+
+def check_state_keys(name: str, state: Any, required: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``state`` is a mapping holding every key of ``required``."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{name} must be a dict as returned by state_dict(), got {type(state).__name__}")
+    missing = [k for k in required if k not in state]
+    if missing:
+        raise ValueError(
+            f"{name} lacks the key(s) {missing} (it has {sorted(map(str, state))}): pass what state_dict() returned"
+        )
+
+
+def check_inputs_targets(x: Tensor, y: Tensor, batch_shape: torch.Size | None = None) -> None:
+    """Check that inputs ``x`` (``(..., N, D)``) and targets ``y`` (``(..., N)``) are finite and aligned.
+
+    The leading (batch) dimensions of ``y`` must broadcast into ``batch_shape`` (default: those of ``x``): a row of
+    targets ``(1, N)`` for inputs ``(N, D)`` is an error, not a batch.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import check_inputs_targets
+        >>> check_inputs_targets(torch.zeros(3, 1), torch.zeros(1, 3))
+        Traceback (most recent call last):
+            ...
+        ValueError: y has shape (1, 3): its leading dimensions (1,) are not batch dimensions of ...
+    """
     check_finite("x", x)
     check_finite("y", y)
     if x.dim() < 2:
@@ -57,6 +115,17 @@ def check_inputs_targets(x: Tensor, y: Tensor) -> None:
         raise ValueError(
             f"x and y disagree on the number of data points: x has shape {tuple(x.shape)} "
             f"(N = {x.shape[-2]}), y has shape {tuple(y.shape)}"
+        )
+    batch = x.shape[:-2] if batch_shape is None else torch.Size(batch_shape)
+    try:
+        fits = torch.broadcast_shapes(y.shape[:-1], batch) == batch
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"y has shape {tuple(y.shape)}: its leading dimensions {tuple(y.shape[:-1])} are not batch dimensions of "
+            f"the inputs x of shape {tuple(x.shape)} (batch shape {tuple(batch)}); targets must have shape (N,) "
+            "(or (*batch, N)): for a row of targets pass y.reshape(-1)"
         )
 
 
@@ -73,11 +142,52 @@ def check_values_in(name: str, y: Tensor, allowed: tuple[float, ...]) -> None:
         raise ValueError(f"{name} must take values in {set(allowed)}; found {bad}")
 
 
+def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """An integer (or boolean) tensor converted to the floating ``dtype`` (default: torch's default dtype), exactly:
+    ``ValueError`` if some entry has no exact representation there (e.g. counts above ``2**24`` in float32). A
+    floating tensor is returned unchanged.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import exact_float
+        >>> exact_float("y", torch.tensor([2**24 + 1, 3]), torch.float64).tolist()
+        [16777217.0, 3.0]
+        >>> exact_float("y", torch.tensor([2**24 + 1, 3]), torch.float32)
+        Traceback (most recent call last):
+            ...
+        ValueError: y holds integers that torch.float32 cannot represent exactly (e.g. 16777217): ...
+    """
+    if not isinstance(t, Tensor) or t.is_floating_point() or t.is_complex():
+        return t
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    out = t.to(dtype)
+    if checking_values() and t.numel() and t.dtype != torch.bool:
+        limit = 2 ** {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}.get(dtype, 53)
+        inexact = t.abs() > limit  # beyond, not every integer is representable: ask for exactness up front
+        if inexact.any():
+            bad = t[inexact].flatten()[0].item()
+            raise ValueError(
+                f"{name} holds integers that {dtype} cannot represent exactly (e.g. {bad}): pass them as float64 "
+                "(y.double()) with a float64 model (model.double(), likelihood.double())"
+            )
+    return out
+
+
+def float_targets(y: Tensor, kwargs: dict[str, Any], dtype: torch.dtype, name: str = "y") -> Tensor:
+    """Integer targets (and integer per-datum keyword data, e.g. ``trials=``, replaced in ``kwargs``) converted
+    exactly to the data's floating ``dtype`` (see :func:`exact_float`)."""
+    for key, value in list(kwargs.items()):
+        if isinstance(value, Tensor) and not value.is_floating_point():
+            kwargs[key] = exact_float(key, value, dtype)
+    return exact_float(name, y, dtype)
+
+
 def check_counts(name: str, y: Tensor) -> Tensor:
-    """Raise unless ``y`` holds finite non-negative integers; return it as a floating tensor."""
+    """Raise unless ``y`` holds finite non-negative integers; return it as a floating tensor (an integer tensor is
+    converted exactly to the default dtype, ``ValueError`` if it cannot be: see :func:`exact_float`)."""
     check_finite(name, y)
-    if not y.is_floating_point():
-        y = y.to(torch.get_default_dtype())
+    y = exact_float(name, y)
     if not checking_values():
         return y
     bad = (y < 0) | (y != y.round())

@@ -523,6 +523,132 @@ for _b, _c in (
 
 
 
+# ------------------------------------------------------------------------------------------------ round two (issue 25)
+def _cavi_row_targets(entry: str) -> Callable[[], Any]:
+    def run() -> Any:
+        model, likelihood, x, y, kw = _setup("bernoulli")
+        cavi = ga.CAVI(model, likelihood, num_data=N)
+        if entry == "fit":
+            return cavi.fit(x, y[None], max_iter=2).elbo
+        return getattr(cavi, entry)(x, y[None])
+
+    return run
+
+
+for _entry in ("fit", "step", "elbo"):
+    add(f"CAVI.{_entry}-y row (1,N)", _cavi_row_targets(_entry), ("y",), must_fail=True)
+
+
+def _cavi_load(state: str) -> Callable[[], Any]:
+    def run() -> Any:
+        model, likelihood, x, y, _ = _setup("bernoulli")
+        cavi = ga.CAVI(model, likelihood, num_data=N)
+        cavi.fit(x, y, max_iter=2)
+        saved = cavi.state_dict()
+        if state == "nan q(u)":
+            name = next(k for k in saved["model"] if "variational_mean" in k or "natural_vec" in k)
+            saved["model"][name] = torch.full_like(saved["model"][name], math.nan)
+        elif state == "empty":
+            saved = {}
+        elif state == "no likelihood":
+            del saved["likelihood"]
+        fresh = ga.CAVI(*_setup("bernoulli")[:2], num_data=N)
+        fresh.load_state_dict(saved)
+        return fresh.elbo(x, y)
+
+    return run
+
+
+for _s, _names in {"nan q(u)": ("non-finite", "model"), "empty": ("model",), "no likelihood": ("likelihood",)}.items():
+    add(f"CAVI.load_state_dict-{_s}", _cavi_load(_s), _names, must_fail=True)
+
+for _seed in ("2**64 + 5", "-1", "2**64"):
+    add(
+        f"Gibbs-seed={_seed}",
+        _gibbs_option(f"seed={_seed}"),
+        ("seed",),
+        must_fail=True,
+        isolate=True,
+    )
+
+
+def _hmc_steps(value: str) -> Callable[[], Any]:
+    def run() -> Any:
+        x = torch.linspace(-2, 2, N).unsqueeze(-1)
+        y, _ = _targets("bernoulli", N, torch.float64)
+        sampler = ga.HMCSampler(_gibbs_prior(), ga.BernoulliLogitLikelihood(), x, y, num_steps=eval(value))
+        return sampler.sample(2, warmup=2, seed=0, progress=False).f
+
+    return run
+
+
+for _v, _fails in (("3", False), ("(2, 3)", False), ("0", True), ("'3'", True), ("(3, 2)", True), ("(1, 2, 3)", True)):
+    add(f"HMCSampler(num_steps={_v})", _hmc_steps(_v), ("num_steps",), must_fail=_fails, isolate=True)
+
+
+def _rsample(name: str) -> Callable[[], Any]:
+    from gpytorch_augment.distributions.inverse_gaussian import InverseGaussian
+    from gpytorch_augment.distributions.negative_multinomial import NegativeMultinomial
+
+    dist = {
+        "PolyaGamma": lambda: ga.PolyaGamma(1.0, 1.0),
+        "InverseGaussian": lambda: InverseGaussian(1.0, 1.0),
+        "NegativeMultinomial": lambda: NegativeMultinomial(torch.tensor([-1.0, -2.0]), torch.tensor(-1.0)),
+    }[name]
+
+    def run() -> Any:
+        try:
+            return dist().rsample()
+        except NotImplementedError as err:  # the clear refusal: say why and what to call instead
+            if "sample()" in str(err) and "reparameteris" in str(err):
+                raise ValueError(str(err)) from err
+            raise
+
+    return run
+
+
+for _d in ("PolyaGamma", "InverseGaussian", "NegativeMultinomial"):
+    add(f"{_d}.rsample", _rsample(_d), (r"sample\(\)",), must_fail=True)
+
+
+def _gibbs_other_n(entry: str) -> Callable[[], Any]:
+    def run() -> Any:
+        def sampler(n: int) -> Any:
+            x = torch.linspace(-2, 2, n).unsqueeze(-1)
+            y = _targets("bernoulli", n, x.dtype)[0]
+            return ga.GibbsSampler(_gibbs_prior(), ga.BernoulliLogitLikelihood(), x, y)
+
+        small, large = sampler(N), sampler(N + 3)
+        samples = small.sample(2, warmup=1, seed=0, progress=False)
+        if entry == "from_state_dict":
+            return ga.GibbsSamples.from_state_dict(samples.state_dict(), sampler=large).predict(torch.zeros(2, 1))[:2]
+        if entry == "resume":
+            return large.resume(samples, 2, progress=False).f
+        other = large.sample(2, warmup=1, seed=0, progress=False)
+        return ga.GibbsSamples.cat([samples, other], dim=entry).summary()
+
+    return run
+
+
+for _e in ("from_state_dict", "resume", "draw", "chain"):
+    add(f"GibbsSamples-{_e} of another N", _gibbs_other_n(_e), ("sampler", "run"), must_fail=True, isolate=True)
+
+
+def _cavi_dtype_mismatch(entry: str) -> Callable[[], Any]:
+    def run() -> Any:
+        model, likelihood, x, y, _ = _setup("bernoulli", torch.float32)
+        cavi = ga.CAVI(model, likelihood, num_data=N)
+        x, y = x.double(), y.double()
+        out = cavi.step(x, y) if entry == "step" else cavi.fit(x, y, max_iter=2).elbo
+        return out, likelihood(model(x)).mean
+
+    return run
+
+
+for _e in ("step", "fit"):
+    add(f"CAVI.{_e}-float32 model, float64 data", _cavi_dtype_mismatch(_e), ("dtype",), must_fail=True)
+
+
 @pytest.fixture(autouse=True)
 def _defaults():
     dtype = torch.get_default_dtype()

@@ -33,6 +33,17 @@ from .._random import seeded_by
 Factor = Distribution | Callable[[Mapping[str, Tensor]], Distribution]
 
 
+class NotReparameterized:
+    """Mixin of the auxiliary-variable laws whose draws are not differentiable in their parameters: ``rsample``
+    raises ``NotImplementedError`` saying so and pointing to ``sample`` (torch's own message is empty)."""
+
+    def rsample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
+        raise NotImplementedError(
+            f"{type(self).__name__} draws are not reparameterisable (has_rsample is False): no gradient flows "
+            "through them; use sample() (its draws carry no gradient)"
+        )
+
+
 class AuxiliaryDistribution:
     """Joint law of a ``dict`` of auxiliary variables, factorised over data points.
 

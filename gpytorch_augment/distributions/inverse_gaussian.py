@@ -20,6 +20,7 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from .._random import draw_device
+from .auxiliary import NotReparameterized
 
 __all__ = ["InverseGamma", "InverseGaussian"]
 
@@ -52,7 +53,7 @@ class InverseGamma(_TorchInverseGamma):
         return torch.xlogy(a, b) - torch.lgamma(a) - (a + 1) * value.log() - b / value
 
 
-class InverseGaussian(Distribution):
+class InverseGaussian(NotReparameterized, Distribution):
     r"""Inverse Gaussian (Wald) distribution with mean :math:`\mu > 0` and shape :math:`\kappa > 0`:
 
     .. math::

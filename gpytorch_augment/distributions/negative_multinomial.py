@@ -6,6 +6,8 @@ import torch
 from torch import Tensor
 from torch.distributions import Distribution, constraints
 
+from .auxiliary import NotReparameterized
+
 __all__ = ["NegativeMultinomial"]
 
 
@@ -13,7 +15,7 @@ __all__ = ["NegativeMultinomial"]
 _MAX_RATE = 1e15
 
 
-class NegativeMultinomial(Distribution):
+class NegativeMultinomial(NotReparameterized, Distribution):
     r"""Negative multinomial :math:`\mathrm{NM}(n \mid 1, p)` over counts :math:`n \in \mathbb N^J`,
 
     .. math::

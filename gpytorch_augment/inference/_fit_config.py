@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DistributedSampler
 
-from .._validation import check_nonempty
+from .._validation import check_nonempty, float_targets
 from ..core.distributed import all_gather_objects
 from ._batches import Batch, ShuffleCursor, loader_batches, per_datum, tensor_batches
 from ._checks import check_full_batch
@@ -178,7 +178,9 @@ def _check_tensors(
     cavi._check_inputs(x, y)
     if not sharded:
         check_nonempty(x, "CAVI.fit")
-    cavi.likelihood.check_targets(y, **(kwargs or {}))  # the whole data, once: the loop then skips the value checks
+    whole = dict(kwargs or {})
+    y = float_targets(y, whole, x.dtype) if x.is_floating_point() else y
+    cavi.likelihood.check_targets(y, **whole)  # the whole data, once: the loop then skips the value checks
     if batch_size is None:
         sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
         check_full_batch(sum(sizes), cavi.num_data, sharded)

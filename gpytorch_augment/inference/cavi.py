@@ -27,6 +27,7 @@ from .._validation import (
     check_nonempty,
     check_target_keywords,
     checked_data,
+    float_targets,
     squeezed_targets,
 )
 from ..core import PriorTerms, WhitenedGaussian, natural_gradient
@@ -43,6 +44,7 @@ from ._checkpoint import CheckpointMixin
 from ._checks import check_batch_size, check_input_dim, check_latents
 from ._fit_config import FitConfig
 from ._hyper_steps import HyperStepMixin
+from ._modes import training_mode
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
 from .schedules import StepSchedule, make_schedule
 
@@ -51,7 +53,7 @@ __all__ = ["CAVI", "CAVITrace", "Convergence", "HeldOut", "RelativeChange"]
 StepSize = float | str | StepSchedule | Callable[[int], float] | None
 
 #: the keys ``fit(..., hyper_options=)`` accepts (keyword arguments of ``fit_hyperparameters``)
-_HYPER_OPTIONS = {"protocol", "lr", "lbfgs_iter", "subset", "learn_inducing_locations", "chunk_size", "polish"}
+_HYPER_OPTIONS = {"protocol", "lr", "inner_steps", "true_steps", "learn_inducing_locations"}
 
 #: above this many elements of the M x N cross-covariance, :meth:`CAVI.elbo` works in chunks of the data
 _ELBO_CHUNK_ELEMENTS = 2**22
@@ -198,14 +200,26 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         check_target_keywords(self.likelihood, kwargs, where)
         y = squeezed_targets(x, y)
         self._check_inputs(x, y)
+        if x.is_floating_point():  # integer targets (counts, trials=) converted exactly to the data's dtype
+            y = float_targets(y, kwargs, x.dtype)
         if not self.distributed:
             check_nonempty(x, where)
         return y
 
     def _check_inputs(self, x: Tensor, y: Tensor) -> None:
-        check_inputs_targets(x, y)
-        check_input_dim(x, self.strategy.inducing_points)
         batch_shape = self.strategy._variational_distribution.batch_shape
+        try:
+            data_batch = torch.broadcast_shapes(x.shape[:-2], batch_shape) if x.dim() >= 2 else None
+        except RuntimeError:
+            data_batch = None
+        check_inputs_targets(x, y, data_batch)
+        check_input_dim(x, self.strategy.inducing_points)
+        model_dtype = self.strategy.inducing_points.dtype
+        if x.is_floating_point() and x.dtype != model_dtype:
+            raise ValueError(
+                f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert the model "
+                f"(model.double() / model.float(), and the likelihood) or the data (x.to({model_dtype}), same for y)"
+            )
         try:
             ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
         except RuntimeError:
@@ -297,20 +311,25 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                 self.hyper_step(x, y, hyper_optimizer, **kwargs)
         return elbo
 
-    def _update(self, y: Tensor, terms: PriorTerms, dtype: torch.dtype) -> tuple[Tensor, WhitenedGaussian]:
-        """Local step, closed-form likelihood updates and the damped global step; returns the ELBO estimate of
-        the entry state and the new whitened :math:`q(v)`."""
+    def _update(
+        self, y: Tensor, terms: PriorTerms, dtype: torch.dtype, update_constants: bool = True, with_elbo: bool = True
+    ) -> tuple[Tensor, WhitenedGaussian]:
+        """Local step, closed-form likelihood updates (unless ``update_constants`` is off: the nested protocol
+        learns the constants by L-BFGS) and the damped global step; returns the ELBO estimate of the entry state
+        (NaN without ``with_elbo``) and the new whitened :math:`q(v)`."""
         strategy, likelihood = self.strategy, self.likelihood
         q = strategy.whitened_q(terms)
         f_mean, f_var = self._marginals(terms, q, dtype)
         q_aux = likelihood.aux_posterior(y, f_mean, f_var)
-        ell = likelihood.elbo_terms(y, q_aux, f_mean, f_var).sum(-1)
-        self._update_constants(y, q_aux, f_mean, f_var)
+        ell = likelihood.elbo_terms(y, q_aux, f_mean, f_var).sum(-1) if with_elbo else f_mean.new_zeros(())
+        if update_constants:
+            self._update_constants(y, q_aux, f_mean, f_var)
         h, lam = likelihood.expected_potential_and_precision(y, q_aux, f_mean, f_var)
         stats, (ell,) = strategy.statistics(terms, h, lam).all_reduce(self.process_group, [ell])
         self._global_batch_size = stats.count
         scale = self.num_data / stats.count
-        elbo = (scale * ell - q.kl().sum().to(dtype)) / self.num_data
+        kl = q.kl().sum().to(dtype) if with_elbo else f_mean.new_full((), math.nan)
+        elbo = (scale * ell - kl) / self.num_data
         target = stats.scale(scale).natural()
 
         schedule = self._schedule(stats.count)
@@ -416,12 +435,16 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         **kwargs: Any,
     ) -> CAVITrace:
         r"""Run CAVI steps (each followed by ``hyper_steps`` hyper-parameter steps if ``hyper_optimizer`` is
-        given) until ``convergence`` says so or a cap is reached.
+        given) until ``convergence`` says so or a cap is reached; or, with ``learn_hyperparameters=True``, learn the
+        hyper-parameters and :math:`q(u)` together by the package's one-call protocol.
 
-        **Full batch** (``x, y`` and no ``batch_size``): every step uses all the data; by default the run stops
-        when the relative change of the augmented ELBO falls below ``tol`` (default ``1e-8``; with
-        ``learn_hyperparameters=True``, the protocol's own default) (``RelativeChange(tol, window=1)``) or
-        after ``max_iter`` steps (default 100).
+        The data: ``x`` of shape ``(N, D)`` (or ``(*batch_shape, N, D)`` for a batched model) and ``y`` of shape
+        ``(N,)`` (one target per point, also for multi-latent likelihoods; ``(N, 1)`` is accepted and squeezed).
+        The model and the likelihood are put in training mode for the fit; their modes are restored afterwards.
+
+        **Full batch** (``x, y`` and no ``batch_size``): every step uses all the data; the run stops when the
+        relative change of the augmented ELBO falls below ``tol`` (default ``1e-8``)
+        (``RelativeChange(tol, window=1)``) or after ``max_iter`` steps (default 100).
 
         **Mini-batch**: either ``batch_size`` (with ``x, y``: each epoch visits a fresh random permutation, drawn
         from ``generator``; per-datum keyword arguments, e.g. ``trials=``, are sliced along with ``y``) or a torch
@@ -430,26 +453,33 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         (default unlimited), whichever comes first, or until ``convergence`` (default ``RelativeChange(tol,
         window=steps per epoch)`` on the per-step ELBO estimates). A step touches only its batch.
 
+        **Learning the hyper-parameters** (``learn_hyperparameters=True``; needs ``x, y``, no ``hyper_optimizer``
+        and no ``data_loader``): :func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`. Up to
+        :data:`~gpytorch_augment.inference.hyperparameters.NESTED_MAX_DATA` points the *nested* protocol runs
+        L-BFGS on the hyper-parameters, with :math:`q(u)` re-solved by CAVI inside every evaluation of the true
+        ELBO; there ``max_iter`` caps L-BFGS iterations (default 500), ``tol`` is the relative change of the
+        objective that stops it (default ``1e-6``) and ``num_epochs``/``batch_size`` do not apply. Above it (or
+        with data sharded over processes) the *stochastic* protocol runs mini-batch CAVI with fused Adam steps:
+        ``batch_size`` (default 1024), ``num_epochs`` (default 20), ``max_iter`` (CAVI steps, default none) and
+        ``tol`` (default ``1e-4``, on the epoch-averaged bound). Either warns when it stops on a cap.
+
         :param hyper_optimizer: optional torch optimizer over hyper-parameters (kernel, mean, likelihood constants,
             inducing inputs); after each CAVI step it takes ``hyper_steps`` steps on ``-hyper_objective`` (default
             ``AugmentedELBO``, see the class) of the same batch (:meth:`hyper_step`). It must not hold the
             variational parameters (``ValueError``).
             Closed-form likelihood updates (``likelihood.update_hyperparameters``) run inside every step anyway.
-        :param callback: called as ``callback(t, elbo)`` after every step.
+        :param callback: called as ``callback(t, elbo)`` after every step (or L-BFGS iteration).
         :param convergence: a :class:`RelativeChange`, a :class:`HeldOut` or any callable ``trace -> bool``.
         :param progress: show a ``tqdm`` progress bar (per step, with the ELBO estimate and held-out metric).
-        :param learn_hyperparameters: learn the hyper-parameters too, by the package's default end-to-end protocol
-            (:func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`: the collapsed bound and L-BFGS,
-            or mini-batch CAVI with Adam steps, chosen by the likelihood and the data size); needs ``x, y`` and no
-            ``hyper_optimizer``. ``max_iter``, ``tol``, ``convergence``, ``batch_size``, ``num_epochs``,
-            ``progress``, ``callback`` and ``generator`` keep their meaning.
-        :param hyper_options: further keyword arguments of ``fit_hyperparameters`` (``protocol``, ``lr``,
-            ``lbfgs_iter``, ``subset``, ``learn_inducing_locations``, ``chunk_size``, ``polish``).
+        :param learn_hyperparameters: learn the hyper-parameters too (above).
+        :param hyper_options: further keyword arguments of ``fit_hyperparameters``: ``protocol`` (``"auto"``,
+            ``"nested"``, ``"stochastic"``), ``lr`` (stochastic), ``inner_steps`` (nested, default 3),
+            ``learn_inducing_locations``.
         :returns: a :class:`CAVITrace`.
         """
         if x is not None and y is not None:
             y = squeezed_targets(x, y)
-        if learn_hyperparameters or hyper_options is not None:  # the one-call protocol (its own default tol)
+        if learn_hyperparameters or hyper_options is not None:  # the one-call protocol (its own defaults)
             return self._fit_hyperparameters(
                 x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, callback=callback,
                 batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
@@ -464,7 +494,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         check_target_keywords(self.likelihood, kwargs, "CAVI.fit")
         bar = progress_bar(config.total_steps) if progress else None
         try:
-            return self._run(config, callback, bar)
+            with training_mode(self.model, self.likelihood):
+                return self._run(config, callback, bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -490,10 +521,6 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             raise ValueError(f"unknown hyper_options {unknown}; known: {sorted(_HYPER_OPTIONS)}")
         if batch_size is not None:
             options["batch_size"] = batch_size
-        if x is not None and y is not None:
-            self._check_inputs(x, y)
-        if shared.get("tol") is None:  # fit_hyperparameters' own default
-            shared.pop("tol", None)
         return fit_hyperparameters(self, x, y, **shared, **options, **kwargs)
 
     def _run(self, config: FitConfig, callback: Callable[[int, float], Any] | None, bar: Any) -> CAVITrace:

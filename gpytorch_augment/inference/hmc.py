@@ -73,9 +73,11 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from .._validation import float_targets
 from ..core.linalg import add_to_diagonal, tri_solve
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from .gibbs.kernel import LINALG_DTYPE
@@ -153,7 +155,7 @@ class HMCSampler(GibbsSampler):
     :param y: training targets ``(N,)``.
     :param jitter: :math:`\epsilon` added to the prior covariance (default as for ``GibbsSampler``).
     :param num_steps: ``(low, high)``: leapfrog steps per transition, uniform on ``low .. high`` (inclusive), drawn
-        once per iteration for all chains (default ``(2, 5)``).
+        once per iteration for all chains (default ``(2, 5)``); an integer ``n`` is a fixed number, ``(n, n)``.
     :param target_accept: acceptance probability targeted by the step-size adaptation (default 0.8).
     :param initial_step_size: step size the adaptation starts from, and the step size of runs without warm-up
         before any adaptation (default 1.0: the Laplace approximation is :math:`\mathcal N(0, I)` in these
@@ -176,7 +178,7 @@ class HMCSampler(GibbsSampler):
         y: Tensor,
         inducing_points: Tensor | None = None,
         jitter: float | None = None,
-        num_steps: tuple[int, int] = (2, 5),
+        num_steps: tuple[int, int] | int = (2, 5),
         target_accept: float = 0.8,
         initial_step_size: float = 1.0,
         preconditioner: str = "laplace",
@@ -193,9 +195,7 @@ class HMCSampler(GibbsSampler):
                 f"{type(likelihood).__name__} has a prior on its constants, which HMCSampler would ignore (it keeps "
                 "them fixed): use GibbsSampler to sample them too, or build the likelihood without the prior"
             )
-        lo, hi = (int(num_steps[0]), int(num_steps[1])) if len(num_steps) == 2 else (0, -1)
-        if not 1 <= lo <= hi:
-            raise ValueError(f"num_steps must be (low, high) with 1 <= low <= high, got {num_steps!r}")
+        lo, hi = _steps_range(num_steps)
         if not 0.0 < target_accept < 1.0:
             raise ValueError(f"target_accept must lie in (0, 1), got {target_accept!r}")
         if not (math.isfinite(initial_step_size) and initial_step_size > 0):
@@ -439,6 +439,8 @@ class HMCSampler(GibbsSampler):
         """
         if self._params_changed():
             self.refresh()
+        if y is not None:
+            y = float_targets(y, dict(self.target_kwargs), self.dtype)
         y = self.y if y is None else self.likelihood.check_targets(y, **self.target_kwargs)
         f_int = self._from_storage(f, None, name="f")
         z = self._to_z(f_int)
@@ -446,3 +448,24 @@ class HMCSampler(GibbsSampler):
         eps = self._chain_step_size(z.shape[1])
         z, _, _, _ = self._transition(z, U, grad, y, eps, self._draw_steps(generator), generator)
         return GibbsState(f=self._to_storage(self._to_f(z)).to(self.dtype))
+
+
+def _steps_range(num_steps: Any) -> tuple[int, int]:
+    """``num_steps`` of :class:`HMCSampler` as ``(low, high)`` (an integer ``n`` is ``(n, n)``), or a
+    ``ValueError`` naming it."""
+    def as_int(v: Any) -> int | None:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            return None
+        return int(v)
+
+    pair = (num_steps, num_steps) if as_int(num_steps) is not None else num_steps
+    try:
+        lo, hi = (as_int(v) for v in pair)
+    except (TypeError, ValueError):
+        lo = hi = None
+    if lo is None or hi is None or not 1 <= lo <= hi:
+        raise ValueError(
+            f"num_steps must be a positive integer or a pair of integers (low, high) with 1 <= low <= high, got "
+            f"{num_steps!r}"
+        )
+    return lo, hi

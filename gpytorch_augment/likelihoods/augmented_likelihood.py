@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .._numerics import gauss_hermite
-from .._validation import check_finite, checking_values
+from .._validation import check_finite, checking_values, float_targets
 from ..distributions.auxiliary import AuxiliaryDistribution
 
 __all__ = ["NUM_QUADRATURE_LOCS", "AugmentedLikelihood", "AuxDict", "validated_latent_blocks"]
@@ -125,8 +125,11 @@ class AugmentedLikelihood(Likelihood, ABC):
         For the entry points that receive :math:`q(f)` rather than the inputs (``expected_log_prob``,
         ``log_marginal``, ``AugmentedELBO``); returns the canonical targets.
         """
-        y = self.check_targets(observations, **kwargs)
         mean = function_dist.mean
+        observations = (
+            float_targets(observations, kwargs, mean.dtype) if isinstance(observations, Tensor) else observations
+        )
+        y = self.check_targets(observations, **kwargs)
         num_data = mean.shape[-1] if self.num_latents == 1 else mean.shape[-2]
         if y.dim() < 1 or y.shape[-1] != num_data:
             raise ValueError(

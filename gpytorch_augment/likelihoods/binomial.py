@@ -10,26 +10,31 @@ from torch import Tensor
 from torch.distributions import Binomial, MixtureSameFamily
 
 from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c, quadrature_mixture
-from .._validation import check_counts, checking_values
+from .._validation import check_counts, checking_values, exact_float
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
+from ._count_predictive import CountPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 
-def _required_trials(trials: Tensor | float | None) -> Tensor:
+def _required_trials(trials: Tensor | float | None, dtype: torch.dtype | None = None) -> Tensor:
     if trials is None:
         raise ValueError(
             "BinomialLogitLikelihood needs the number of trials of every datum: pass trials=t "
             "(e.g. likelihood(f, trials=t), likelihood.expected_log_prob(y, q_f, trials=t), mll(output, y, trials=t))"
         )
-    return check_counts("trials", torch.as_tensor(trials, dtype=torch.get_default_dtype()))
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    trials = (
+        exact_float("trials", trials, dtype) if isinstance(trials, Tensor) else torch.as_tensor(trials, dtype=dtype)
+    )
+    return check_counts("trials", trials)
 
 
 def _log_binom(t: Tensor, y: Tensor) -> Tensor:
     return torch.lgamma(t + 1) - torch.lgamma(y + 1) - torch.lgamma(t - y + 1)
 
 
-class BinomialLogitLikelihood(AugmentedLikelihood):
+class BinomialLogitLikelihood(CountPredictive, AugmentedLikelihood):
     r"""Successes out of per-datum trials with the logistic link,
     :math:`p(y \mid f) = \binom{t}{y}\sigma(f)^y\sigma(-f)^{t-y}`, :math:`y \in \{0, \dots, t\}`.
 
@@ -88,8 +93,8 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
 
         :returns: the canonical target ``torch.stack([y, trials], dim=-2)``, shape ``(*batch, 2, N)``.
         """
-        trials = _required_trials(trials)
         y = check_counts("successes y", y)
+        trials = _required_trials(trials, y.dtype)
         if y.dim() == 0:
             raise ValueError("successes y must have shape (N,) (or (*batch, N)); got a scalar")
         try:
@@ -112,7 +117,9 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
         self, function_samples: Tensor, *args: Any, trials: Tensor | float | None = None, **kwargs: Any
     ) -> Binomial:
         r""":math:`\mathrm{Bin}(y \mid t, \sigma(f))` (``trials=`` required)."""
-        return Binomial(total_count=_required_trials(trials).to(function_samples), logits=function_samples)
+        return Binomial(
+            total_count=_required_trials(trials, function_samples.dtype).to(function_samples), logits=function_samples
+        )
 
     def log_prob_at(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
         successes, trials = self.split_targets(y)
@@ -124,7 +131,7 @@ class BinomialLogitLikelihood(AugmentedLikelihood):
     ) -> MixtureSameFamily:
         r""":math:`\sum_k w_k\,\mathrm{Bin}(y_* \mid t_*, \sigma(f_k))` (Gauss--Hermite); mean
         :math:`t_* E\sigma(f_*)`."""
-        trials = _required_trials(trials).to(function_dist.mean).unsqueeze(-1)
+        trials = _required_trials(trials, function_dist.mean.dtype).to(function_dist.mean).unsqueeze(-1)
         nodes, weights = self._quadrature(function_dist)
         return quadrature_mixture(nodes, weights, lambda f: Binomial(total_count=trials, logits=f))
 

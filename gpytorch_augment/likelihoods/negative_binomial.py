@@ -24,6 +24,7 @@ from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
 from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
+from ._count_predictive import CountPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: the closed-form update keeps :math:`\log r` in this interval (a root beyond it is clipped to the bound)
@@ -68,7 +69,7 @@ def solve_total_count(y: Tensor, sum_log_sigma_tilde: Tensor, iterations: int = 
     return safeguarded_newton(g_and_slope, lo, hi, rtol=rtol, atol=rtol, max_iter=iterations).exp()
 
 
-class NegativeBinomialLogitLikelihood(AugmentedLikelihood):
+class NegativeBinomialLogitLikelihood(CountPredictive, AugmentedLikelihood):
     r"""Over-dispersed counts, failure parametrisation with :math:`r > 0` (real) and success probability
     :math:`\sigma(f)`:
 

@@ -23,10 +23,11 @@ from .._validation import check_counts
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
 from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant, set_positive_constant
+from ._count_predictive import CountPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 
-class PoissonLogitLikelihood(AugmentedLikelihood):
+class PoissonLogitLikelihood(CountPredictive, AugmentedLikelihood):
     r"""Counts with a bounded intensity, :math:`p(y \mid f) = \mathrm{Po}(y \mid \xi\,\sigma(f))`.
 
     The rate scale :math:`\xi > 0` is the maximal intensity. Expanding

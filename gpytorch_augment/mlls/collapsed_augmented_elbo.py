@@ -9,7 +9,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import check_inputs_targets
+from .._validation import check_inputs_targets, float_targets
 from ..core import PriorTerms, SufficientStatistics, WhitenedGaussian
 from ..core.linalg import tri_solve
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
@@ -127,7 +127,7 @@ class CollapsedAugmentedELBO(MarginalLogLikelihood):
     def set_train_data(self, x: Tensor, y: Tensor, **kwargs: Any) -> None:
         """Hold ``(x, y)`` as the training data (all :math:`N` points) and forget :math:`q(\\Omega)`."""
         check_inputs_targets(x, y)
-        y = self.likelihood.check_targets(y, **kwargs)
+        y = self.likelihood.check_targets(float_targets(y, kwargs, x.dtype), **kwargs)
         if y.shape[-1] != self.num_data or x.shape[-2] != self.num_data:
             raise ValueError(
                 f"the collapsed bound needs all num_data={self.num_data} training points; got x of shape "

@@ -20,6 +20,7 @@ from ..._validation import (
     check_inputs_targets,
     check_nonempty,
     check_target_keywords,
+    float_targets,
     squeezed_targets,
 )
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
@@ -207,6 +208,8 @@ class GibbsSampler(BlockedGibbsKernel):
             raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
         if x.dim() != 2 and not (x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents):
             raise ValueError(f"x must have shape (N, D); got shape {tuple(x.shape)}")
+        if x.is_floating_point():  # integer targets (counts) converted exactly to the data's dtype
+            y = float_targets(y, kwargs, x.dtype)
         self.target_kwargs = kwargs
         self.y = likelihood.check_targets(y, **kwargs)
         if inducing_points is not None:
@@ -340,6 +343,7 @@ class GibbsSampler(BlockedGibbsKernel):
                 raise ValueError(
                     f"y must have {self.num_data} points in its last dimension; got shape {tuple(y.shape)}"
                 )
+            y = float_targets(y, dict(self.target_kwargs), self.dtype)
             y = self.likelihood.check_targets(y, **self.target_kwargs)
         f_int = self._from_storage(f, None, name="f")
         f_int, aux, v, constants = self._sweep(f_int, y, generator, dict(hyper or {}))
@@ -386,6 +390,7 @@ class GibbsSampler(BlockedGibbsKernel):
             rank 0 returns every rank's draws joined along the chain dimension (the other ranks return their own).
         :return: :class:`GibbsSamples`.
         """
+        _check_seed(seed)
         if not is_distributed(process_group):
             return self._sample(num_samples, warmup, thin, num_chains, seed, init, progress)
         if seed is None or init is not None:
@@ -419,8 +424,7 @@ class GibbsSampler(BlockedGibbsKernel):
         warmup = self._check_count("warmup", warmup, 0)
         thin = self._check_count("thin", thin, 1)
         num_chains = self._check_count("num_chains", num_chains, 1)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        _check_seed(seed)
         if self._params_changed():
             self.refresh()
         state = _initial_state(init)
@@ -507,6 +511,7 @@ class GibbsSampler(BlockedGibbsKernel):
         (Runs joined with ``GibbsSamples.cat(..., dim="chain")`` have no single generator state; they continue
         with a fresh seed.)
         """
+        samples._check_fits(self, "samples")
         more = self.sample(
             num_samples,
             warmup=0,
@@ -516,6 +521,16 @@ class GibbsSampler(BlockedGibbsKernel):
             progress=progress,
         )
         return GibbsSamples.cat([samples, more], dim="draw")
+
+
+def _check_seed(seed: Any) -> None:
+    """``ValueError`` naming ``seed`` unless it is ``None`` or an integer a ``torch.Generator`` takes."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64) (a torch.Generator seed) or None, got {seed!r}")
 
 
 def _check_alpha(alpha: Any, sparse: bool) -> float:

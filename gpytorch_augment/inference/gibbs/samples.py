@@ -16,7 +16,7 @@ from linear_operator.operators import DiagLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
-from ..._validation import check_finite
+from ..._validation import check_finite, check_finite_state, check_state_keys
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..diagnostics import bulk_ess, rank_normalized_rhat
@@ -230,8 +230,13 @@ class GibbsSamples:
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any], sampler: GibbsSampler | None = None) -> GibbsSamples:
-        """Inverse of :meth:`state_dict`; pass the ``sampler`` to enable :meth:`predict` and resuming."""
-        return cls(
+        """Inverse of :meth:`state_dict`; pass the ``sampler`` to enable :meth:`predict` and resuming.
+
+        ``ValueError`` if a key is missing, a draw is not finite, or the draws do not fit ``sampler`` (another number
+        of data points, latents or inducing points)."""
+        check_state_keys("state", state, ("f", "aux", "warmup", "thin", "last"))
+        check_finite_state("state", {k: state.get(k) for k in ("f", "aux", "u", "last")})
+        samples = cls(
             f=state["f"],
             aux=dict(state["aux"]),
             u=state.get("u"),
@@ -246,6 +251,25 @@ class GibbsSamples:
             hyper=dict(state.get("hyper") or {}),
             sampler=sampler,
         )
+        if sampler is not None:
+            samples._check_fits(sampler, "the state")
+        return samples
+
+    def _check_fits(self, sampler: GibbsSampler, what: str) -> None:
+        """``ValueError`` unless the draws have the layout of ``sampler``'s: latents, data points, inducing points."""
+        T, n = sampler.num_latents, int(sampler.x.shape[-2])
+        expected = (n,) if T == 1 else (T, n)
+        if self.f.dim() < 2 or tuple(self.f.shape[2:]) != expected:
+            raise ValueError(
+                f"{what} holds draws of f of shape {tuple(self.f.shape)} (chains, draws, ...) but the sampler has "
+                f"{'N' if T == 1 else '(T, N)'} = {expected}: pass the sampler the draws were made with"
+            )
+        m = None if sampler.inducing_points is None else int(sampler.inducing_points.shape[-2])
+        if (self.u is None) != (m is None) or (m is not None and self.u.shape[-1] != m):
+            raise ValueError(
+                f"{what} holds inducing values u of shape {None if self.u is None else tuple(self.u.shape)} but the "
+                f"sampler has {'no' if m is None else m} inducing points: pass the sampler the draws were made with"
+            )
 
     @classmethod
     def cat(cls, runs: Sequence[GibbsSamples], dim: str = "draw") -> GibbsSamples:
@@ -258,6 +282,21 @@ class GibbsSamples:
             raise ValueError("cat needs at least one GibbsSamples")
         axis = 1 if dim == "draw" else 0
         first = runs[0]
+        other = 0 if dim == "draw" else 1  # the chains (draws) of every run must agree
+        for i, run in enumerate(runs[1:], 1):
+            same = run.f.shape[2:] == first.f.shape[2:] and run.f.shape[other] == first.f.shape[other]
+            same = same and sorted(run.aux) == sorted(first.aux) and (run.u is None) == (first.u is None)
+            same = same and (run.u is None or run.u.shape[2:] == first.u.shape[2:])
+            if not same:
+                raise ValueError(
+                    f"cat along {dim!r}: run {i} has draws f of shape {tuple(run.f.shape)}, u "
+                    f"{None if run.u is None else tuple(run.u.shape)}, aux {sorted(run.aux)}; run 0 has "
+                    f"{tuple(first.f.shape)}, u {None if first.u is None else tuple(first.u.shape)}, aux "
+                    f"{sorted(first.aux)} (runs of the same sampler, with as many "
+                    f"{'chains' if dim == 'draw' else 'draws'}, concatenate)"
+                )
+            if first.sampler is not None and run.sampler is not None and run.sampler is not first.sampler:
+                run._check_fits(first.sampler, f"run {i}")
         cat = lambda ts: torch.cat(list(ts), dim=axis)  # noqa: E731
         aux = {k: cat(r.aux[k] for r in runs) for k in first.aux}
         u = cat(r.u for r in runs) if first.u is not None else None

@@ -1,0 +1,54 @@
+r"""Quantiles and intervals of the count likelihoods' predictive :math:`p(y_*) = \sum_k w_k\,p(y_* \mid f_k)` (a
+Gauss--Hermite mixture over :math:`q(f_*)`), by summing its probability mass function."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gpytorch.distributions import MultivariateNormal
+from torch import Tensor
+
+from .._numerics import discrete_mixture_cdf, discrete_mixture_quantile
+
+
+class CountPredictive:
+    r"""``predictive_cdf``, ``predictive_quantile`` and ``predictive_interval`` of a likelihood whose
+    :meth:`marginal` is a mixture of count distributions (Poisson, negative binomial, binomial), with the signature
+    and meaning of the heteroscedastic likelihoods' members. Per-datum keyword data (``trials=``) pass on to
+    ``marginal``. The quantiles are integers: the smallest :math:`k` with :math:`P(y_* \le k) \ge q`."""
+
+    marginal: Any
+
+    @torch.no_grad()
+    def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor | float, **kwargs: Any) -> Tensor:
+        r""":math:`P(y_* \le \text{value})` under the predictive of :meth:`marginal` (float64, shape ``(..., N)``)."""
+        return discrete_mixture_cdf(self.marginal(function_dist, **kwargs), value)
+
+    @torch.no_grad()
+    def predictive_quantile(self, function_dist: MultivariateNormal, q: Tensor | float, **kwargs: Any) -> Tensor:
+        r"""The ``q``-quantile of the predictive of :meth:`marginal` (broadcast against the data): the smallest
+        integer :math:`k` with :math:`P(y_* \le k) \ge q`; same dtype as :math:`q(f)`.
+
+        :raises ValueError: unless ``0 < q < 1``.
+        """
+        q = torch.as_tensor(q, dtype=torch.float64)
+        if not bool(((q > 0) & (q < 1)).all()):
+            raise ValueError(f"q must lie in (0, 1); got {q}")
+        return discrete_mixture_quantile(self.marginal(function_dist, **kwargs), q).to(function_dist.mean.dtype)
+
+    def predictive_interval(
+        self, function_dist: MultivariateNormal, level: float = 0.95, **kwargs: Any
+    ) -> tuple[Tensor, Tensor]:
+        r"""The central ``level`` interval of the predictive: the :meth:`predictive_quantile` at
+        :math:`(1 \mp \text{level})/2`, each of shape ``(..., N)`` (it holds at least ``level`` of the mass).
+
+        :raises ValueError: unless ``0 < level < 1``.
+        """
+        if not 0.0 < float(level) < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        tail = (1 - float(level)) / 2
+        return (
+            self.predictive_quantile(function_dist, tail, **kwargs),
+            self.predictive_quantile(function_dist, 1 - tail, **kwargs),
+        )
