@@ -344,10 +344,7 @@ def test_the_gibbs_guide_uses_the_exported_prior() -> None:
 _HISTORY = re.compile(r"\bissue \d+|\bprototype\b|kept for (callers|them)|former private name|^\W*Moved:", re.I | re.M)
 #: files whose owners rewrite them in another change
 PENDING_HISTORY = {
-    "gpytorch_augment/inference/hyperparameters.py",
-    "gpytorch_augment/inference/cavi.py",
     "gpytorch_augment/likelihoods/logistic_softmax.py",  # _expectation: tutorial 05 still imports it
-    "tests/test_fuzz.py",
 }
 
 
