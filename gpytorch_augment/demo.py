@@ -2,7 +2,7 @@ r"""Demo: a sparse logistic GP classifier fitted by CAVI on the KEEL ``banana`` 
 
 Run it with::
 
-    python -m gpytorch_augment.demo                 # full run (about half a minute on one CPU core)
+    python -m gpytorch_augment.demo                 # full run (a few seconds on one CPU core)
     python -m gpytorch_augment.demo --fast          # tiny run (also: GPYTORCH_AUGMENT_FAST=1)
     python -m gpytorch_augment.demo --out plot.png  # where to save the figure
 
@@ -15,11 +15,11 @@ likelihood,
 
 with :math:`M = 50` inducing inputs :math:`Z` placed by (seeded) k-means and kept **fixed**. One call fits it:
 ``CAVI(model, likelihood, num_data=N).fit(x, y, learn_hyperparameters=True)`` learns :math:`q(u)`, the kernel
-hyper-parameters :math:`\theta` and the constant mean :math:`c` together: closed-form updates of
-:math:`q(\omega_i) = \mathrm{PG}(1, c_i)` and :math:`q(u)` alternate with L-BFGS on the hyper-parameters (the
-protocols are described in the user guide's CAVI page).
+hyper-parameters :math:`\theta` and the constant mean :math:`c` together: L-BFGS on the hyper-parameters, with
+:math:`q(u)` re-solved by closed-form CAVI steps (optimal :math:`q(\omega_i) = \mathrm{PG}(1, c_i)`, then the
+optimal :math:`q(u)`) inside every evaluation (the protocols are described in the user guide's CAVI page).
 
-The demo prints a short report (sizes, rounds of the fit, fit time, test error, test NLL, final augmented ELBO)
+The demo prints a short report (sizes, iterations of the fit, fit time, test error, test NLL, final augmented ELBO)
 and saves the predictive probability surface with the training and inducing points.
 """
 
@@ -76,7 +76,7 @@ class SparseGPClassifier(ApproximateGP):
         >>> y = (x.squeeze(-1).sin() > 0).double()
         >>> model = SparseGPClassifier(kmeans_inducing_points(x, 8)).double()
         >>> likelihood = BernoulliLogitLikelihood()
-        >>> trace = CAVI(model, likelihood, num_data=y.numel()).fit(x, y, learn_hyperparameters=True, max_iter=3)
+        >>> trace = CAVI(model, likelihood, num_data=y.numel()).fit(x, y, learn_hyperparameters=True)
         >>> _ = model.eval()
         >>> with torch.no_grad():
         ...     probs = likelihood(model(x[:5])).probs   # p(y* = 1 | data)
@@ -131,7 +131,7 @@ class DemoResult:
     n_train: int
     n_test: int
     num_inducing: int
-    num_steps: int  # rounds of the one-call fit
+    num_steps: int  # iterations of the one-call fit
     fit_time: float  # seconds
     test_error: float
     test_nll: float  # mean negative log predictive probability
@@ -214,9 +214,9 @@ def _plot(
     ax.legend(loc="lower left", fontsize=8, framealpha=0.9, markerscale=1.5)
     fig.colorbar(surface, ax=ax, ticks=[0, 0.25, 0.5, 0.75, 1], shrink=0.9)
 
-    rounds = range(1, trace.num_steps + 1)
-    ax_elbo.plot(rounds, trace.elbo, lw=1.8, marker="o", ms=3, label="fit(x, y, learn_hyperparameters=True)")
-    ax_elbo.set(xlabel="round", ylabel="objective per datum", title="Training trace")
+    iterations = range(1, trace.num_steps + 1)
+    ax_elbo.plot(iterations, trace.elbo, lw=1.8, marker="o", ms=3, label="fit(x, y, learn_hyperparameters=True)")
+    ax_elbo.set(xlabel="iteration", ylabel="objective per datum", title="Training trace")
     ax_elbo.grid(True, alpha=0.3)
     ax_elbo.legend(fontsize=8)
     fig.savefig(path)
@@ -231,7 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--num-inducing", type=int, default=50, help="M (default: %(default)s)")
     parser.add_argument(
-        "--max-iter", type=int, default=None, help="rounds of the fit (default: the fit's own, fast: 10)"
+        "--max-iter", type=int, default=None, help="cap on the fit's iterations (default: the fit's own)"
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the split, k-means and torch (default: %(default)s)"
@@ -248,7 +248,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _fit_and_evaluate(args: argparse.Namespace) -> tuple[DemoResult, CAVITrace]:
     """The demo's fit and test metrics (and the fit's trace)."""
-    max_iter = args.max_iter if args.max_iter is not None else (10 if args.fast else None)
+    max_iter = args.max_iter
     torch.manual_seed(args.seed)
     data = load_keel("banana", seed=args.seed, max_train=400 if args.fast else None, dtype=torch.float64)
     x, y = data.x_train, data.y_train
@@ -291,9 +291,10 @@ def _report(result: DemoResult, trace: CAVITrace, fast: bool) -> None:
         f"  model           : SVGP, M = {result.num_inducing} inducing points (k-means, fixed), "
         "constant mean, scaled RBF"
     )
-    status = "converged" if trace.converged else "stopped at the round limit"
+    status = "converged" if trace.converged else "stopped at its cap"
     print(
-        f"  fit             : CAVI(...).fit(x, y, learn_hyperparameters=True), {result.num_steps} rounds ({status})"
+        f"  fit             : CAVI(...).fit(x, y, learn_hyperparameters=True), {result.num_steps} iterations "
+        f"({status})"
     )
     print(f"  learned kernel  : lengthscale {result.lengthscale:.3f}, outputscale {result.outputscale:.3f}")
     print(f"  fit time        : {result.fit_time:.1f} s")

@@ -258,7 +258,6 @@ def test_the_citation_check_can_fail() -> None:
 EXECUTED_PAGES = ["guide/gibbs", "guide/from_gpytorch"]
 #: shorter runs for the test (as the tutorials' fast mode): text of a snippet -> what the test runs instead
 FAST_SUBSTITUTIONS = {
-    "learn_hyperparameters=True)": "learn_hyperparameters=True, max_iter=2)",
     "sample(100, warmup=100,": "sample(20, warmup=20,",
     "sample(200, warmup=100,": "sample(20, warmup=20,",
 }
