@@ -45,6 +45,11 @@ NUM_QUADRATURE_LOCS = 32
 class AugmentedLikelihood(Likelihood, ABC):
     r"""Base class of conditionally conjugate (augmented) GP likelihoods.
 
+    Use one with an ``ApproximateGP`` (fitted by :class:`~gpytorch_augment.CAVI` or any GPyTorch loop) or with a
+    :class:`~gpytorch_augment.GPPrior` and a sampler (:func:`~gpytorch_augment.posterior_sampler`); GPyTorch's
+    ``ExactGP`` accepts only Gaussian likelihoods and raises ``RuntimeError`` for this one. The user guide's page
+    :doc:`/guide/from_gpytorch` translates an ``ExactGP`` or SVGP setup.
+
     Subclasses implement the mathematics of one likelihood:
 
     * drop-in GPyTorch behaviour: :meth:`forward` (the conditional :math:`p(y\mid f)`), :meth:`marginal`
