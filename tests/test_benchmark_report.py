@@ -48,7 +48,7 @@ def test_the_renderer_writes_a_figure_link(report, tmp_path: Path) -> None:
 
 
 #: scripts that report through the renderer: each renders its committed result record (benchmarks/results/)
-CONVERTED = ["regression", "classification", "multiclass", "scale", "sampler_choice", "hyper_objective"]
+CONVERTED = ["regression", "classification", "multiclass", "scale", "sampler_choice", "hyper_objective", "distributed"]
 
 
 @pytest.mark.parametrize("name", CONVERTED)
