@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
+import _report  # noqa: E402
 import gpytorch  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
@@ -278,7 +279,7 @@ def summarise(runs: list[dict[str, Any]], tight_tolerance: float) -> dict[str, A
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+def _table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> _report.Table:
     headers = [
         "method",
         "likelihood",
@@ -299,7 +300,7 @@ def _table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         lb = bool(sp and sp["is_lower_bound"])
         rows.append(
             [
-                f"**{r['name']}**" if r["name"] == summary.get("cavi_reported") else r["name"],
+                r["name"] + (" (reported)" if r["name"] == summary.get("cavi_reported") else ""),
                 "logistic" if r["link"] == "logit" else "probit (GPyTorch)",
                 f"{r['time_to_target']:.2f}" if r["converged"] else f"not converged ({r['total_time']:.1f})",
                 r["iterations_to_target"] if r["converged"] else "—",
@@ -313,102 +314,61 @@ def _table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                 f"{r['trace']['iteration'][-1]}, {r['total_time']:.1f}, {r['stop_reason']}",
             ]
         )
-    return common.markdown_table(headers, rows)
+    return _report.Table("Runs", headers, rows)
 
 
-def _other_target_sentence(entry: dict[str, Any]) -> str:
-    c = entry["cavi"]
-    if not c:
-        return "CAVI did not reach it"
-    parts = [f"CAVI {c['time']:.2f} s / {c['iteration']} it."]
-    for engine, label in (("ngd", "NGD"), ("adam", "SVGP+Adam")):
-        b = entry.get(engine)
-        parts.append(
-            f"{label} {b['time']:.2f} s / {b['iteration']} it. ({b['speedup_wall']:.1f}×, {b['baseline']})"
-            if b
-            else f"{label}: not reached"
-        )
-    return "; ".join(parts)
+def _speedup_row(label: str, sp: dict[str, Any] | None) -> list[Any]:
+    if not sp:
+        return [label, None, None, None, None, None, None]
+    return [label, sp["baseline"], sp["wall"], sp["cpu"], sp["iterations_x_cost"], sp["iterations"],
+            sp["is_lower_bound"]]  # fmt: skip
 
 
-def write_markdown(path: Path, result: dict[str, Any]) -> None:
+def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Table]]:
+    """Title, settings and tables of a result record (what :func:`_report.write_report` renders)."""
     runs, summary, cfg, hyp = result["runs"], result["summary"], result["config"], result["hyperparameters"]
-    sp = {key: common.speedup_sentence(value) for key, value in summary["cavi_speedups"].items()}
-    m = result["machine"]
     rule, sched = cfg["stopping"], cfg["schedule"]
-    targets = ", ".join(
-        f"{'logistic' if link == 'logit' else 'probit'}: best {summary['best_test_nll'][link]:.4f} → target "
-        f"{value:.4f}"
-        for link, value in summary["targets"].items()
+    title = "Binary classification on KEEL magic" + (" (quick smoke run)" if cfg["quick"] else "")
+    settings = {
+        "command": f"python benchmarks/classification.py{' --quick' if cfg['quick'] else ''}",
+        "N train / N test / D": f"{cfg['n_train']} / {cfg['n_test']} / {cfg['num_features']}",
+        "inducing points": f"M = {cfg['num_inducing']}, fixed k-means",
+        "dtype": cfg["dtype"],
+        "kernel": f"ScaleKernel(RBF-ARD) + ConstantMean, frozen ({hyp['procedure']})",
+        "target": f"test NLL within {TOLERANCE} nats of the best run with the same likelihood",
+        "stopping": f"plateau: ≤ {rule['min_improvement']} over {rule['patience']} evaluations spanning ≥ "
+        f"{rule['min_window_iterations']} iterations; max {rule['max_iter']} iterations, {rule['max_time']:.0f} s",
+        "evaluations": f"every iteration to {sched['dense_until']}, every {sched['every']} to {sched['sparse_from']}, "
+        f"then every {sched['sparse_every']}",
+        "CAVI variant reported": summary.get("cavi_reported"),
+        "whole script (s)": result["wall_time_total"],
+        **_report.machine_settings(result["machine"]),
+    }
+    targets = _report.Table(
+        "Targets", ["likelihood", "best test NLL", "target"],
+        [[link, summary["best_test_nll"][link], value] for link, value in summary["targets"].items()],
+    )  # fmt: skip
+    speedups = _report.Table(
+        "CAVI speed-ups (baseline time to target / CAVI's)",
+        ["against", "baseline", "wall", "CPU", "iterations × cost", "iterations", "lower bound"],
+        [_speedup_row(key, value) for key, value in summary["cavi_speedups"].items()],
     )
-    lines = [
-        f"# Binary classification on KEEL `magic`{' — QUICK smoke run, not a result' if cfg['quick'] else ''}",
-        "",
-        f"Generated by `python benchmarks/classification.py{' --quick' if cfg['quick'] else ''}` "
-        f"({m['date_utc']}, whole script {result['wall_time_total']:.0f} s). Issue 2, item 10.",
-        "",
-        f"N_train = {cfg['n_train']}, N_test = {cfg['n_test']}, D = {cfg['num_features']}, M = {cfg['num_inducing']} "
-        f"fixed k-means inducing points, {cfg['dtype']}, {cfg['threads']} torch thread for every method, all methods "
-        "run round-robin (one step of each in turn) so that they share the machine's load. "
-        "Kernel ScaleKernel(RBF-ARD) + ConstantMean with frozen hyper-parameters, the same for all methods: "
-        f"outputscale {hyp['outputscale']:.4f}, mean {hyp['mean_constant']:.4f}, lengthscales "
-        f"[{', '.join(f'{v:.3g}' for v in hyp['lengthscale'])}].",
-        "",
-        f"**Target**: test NLL within {TOLERANCE} nats of the best test NLL reached by any run with the same "
-        f"likelihood ({targets}). Times are each method's own clock: training steps only, evaluation excluded. "
-        f"CAVI variant reported (the faster of the two): **{summary['cavi_reported']}**.",
-        "",
-        _table(runs, summary),
-    ]
+    tables = [targets, _table(runs, summary), speedups]
     if "issue_targets" in summary:
-        it = summary["issue_targets"]
-        lines += [
-            f"* **CAVI vs SVGP+Adam** (fastest lr, either likelihood): {sp.get('vs_svgp_adam', 'n/a')}. "
-            f"Issue target ≥ 20×: **{'met' if it['speedup_vs_svgp_adam_ge_20'] else 'NOT met'}**.",
-            f"* **CAVI vs NGD** (either likelihood): {sp.get('vs_ngd', 'n/a')}. "
-            f"Issue target ≥ 3×: **{'met' if it['speedup_vs_ngd_ge_3'] else 'NOT met'}**.",
-            f"* Same model only (logistic baselines): vs SVGP+Adam {sp.get('vs_svgp_adam_logit', 'n/a')}; "
-            f"vs NGD {sp.get('vs_ngd_logit', 'n/a')}.",
-            f"* **Final test NLL** of CAVI minus the best final test NLL of the logistic baselines (same model): "
-            f"{it['cavi_final_nll_minus_best_logit_baseline']:+.4f} nats (no worse, i.e. ≤ +{NLL_SLACK}: "
-            f"**{'yes' if it['nll_no_worse_than_same_model_baselines'] else 'NO'}**); minus the best probit run "
-            f"(a different model): {it['cavi_final_nll_minus_best_probit_baseline']:+.4f} nats.",
-        ]
+        checks = [[k, v] for k, v in summary["issue_targets"].items()]
+        tables.append(_report.Table("Checks", ["check", "value"], checks))
+        rows = []
         for key, entry in summary["other_targets"].items():
-            tol = key.rsplit("_", 1)[1]
-            if key.startswith("same_likelihood_"):
-                label = f"Tighter target, within {tol} nats of the best NLL with the same likelihood"
-            else:
-                label = (
-                    f"Literal target, within {tol} nats of the best NLL of ANY run "
-                    f"({summary['target_literal_any_method']:.4f}; mixes the two models)"
-                )
-            lines.append(f"* {label}: {_other_target_sentence(entry)}.")
-        lines.append("")
-    lines += [
-        "## How to read this",
-        "",
-        "* 'speed-up of CAVI' = baseline wall time to target / CAVI wall time to target; '> x' when the baseline "
-        "never reached the target (its whole run time is used, so the ratio is a lower bound). "
-        "'CPU time' is the same ratio in process CPU time (with one thread it leaves out waiting for a core on the "
-        "shared machine); 'its × cost' multiplies the iterations to target by the run's median time per iteration "
-        "('ms / iteration'), which a short burst of load cannot move.",
-        "* Links: CAVI uses the logistic link (Pólya-Gamma augmentation). The GPyTorch baselines run with the same "
-        "logistic likelihood (`BernoulliLogitLikelihood` used as a plain GPyTorch likelihood: the same model) and "
-        "with GPyTorch's stock `BernoulliLikelihood`, whose link is the probit Φ(f) — with the same kernel that is "
-        "a different (steeper) model with its own optimum, hence its own target.",
-        f"* Stopping: a run stops when its best test NLL improved by ≤ {rule['min_improvement']} over the last "
-        f"{rule['patience']} evaluations spanning ≥ {rule['min_window_iterations']} iterations ('plateau'), or at "
-        f"{rule['max_iter']} iterations, or after {rule['max_time']:.0f} s of its own clock ('max_time'). "
-        f"Evaluations: after every iteration up to {sched['dense_until']}, every {sched['every']} up to "
-        f"{sched['sparse_from']}, then every {sched['sparse_every']}.",
-        f"* Hyper-parameters: {hyp['procedure']}.",
-        common.machine_sentence(m),
-        "",
-        "![test NLL vs time](classification.png)",
-        "",
-    ]
-    common.write_text(path, "\n".join(lines))
+            c = entry["cavi"]
+            row = [key, c["time"] if c else None, c["iteration"] if c else None]
+            for engine in ("ngd", "adam"):
+                b = entry.get(engine)
+                row += [b["baseline"] if b else None, b["time"] if b else None, b["speedup_wall"] if b else None]
+            rows.append(row)
+        columns = ["target", "CAVI [s]", "CAVI its", "NGD", "NGD [s]", "NGD / CAVI", "SVGP + Adam", "Adam [s]",
+                   "Adam / CAVI"]  # fmt: skip
+        tables.append(_report.Table("Other targets", columns, rows))
+    return title, settings, tables
 
 
 def plot(path: Path, result: dict[str, Any]) -> None:
@@ -572,7 +532,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     common.close_machine_info(machine)
     result = {
         "benchmark": "classification",
-        "issue": "issue 2, item 10",
         "config": {
             "dataset": "keel magic",
             "split": f"load_keel('magic', test_fraction=0.2, seed={args.seed}), standardised with training statistics",
@@ -590,7 +549,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "wall_time_of_runs_including_evaluation": runs_wall,
         "wall_time_total": time.perf_counter() - wall_start,
     }
-    common.write_results(common.output_dir(args.output_dir, args.quick), "classification", result, write_markdown, plot)
+    title, settings, tables = report(result)
+    out = common.output_dir(args.output_dir, args.quick)
+    _report.write_report(out, "classification", result, title, settings, tables, figure=plot)
     return result
 
 

@@ -45,6 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
+import _report  # noqa: E402
 import gpytorch  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
@@ -213,50 +214,33 @@ def summarise(runs: dict[int, list[dict[str, Any]]], settings: dict[str, Any]) -
     }
 
 
-def markdown(result: dict[str, Any]) -> str:
+def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Table]]:
+    """Title, settings and tables of a result record (what :func:`_report.write_report` renders)."""
     s, r = result["settings"], result["summary"]
-    rows = []
-    for key, lay in r["layouts"].items():
-        rows.append(
-            [
-                lay["processes"],
-                f"{lay['time_per_step_s'] * 1e3:.1f} ms",
-                f"{lay['cpu_time_per_step_s'] * 1e3:.1f} ms",
-                f"{lay['time_per_epoch_s']:.1f} s" + (" (extrap.)" if lay["epoch_extrapolated"] else ""),
-                f"{lay['throughput_points_per_s']:,.0f}",
-                f"{100 * lay['all_reduce_share']:.1f} %",
-                f"{lay['peak_rss_mb']:.0f} MiB",
-                f"{lay['peak_above_start_mb']:.0f} MiB",
-            ]
-        )
-    table = common.markdown_table(
-        ["processes", "time / step", "CPU time / step (busiest rank)", "time / epoch", "points / s",
-         "all-reduce share", "peak RSS / process", "peak above start"],
-        rows,
-    )  # fmt: skip
-    tp, mem = r["throughput_ratio"], r["memory_ratio"]
-    return "\n".join(
-        [
-            "# Multi-process CAVI (`benchmarks/distributed.py`)",
-            "",
-            f"N = {s['n']:,} synthetic points, D = {s['dim']}, M = {s['m']}, global batch {s['batch']:,}, "
-            f"{s['steps']} steps ({s['warmup_steps']} warm-up steps excluded from the timings), one torch thread per "
-            "process, gloo on 127.0.0.1.",
-            "",
-            common.machine_sentence(result["machine"]),
-            "",
-            table,
-            "",
-            f"- Throughput, 2 processes ÷ 1 (wall clock): **{tp:.2f}×** (target ≥ 1.7×: "
-            f"{'met' if tp >= 1.7 else 'missed'}). With a core free for each process, a step would cost the busiest "
-            f"rank's CPU time: ratio {r['cpu_throughput_ratio']:.2f}× (secondary figure, labelled; the wall-clock "
-            "ratio is only meaningful when the machine has two idle cores).",
-            f"- Peak memory per process, 2 ÷ 1: **{mem:.2f}×** (target ≤ 0.6×: {'met' if mem <= 0.6 else 'missed'}); "
-            f"above each process's footprint before the data: {r['memory_ratio_above_start']:.2f}×.",
-            f"- Final q(u), 2 processes vs 1: largest relative difference {r['max_relative_q_difference']:.1e}.",
-            "",
-        ]
-    )
+    rows = [[lay["processes"], lay["time_per_step_s"] * 1e3, lay["cpu_time_per_step_s"] * 1e3, lay["time_per_epoch_s"],
+             lay["epoch_extrapolated"], lay["throughput_points_per_s"], 100 * lay["all_reduce_share"],
+             lay["peak_rss_mb"], lay["peak_above_start_mb"]] for lay in r["layouts"].values()]  # fmt: skip
+    settings = {
+        "command": "python benchmarks/distributed.py",
+        "N, D, M": f"{s['n']}, {s['dim']}, {s['m']}",
+        "global batch, steps (warm-up excluded)": f"{s['batch']}, {s['steps']} ({s['warmup_steps']})",
+        "processes": "one torch thread each, gloo on 127.0.0.1",
+        **_report.machine_settings(result["machine"]),
+    }
+    ratios = [
+        ["throughput, 2 processes ÷ 1 (wall clock)", r["throughput_ratio"]],
+        ["throughput, 2 processes ÷ 1 (busiest rank's CPU time)", r["cpu_throughput_ratio"]],
+        ["peak memory per process, 2 ÷ 1", r["memory_ratio"]],
+        ["peak memory above the start, 2 ÷ 1", r["memory_ratio_above_start"]],
+        ["final q(u), largest relative difference 2 vs 1", r["max_relative_q_difference"]],
+    ]
+    tables = [
+        _report.Table("Layouts", ["processes", "time / step [ms]", "CPU time / step, busiest rank [ms]",
+                                  "time / epoch [s]", "epoch extrapolated", "points / s", "all-reduce share [%]",
+                                  "peak RSS / process [MiB]", "peak above start [MiB]"], rows),
+        _report.Table("Two processes against one", ["quantity", "value"], ratios),
+    ]  # fmt: skip
+    return "Multi-process CAVI", settings, tables
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -290,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": common.close_machine_info(machine),
         "summary": summarise(runs, settings),
     }
-    common.write_results(out, "distributed", result, lambda path, res: common.write_text(path, markdown(res)))
+    _report.write_report(out, "distributed", result, *report(result))
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
+import _report  # noqa: E402
 import gpytorch  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
@@ -69,8 +70,8 @@ from gpytorch_augment import (  # noqa: E402
     LogisticSoftmaxLikelihood,
     UnwhitenedCAVIVariationalStrategy,
 )
+from gpytorch_augment._numerics import latent_expectation  # noqa: E402
 from gpytorch_augment.datasets import load_keel  # noqa: E402
-from gpytorch_augment.likelihoods.logistic_softmax import _expectation  # noqa: E402
 
 #: draws of the tracking predictive (shared by every method)
 TRACKING_DRAWS = 512
@@ -425,7 +426,7 @@ def final_metrics(built: Built, x_test: Tensor, y_test: Tensor, state: dict[str,
         if isinstance(built.likelihood, LogisticSoftmaxLikelihood):
             probs = built.likelihood.predict_proba(q_f)
         else:
-            probs = _expectation(lambda f: torch.softmax(f, -1), q_f.mean, q_f.variance)
+            probs = latent_expectation(lambda f: torch.softmax(f, -1), q_f.mean, q_f.variance)
     model.train()
     if current is not None:
         _load(built, current)
@@ -542,97 +543,86 @@ def summarise(runs: list[dict[str, Any]], n_test: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _f(v: float | None, digits: int = 4) -> str:
-    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
-
-
-def _hit_cell(h: dict[str, Any] | None) -> str:
-    return f"{h['time']:.1f} s / {h['iteration']} it." if h else "not reached"
-
-
-def _level_sentence(level: dict[str, Any]) -> str:
+def _level_row(level: dict[str, Any]) -> list[Any]:
     hits = level["hits"]
-    cavi = f"CAVI {hits[level['fastest_cavi']]['time']:.1f} s" if level["fastest_cavi"] else "CAVI: not reached"
-    base = f"Adam {hits[level['fastest_baseline']]['time']:.1f} s" if level["fastest_baseline"] else "Adam: not reached"
-    ratio = f" (**{level['speedup_wall']:.1f}×**)" if level["speedup_wall"] else ""
-    return f"{level['accuracy']:.4f} (best − {level['gap']:.3f}): {cavi} vs {base}{ratio}"
+    cavi = hits[level["fastest_cavi"]]["time"] if level["fastest_cavi"] else None
+    base = hits[level["fastest_baseline"]]["time"] if level["fastest_baseline"] else None
+    return [level["accuracy"], level["gap"], cavi, base, level["speedup_wall"]]
 
 
-#: title and description of each configuration's section of the report
+def _speed_row(label: str, entry: dict[str, Any]) -> list[Any]:
+    if "wall" not in entry:
+        return [label, entry.get("cavi"), None, entry.get("baseline"), None, None, None, None]
+    return [label, entry["cavi"], entry["cavi_time"], entry["baseline"], entry["baseline_time"], entry["wall"],
+            entry["cpu"], entry["iterations_x_cost"]]  # fmt: skip
+
+
+#: the title of each configuration's tables
 SECTIONS = {
-    "elbo": (
-        "Every model's hyper-parameters from its true ELBO",
-        "Kernel and mean hyper-parameters of each model chosen by the same GPyTorch loop (SVGP, `VariationalELBO`, "
-        "Adam on q(u), the hyper-parameters and, with learned class scales, θ, jointly; same subset, Z, "
-        "initialisation and iterations), only the likelihood differs; then frozen, and q(u) fitted by CAVI "
-        "(logistic-softmax) or Adam (softmax) on all training data.",
-    ),
-    "own": (
-        "CAVI with its own hyper-parameters (augmented-bound M-step)",
-        "The logistic-softmax's hyper-parameters from CAVI's own loop: `CAVI.fit(..., hyper_optimizer=Adam(...))`, "
-        "one CAVI step then one Adam step on the augmented bound per iteration.",
-    ),
-    "own-true": (
-        "CAVI with its own loop and a true-ELBO M-step",
-        "CAVI's own loop with one change: the hyper-parameter steps ascend the true ELBO "
-        "(`CAVI(..., hyper_objective=gpytorch.mlls.VariationalELBO(likelihood, ...))`) instead of the augmented "
-        "bound while q(u) is still fitted by CAVI -- an alternation of two different objectives (see the "
-        "subset-ELBO trace under [Hyper-parameters](#hyper-parameters)). The strategy here is the whitened "
-        "`CAVIVariationalStrategy`, with which the M-step moves the latent values themselves (a mean constant "
-        "shifts every f at fixed q(v)) and fights the CAVI step; tutorial 05 shows the same loop stable with "
-        "`UnwhitenedCAVIVariationalStrategy` (not run here).",
-    ),
-    "baseline": (
-        "CAVI with the baseline's hyper-parameters",
-        "The softmax model's hyper-parameters, used as they are.",
-    ),
+    "elbo": "every model's hyper-parameters from its true ELBO",
+    "own": "CAVI with its own hyper-parameters (augmented-bound M-step)",
+    "own-true": "CAVI with its own loop and a true-ELBO M-step",
+    "baseline": "CAVI with the baseline's hyper-parameters",
 }
 
 
-def _speed(entry: dict[str, Any]) -> str:
-    if "wall" not in entry:
-        who = "no CAVI run" if entry["cavi"] is None else "no baseline run"
-        return f"not measurable: {who} reached it"
-    return (
-        f"**{entry['wall']:.1f}×** in wall time ({entry['cavi']}: {entry['cavi_time']:.1f} s vs {entry['baseline']}: "
-        f"{entry['baseline_time']:.1f} s; {entry['cpu']:.1f}× in CPU time, {entry['iterations_x_cost']:.1f}× as "
-        "iterations × median time per iteration)"
-    )
-
-
-def _elbo_trace_table(result: dict[str, Any]) -> list[str]:
-    fits = [(h.get("family", key), h["subset_elbo_trace"]) for key, h in result["hyperparameters"].items()
-            if "subset_elbo_trace" in h]
-    if not fits:
-        return ["(not recorded in this run)"]
-    its = [int(i) for i, _ in fits[0][1]]
-    rows = [[name] + [f"{v:.4f}" for _, v in trace] for name, trace in fits]
-    return [common.markdown_table(["model (fit)"] + [f"it. {i}" for i in its], rows)]
-
-
-def _hyper_rows(result: dict[str, Any]) -> list[list[str]]:
+def _hyper_table(result: dict[str, Any]) -> _report.Table:
+    columns = ["model (fit)", "used by", "fit wall [s]", "fit CPU [s]", "subset ELBO / datum",
+               "outputscale per latent", "mean per latent", "median lengthscale", "θ at end of fit"]  # fmt: skip
     rows = []
     for key, h in result["hyperparameters"].items():
         users = [r["name"] for r in result["runs"] if r.get("hyper_key", "softmax") == key]
         ls = [v for row in h["lengthscale"] for v in row]
         theta = h.get("class_scales_of_fit")
         rows.append([
-            h.get("family", key), ", ".join(users), f"{h['fit_seconds']:.1f}", _f(h.get("fit_cpu_seconds"), 1),
-            _f(h["subset_elbo_per_datum"]), "[" + ", ".join(f"{v:.2f}" for v in h["outputscale"]) + "]",
-            "[" + ", ".join(f"{v:+.2f}" for v in h["mean_constant"]) + "]", f"{statistics.median(ls):.2f}",
-            "[" + ", ".join(f"{v:.2f}" for v in theta) + "]" if theta and len(set(theta)) > 1 else "—",
-        ])
-    return rows
+            h.get("family", key), ", ".join(users), h["fit_seconds"], h.get("fit_cpu_seconds"),
+            h["subset_elbo_per_datum"], "[" + ", ".join(f"{v:.2f}" for v in h["outputscale"]) + "]",
+            "[" + ", ".join(f"{v:+.2f}" for v in h["mean_constant"]) + "]", statistics.median(ls),
+            "[" + ", ".join(f"{v:.2f}" for v in theta) + "]" if theta and len(set(theta)) > 1 else None,
+        ])  # fmt: skip
+    return _report.Table("Hyper-parameters", columns, rows)
 
 
-def write_markdown(path: Path, result: dict[str, Any]) -> None:
-    runs, s, cfg, m = result["runs"], result["summary"], result["config"], result["machine"]
+def _elbo_trace_table(result: dict[str, Any]) -> _report.Table:
+    fits = [(h.get("family", key), h["subset_elbo_trace"]) for key, h in result["hyperparameters"].items()
+            if "subset_elbo_trace" in h]  # fmt: skip
+    its = [int(i) for i, _ in fits[0][1]] if fits else []
+    rows = [[name] + [v for _, v in trace] for name, trace in fits]
+    return _report.Table("Subset true ELBO per datum along each hyper-parameter fit", ["model (fit)"] +
+                         [f"it. {i}" for i in its], rows)  # fmt: skip
+
+
+def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Table]]:
+    """Title, settings and tables of a result record (what :func:`_report.write_report` renders)."""
+    runs, s, cfg = result["runs"], result["summary"], result["config"]
     t, diag = s["targets"], s["baseline_best"]
-    headers = [
-        "method", "link", "h.p.", f"to baseline's best acc. ({t['baseline_best']:.4f})",
-        f"to baseline's final acc. ({t['baseline_final']:.4f})", "final acc.", "final NLL", "mean conf.", "ECE",
-        "best acc. (tracked)", "ms / it.", "run: its, s, stop", "θ",
-    ]
+    title = "Multi-class classification on KEEL satimage" + (" (quick smoke run)" if cfg["quick"] else "")
+    any_hyper = next(iter(result["hyperparameters"].values()))
+    settings = {
+        "command": f"python benchmarks/multiclass.py{' --quick' if cfg['quick'] else ''}",
+        "N train / N test / D / K": f"{cfg['n_train']} / {cfg['n_test']} / {cfg['num_features']} / "
+        f"{cfg['num_classes']}",
+        "inducing points": f"M = {cfg['num_inducing']}, fixed k-means, shared by every method and latent",
+        "dtype": cfg["dtype"],
+        "kernel": "ScaleKernel(RBF-ARD) + ConstantMean per latent GP, chosen first (untimed), then frozen",
+        "hyper-parameter fits": f"subset of {any_hyper['subset']} points, {any_hyper['iterations']} iterations, "
+        f"Adam lr={HYPER_LR}",
+        **{f"fit: {h.get('family', key)}": h["procedure"] for key, h in result["hyperparameters"].items()},
+        "headline configuration": SECTIONS[HEADLINE],
+        "target: baseline's best tracked accuracy": t["baseline_best"],
+        "target: baseline's best final accuracy": t["baseline_final"],
+        "baseline best: run, iteration, evaluations": f"{diag['run']}, {diag['iteration']}, {diag['evaluations']}",
+        "baseline best: sustained over 3 evaluations": diag["sustained_3"],
+        "baseline best: precise re-evaluation": diag["precise_at_best_state"],
+        "stopping": f"plateau: ≤ {cfg['stopping']['min_improvement']} over {cfg['stopping']['patience']} "
+        f"evaluations spanning ≥ {cfg['stopping']['min_window_iterations']} iterations; max "
+        f"{cfg['stopping']['max_iter']} iterations, {cfg['stopping']['max_time']:.0f} s",
+        "whole script (s)": result["wall_time_total"],
+        **_report.machine_settings(result["machine"]),
+    }
+    columns = ["method", "link", "h.p.", "to baseline's best acc. [s]", "its", "to baseline's final acc. [s]", "its",
+               "final acc.", "final NLL", "mean conf.", "ECE", "best acc. (tracked)", "ms / it.", "run: its, s, stop",
+               "θ"]  # fmt: skip
     rows = []
     for r in runs:
         f = r["final"]
@@ -640,340 +630,46 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         hits = s["configs"][_config(r) if r["engine"] == "cavi" else HEADLINE]["hits"].get(r["name"]) or {
             key: _hit(r, t[key]) for key in ("baseline_best", "baseline_final")
         }
+        best, final = hits["baseline_best"], hits["baseline_final"]
         rows.append([
-            r["name"], r["link"], _hp_label(r), _hit_cell(hits["baseline_best"]),
-            _hit_cell(hits["baseline_final"]), _f(f["accuracy"]), _f(f["test_nll"]), _f(f["mean_confidence"]),
-            _f(f["ece"]), _f(r["best_accuracy"]), f"{1e3 * r['median_step_time']:.0f}",
+            r["name"], r["link"], _hp_label(r), best["time"] if best else None, best["iteration"] if best else None,
+            final["time"] if final else None, final["iteration"] if final else None, f["accuracy"], f["test_nll"],
+            f["mean_confidence"], f["ece"], r["best_accuracy"], 1e3 * r["median_step_time"],
             f"{r['trace']['iteration'][-1]}, {r['total_time']:.1f}, {r['stop_reason']}",
-            "[" + ", ".join(f"{v:.2f}" for v in theta) + "]" if theta else "—",
-        ])
-
-    def config_bullets(config: str) -> list[str]:
-        c = s["configs"][config]
-        fin = c["final"]
-        return [
-            f"**Time to the baseline's best tracked test accuracy** ({t['baseline_best']:.4f}, the issue's target): "
-            f"{_speed(c['speedups']['baseline_best'])}.",
-            f"**Time to the baseline's final accuracy** ({t['baseline_final']:.4f}, the best final precise accuracy "
-            f"of a baseline run): {_speed(c['speedups']['baseline_final'])}.",
-            f"**Time to equal accuracy** ({c['targets']['equal']:.4f} = the lower of the best tracked accuracies of "
-            f"the two families, an accuracy both reach): {_speed(c['speedups']['equal'])}.",
-            f"**Final**: best CAVI run ({fin['best_cavi']}) minus best baseline ({fin['best_baseline']}): accuracy "
-            f"{fin['accuracy_difference']:+.4f}, test NLL {fin['nll_difference']:+.4f} nats.",
-        ]
-
-    quick_note = " — QUICK smoke run, not a result" if cfg["quick"] else ""
-    hyper_headers = [
-        "model (fit)", "used by", "fit wall [s]", "fit CPU [s]", "subset ELBO / datum", "outputscale per latent",
-        "mean per latent", "median lengthscale", "θ at end of fit",
-    ]
-    any_hyper = next(iter(result["hyperparameters"].values()))
-    lines = [
-        f"# Multi-class classification on KEEL `satimage`{quick_note}",
-        "",
-        f"Generated by `python benchmarks/multiclass.py{' --quick' if cfg['quick'] else ''}` ({m['date_utc']}, whole "
-        f"script {result['wall_time_total']:.0f} s). Issue 5, item 7.",
-        "",
-        f"N_train = {cfg['n_train']}, N_test = {cfg['n_test']}, D = {cfg['num_features']}, K = {cfg['num_classes']} "
-        f"classes, M = {cfg['num_inducing']} fixed k-means inducing points shared by every method and latent, "
-        f"{cfg['dtype']}, {cfg['threads']} torch thread, all methods run round-robin (one step of each in turn). "
-        "Kernel ScaleKernel(RBF-ARD) + ConstantMean per latent GP. Every model's kernel and mean hyper-parameters are "
-        "chosen first (untimed, see [Hyper-parameters](#hyper-parameters)) and then frozen; the timed runs fit q(u) "
-        "(and, where stated, the class scales). **Headline (\"true-ELBO h.p.\"): each model's hyper-parameters "
-        "from its own true ELBO by the same GPyTorch loop** (SVGP + `VariationalELBO` + Adam, only the likelihood "
-        "differs). Secondary: CAVI with hyper-parameters from its own loop on the augmented bound (\"own h.p.\"), "
-        "from its own loop with a true-ELBO M-step (\"own h.p., true-ELBO M-step\"), and with the softmax "
-        "model's (\"baseline's h.p.\").",
-        "",
-        common.markdown_table(headers, rows),
-    ]
+            "[" + ", ".join(f"{v:.2f}" for v in theta) + "]" if theta else None,
+        ])  # fmt: skip
+    tables = [_report.Table("Runs", columns, rows)]
+    speed_columns = ["target", "CAVI run", "CAVI [s]", "baseline run", "baseline [s]", "speed-up (wall)",
+                     "speed-up (CPU)", "speed-up (iterations × cost)"]  # fmt: skip
     for config in CONFIGS:
         if config not in s["configs"]:
             continue
-        title, text = SECTIONS[config]
         c = s["configs"][config]
-        lines += [f"### {title}" + (" (headline)" if config == HEADLINE else " (secondary)"), ""]
-        lines += [text, ""] if text else []
-        lines += [f"* {b}" for b in config_bullets(config)]
-        if config == HEADLINE:
-            lines.append(
-                "* **Time to accuracy levels** below the baseline's best (fastest run of each family, wall time): "
-                + "; ".join(_level_sentence(level) for level in c["accuracy_levels"]) + "."
-            )
-            fits = {r["hyper_key"] for r in runs if r["engine"] == "cavi" and _config(r) == config}
-            hyp = result["hyperparameters"]
-            lines.append(
-                "* **Hyper-parameter fits** (untimed above; the same loop and iterations): softmax "
-                f"{hyp['softmax']['fit_seconds']:.0f} s; logistic-softmax "
-                + ", ".join(f"{hyp[k]['fit_seconds']:.0f} s ({hyp[k].get('family', k)})" for k in sorted(fits))
-                + ". The logistic-softmax's true ELBO costs more per step (its quasi-Monte-Carlo expected "
-                "log-likelihood over the latents against the softmax's 10 Monte-Carlo samples)."
-            )
-        lines += [
-            "* Issue target (≥ 10× faster to the baseline's best tracked accuracy, at equal or better final "
-            f"accuracy) in this configuration: **{'met' if c['issue_target_met'] else 'NOT met'}**.",
-            "",
-        ]
-    precise = diag["precise_at_best_state"]
-    lines += [
-        "### How solid is the baseline's best accuracy?",
-        "",
-        f"* The target {diag['best_tracked']:.4f} is the maximum over {diag['evaluations']} tracked evaluations of "
-        f"{diag['run']} (512 fixed Monte-Carlo draws per test point), first reached at iteration {diag['iteration']}; "
-        f"{diag['evaluations_at_best']} evaluation(s) reached it; tracked accuracies around it: "
-        f"{', '.join(f'{a:.4f}' for a in diag['neighbours'])}. The best accuracy held over three consecutive "
-        f"evaluations is {diag['sustained_3']:.4f}.",
-        f"* The state that scored it, re-evaluated with the precise predictive (2^14 Sobol points): "
-        f"{_f(precise)}; that run's final precise accuracy: {diag['final_of_that_run']:.4f}; best final precise "
-        f"accuracy of any baseline run: {t['baseline_final']:.4f} (the second target above). 1 test point = "
-        f"{1 / cfg['n_test']:.4f}.",
-        "",
-        "## Hyper-parameters",
-        "",
-        f"Common to every fit: a seeded random subset of {any_hyper['subset']} training points, the benchmark's "
-        "fixed Z, initialisation median-heuristic lengthscales / outputscale 1 / mean 0, "
-        f"{any_hyper['iterations']} iterations with Adam lr={HYPER_LR} on the kernel and mean hyper-parameters; "
-        "then frozen. Per model:",
-        "",
-        *[f"* {h.get('family', key)}: {h['procedure']}." for key, h in result["hyperparameters"].items()],
-        "",
-        common.markdown_table(hyper_headers, _hyper_rows(result)),
-        "Runs with learned class scales start from θ = 1 and update θ in closed form at every step (the fit's θ is "
-        "shown for information). 'Subset ELBO' is the model's true ELBO per datum on the fit's subset at the end "
-        "of the fit (the logistic-softmax's deterministic expected log-likelihood; the softmax's by 1024 "
-        "Monte-Carlo samples).",
-        "",
-        "**Convergence and stability of the fits**: the subset's true ELBO per datum along each fit.",
-        "",
-        *_elbo_trace_table(result),
-        "",
-        "## Calibration (final predictive, reliability per confidence bin)",
-        "",
-    ]
+        rows = [_speed_row(key, c["speedups"][key]) for key in ("baseline_best", "baseline_final", "equal")]
+        tables.append(_report.Table(f"Time to target: {SECTIONS[config]}", speed_columns, rows))
+        fin = c["final"]
+        tables.append(_report.Table(
+            f"Final: {SECTIONS[config]}",
+            ["best CAVI run", "best baseline run", "accuracy difference", "test NLL difference",
+             "≥ 10× and as accurate"],
+            [[fin["best_cavi"], fin["best_baseline"], fin["accuracy_difference"], fin["nll_difference"],
+              c["issue_target_met"]]],
+        ))  # fmt: skip
+        if config == HEADLINE and c.get("accuracy_levels"):
+            tables.append(_report.Table(
+                "Time to accuracy levels below the baseline's best (fastest run of each family)",
+                ["accuracy", "below best by", "CAVI [s]", "baseline [s]", "speed-up (wall)"],
+                [_level_row(level) for level in c["accuracy_levels"]],
+            ))  # fmt: skip
+    tables += [_hyper_table(result), _elbo_trace_table(result)]
+    calibration = []
     for r in runs:
-        rel = r["final"]["reliability"]
-        cells = ", ".join(
-            f"{b['bin'][0]:.1f}–{b['bin'][1]:.1f}: acc {b['accuracy']:.2f} / conf {b['confidence']:.2f} "
-            f"(n={b['count']})"
-            for b in rel
-        )
-        lines.append(f"* {r['name']}: {cells}")
-    lines += ["", "## Reading", ""] + [f"* {p}" for p in result["reading"]] + [
-        "",
-        "## How this was measured",
-        "",
-        "* Times are each method's own clock (training steps only; evaluation and hyper-parameter selection "
-        "excluded). 'to … acc.' is the first tracked evaluation at or above the target accuracy. Tracking uses 512 "
-        "fixed normal draws per test point (the same draws for every method); the final columns use 2^14 "
-        "scrambled-Sobol points. NLL = mean negative log predictive probability of the test labels; mean conf. = mean "
-        "max-probability; ECE over 10 equal-width bins.",
-        f"* Stopping: a run stops when its best tracked test NLL improved by ≤ {cfg['stopping']['min_improvement']} "
-        f"over the last {cfg['stopping']['patience']} evaluations spanning ≥ "
-        f"{cfg['stopping']['min_window_iterations']} iterations ('plateau'), at {cfg['stopping']['max_iter']} "
-        f"iterations, or after {cfg['stopping']['max_time']:.0f} s of its own clock.",
-        common.machine_sentence(m),
-        "",
-        "![test accuracy and NLL vs time](multiclass.png)",
-        "",
-    ]
-    common.write_text(path, "\n".join(lines))
-
-
-def _gap(final: dict[str, Any]) -> float:
-    """Accuracy minus mean confidence (> 0: under-confident)."""
-    return final["accuracy"] - final["mean_confidence"]
-
-
-def reading(result: dict[str, Any]) -> list[str]:
-    """Plain-language observations computed from the numbers: under-confidence of the logistic-softmax link,
-    whether class scales fix it, what each model's own hyper-parameters change, whether the target is met."""
-    runs = {r["name"]: r for r in result["runs"]}
-    s, n_test, hyp = result["summary"], result["config"]["n_test"], result["hyperparameters"]
-    adam = [r for r in result["runs"] if r["engine"] == "adam"]
-    cavi = [r for r in result["runs"] if r["engine"] == "cavi"]
-    out = []
-    for r in result["runs"]:
-        f = r["final"]
-        out.append(
-            f"{r['name']} ({r['link']}, {_hp_label(r)}): accuracy {f['accuracy']:.4f} vs mean confidence "
-            f"{f['mean_confidence']:.4f} ({'under' if _gap(f) > 0 else 'over'}-confident by {abs(_gap(f)):.3f}), "
-            f"ECE {f['ece']:.3f}, NLL {f['test_nll']:.4f}."
-        )
-    gaps = [_gap(r["final"]) for r in cavi]
-    best_base = min(adam, key=lambda r: r["final"]["ece"])
-    best_cavi_ece = min(cavi, key=lambda r: r["final"]["ece"])
-    worst = max(cavi, key=lambda r: r["final"]["ece"])
-    worst_bin = max(worst["final"]["reliability"], key=lambda b: b["count"] * (b["accuracy"] - b["confidence"]))
-
-    def top_bin(r: dict[str, Any]) -> int:
-        return sum(b["count"] for b in r["final"]["reliability"] if b["bin"][0] >= 0.9 - 1e-9)
-
-    out.append(
-        f"**Under-confidence.** Every logistic-softmax run is {'under' if min(gaps) > 0 else 'mostly under'}-confident "
-        f"(accuracy − mean confidence {min(gaps):+.3f} … {max(gaps):+.3f}; best CAVI ECE "
-        f"{best_cavi_ece['final']['ece']:.3f} ({best_cavi_ece['name']}), best CAVI NLL "
-        f"{min(r['final']['test_nll'] for r in cavi):.4f}), against {_gap(best_base['final']):+.3f} / ECE "
-        f"{best_base['final']['ece']:.3f} / NLL {best_base['final']['test_nll']:.4f} for {best_base['name']}. "
-        f"It shows as mass missing from the top confidence bin ({top_bin(best_cavi_ece)} test points at confidence "
-        f"≥ 0.9 for {best_cavi_ece['name']} vs {top_bin(best_base)} for {best_base['name']}) and, at its worst "
-        f"({worst['name']}), as {worst_bin['count']} points predicted with confidence {worst_bin['confidence']:.2f} "
-        f"that are right {worst_bin['accuracy']:.0%} of the time. Two candidate causes: the bounded σ (a class "
-        "probability near 1 needs every other class's σ(f_l) near 0 at once, while under the softmax one large f_k "
-        "suffices) and the augmented bound CAVI maximises, looser than the ELBO; 'Link or bound?' below separates "
-        "them."
-    )
-    for config, suffix in (
-        ("elbo", " (true-ELBO h.p.)"),
-        ("own", ""),
-        ("own-true", " (true-ELBO M-step)"),
-        ("baseline", " (baseline's h.p.)"),
-    ):
-        for base, scaled in [("CAVI", "CAVI + class scales"), ("CAVI bijective", "CAVI bijective + class scales")]:
-            base, scaled = base + suffix, scaled + suffix
-            if base in runs and scaled in runs:
-                a, b = runs[base]["final"], runs[scaled]["final"]
-                verdict = "help" if b["ece"] < a["ece"] - 0.005 and b["test_nll"] < a["test_nll"] else (
-                    "make it worse" if b["ece"] > a["ece"] + 0.005 else "change little"
-                )
-                out.append(
-                    f"**Class scales** ({CONFIGS[config]}), {base} → {scaled}: they {verdict} — under-confidence "
-                    f"{_gap(a):+.3f} → {_gap(b):+.3f}, ECE {a['ece']:.3f} → {b['ece']:.3f}, NLL "
-                    f"{a['test_nll']:.4f} → {b['test_nll']:.4f}, accuracy {a['accuracy']:.4f} → {b['accuracy']:.4f}"
-                    + (
-                        f"; the remaining gap is larger than the softmax baseline's ({_gap(best_base['final']):+.3f})."
-                        if _gap(b) > _gap(best_base["final"]) + 0.005
-                        else "."
-                    )
-                )
-    for own_name in ("CAVI", "CAVI + class scales"):
-        other = f"{own_name} (baseline's h.p.)"
-        if own_name in runs and other in runs:
-            a, b = runs[other]["final"], runs[own_name]["final"]
-            mine, soft = hyp[runs[own_name]["hyper_key"]], hyp["softmax"]
-
-            def describe(h: dict[str, Any]) -> str:
-                ls = [v for row in h["lengthscale"] for v in row]
-                return (
-                    f"mean outputscale {statistics.mean(h['outputscale']):.2f}, median lengthscale "
-                    f"{statistics.median(ls):.2f}, mean constants {min(h['mean_constant']):+.2f} … "
-                    f"{max(h['mean_constant']):+.2f}"
-                )
-
-            diff = b["accuracy"] - a["accuracy"]
-            verdict = "raise" if diff > 0.5 / n_test else ("lower" if diff < -0.5 / n_test else "do not change")
-            out.append(
-                f"**Own vs the baseline's hyper-parameters** ({own_name}): its own hyper-parameters {verdict} the "
-                f"accuracy ({a['accuracy']:.4f} → {b['accuracy']:.4f}, {diff * n_test:+.0f} test points); NLL "
-                f"{a['test_nll']:.4f} → {b['test_nll']:.4f}, ECE {a['ece']:.3f} → {b['ece']:.3f}, mean confidence "
-                f"{a['mean_confidence']:.3f} → {b['mean_confidence']:.3f}. The logistic-softmax fit chose "
-                f"{describe(mine)}; the softmax fit {describe(soft)}."
-            )
-    if "CAVI" in runs and "CAVI (true-ELBO h.p.)" in runs:
-        a, b = runs["CAVI"]["final"], runs["CAVI (true-ELBO h.p.)"]["final"]
-        diff = b["accuracy"] - a["accuracy"]
-        out.append(
-            "**Which objective picks the hyper-parameters** (CAVI, θ = 1): the same logistic-softmax model with "
-            "hyper-parameters from its augmented bound (own h.p.) vs from its true ELBO by the softmax's procedure "
-            f"(true-ELBO h.p.): accuracy {a['accuracy']:.4f} → {b['accuracy']:.4f} ({diff * n_test:+.0f} test points), "
-            f"NLL {a['test_nll']:.4f} → {b['test_nll']:.4f}, ECE {a['ece']:.3f} → {b['ece']:.3f}, under-confidence "
-            f"{_gap(a):+.3f} → {_gap(b):+.3f}."
-        )
-    diagnostic = [r for r in result["runs"] if r["engine"] == "adam-ls"]
-    if diagnostic and "CAVI (true-ELBO h.p.)" in runs:
-        d, c = diagnostic[0], runs["CAVI (true-ELBO h.p.)"]
-        sm = max(adam, key=lambda r: r["final"]["accuracy"])
-        out.append(
-            f"**Link or bound?** {d['name']} fits the same logistic-softmax model (same true-ELBO hyper-parameters) "
-            "with the baseline's SVGP + Adam loop on its true ELBO instead of CAVI on the augmented "
-            f"bound: accuracy {d['final']['accuracy']:.4f}, NLL {d['final']['test_nll']:.4f}, ECE "
-            f"{d['final']['ece']:.3f}, under-confidence {_gap(d['final']):+.3f} (CAVI (true-ELBO h.p.): "
-            f"{c['final']['accuracy']:.4f}, {c['final']['test_nll']:.4f}, {c['final']['ece']:.3f}, "
-            f"{_gap(c['final']):+.3f}; best softmax run {sm['name']}: {sm['final']['accuracy']:.4f}, "
-            f"{sm['final']['test_nll']:.4f}, {sm['final']['ece']:.3f}, {_gap(sm['final']):+.3f}). The difference "
-            "between the first two is what the augmented bound's q(u) costs; between the first and the softmax, what "
-            "the link costs. Its time is not part of any comparison."
-        )
-    for key, h in hyp.items():
-        trace = h.get("subset_elbo_trace")
-        if not trace or len(trace) < 3:
-            continue
-        values = [v for _, v in trace]
-        peak = max(range(len(values)), key=values.__getitem__)
-        if values[-1] < values[peak] - 0.005:
-            out.append(
-                f"**Unstable fit: {h.get('family', key)}.** Its subset true ELBO per datum peaks at iteration "
-                f"{int(trace[peak][0])} ({values[peak]:.4f}) and falls to {values[-1]:.4f} by iteration "
-                f"{int(trace[-1][0])}: the alternation does not ascend one objective and drifts (mean constants "
-                f"{min(h['mean_constant']):+.2f} … {max(h['mean_constant']):+.2f} at the end). The rows that use "
-                "these hyper-parameters show where the drift leads."
-            )
-    rising = [h.get("family", key) for key, h in hyp.items() if len(h.get("subset_elbo_trace") or []) >= 3
-              and all(b[1] >= a[1] - 2e-3 for a, b in zip(h["subset_elbo_trace"], h["subset_elbo_trace"][1:]))]
-    if rising:
-        out.append(
-            "Fits whose subset true ELBO rises (to within 0.002) at every checkpoint: " + "; ".join(rising) + "."
-        )
-    diag = s["baseline_best"]
-    precise = diag["precise_at_best_state"]
-    if precise is not None:
-        lost = round((diag["best_tracked"] - precise) * n_test)
-        nll_best = runs[diag["run"]]["final_at_best_tracked"]["test_nll"]
-        nll_end = runs[diag["run"]]["final"]["test_nll"]
-        out.append(
-            f"**The baseline's best accuracy** {diag['best_tracked']:.4f} ({diag['run']}, iteration "
-            f"{diag['iteration']}, seen in {diag['evaluations_at_best']} of {diag['evaluations']} tracked "
-            "evaluations) is "
-            + (
-                f"partly Monte-Carlo luck: the same state scores {precise:.4f} with the precise predictive "
-                f"({lost} test point{'s' if lost != 1 else ''} fewer)"
-                if lost > 0
-                else f"not a Monte-Carlo artefact: the same state scores {precise:.4f} with the precise predictive"
-            )
-            + f", and the run itself ends at {diag['final_of_that_run']:.4f}"
-            + (
-                f" while its NLL keeps falling ({nll_best:.4f} at that state, {nll_end:.4f} at the end)"
-                if nll_end < nll_best
-                else ""
-            )
-            + ". It is a peak, not a level the baseline holds; the baseline's final accuracy "
-            f"{s['targets']['baseline_final']:.4f} is the reproducible reference."
-        )
-    for config, label in (
-        ("elbo", "true-ELBO hyper-parameters"), ("own", "own hyper-parameters (augmented M-step)"),
-        ("own-true", "own loop with a true-ELBO M-step"), ("baseline", "the baseline's hyper-parameters"),
-    ):
-        label += " (headline)" if config == HEADLINE else ""
-        c = s["configs"].get(config)
-        if c is None:
-            continue
-        sp = c["speedups"]
-
-        def ratio(key: str) -> str:
-            return f"{sp[key]['wall']:.1f}× faster" if "wall" in sp[key] else "not reached by any CAVI run"
-
-        best_cavi = max((r for r in cavi if _config(r) == config), key=lambda r: r["best_accuracy"])
-        out.append(
-            f"**Target, {label}**: {'met' if c['issue_target_met'] else 'NOT met'}. Baseline's best tracked accuracy "
-            f"{s['targets']['baseline_best']:.4f}: {ratio('baseline_best')}; baseline's final accuracy "
-            f"{s['targets']['baseline_final']:.4f}: {ratio('baseline_final')}; the best CAVI tracked accuracy is "
-            f"{best_cavi['best_accuracy']:.4f} ({best_cavi['name']}), "
-            + (
-                f"{(s['targets']['baseline_best'] - best_cavi['best_accuracy']) * n_test:.0f} test points short of the "
-                "target"
-                if best_cavi["best_accuracy"] < s["targets"]["baseline_best"]
-                else "at or above the target"
-            )
-            + f". Up to the accuracy both reach ({c['targets']['equal']:.4f}) CAVI is {ratio('equal')}; final "
-            f"accuracy {c['final']['accuracy_difference']:+.4f} and NLL {c['final']['nll_difference']:+.4f} nats vs "
-            f"the best baseline."
-        )
-    if cavi:
-        overall = max(cavi, key=lambda r: r["final"]["accuracy"])
-        out.append(
-            f"Most accurate logistic-softmax run overall: {overall['name']} (final {overall['final']['accuracy']:.4f}, "
-            f"{CONFIGS[_config(overall)]})."
-        )
-    return out
+        for b in r["final"]["reliability"]:
+            calibration.append([r["name"], f"{b['bin'][0]:.1f}–{b['bin'][1]:.1f}", b["accuracy"], b["confidence"],
+                                b["count"]])  # fmt: skip
+    tables.append(_report.Table("Calibration (final predictive, per confidence bin)",
+                                ["method", "confidence bin", "accuracy", "confidence", "n"], calibration))  # fmt: skip
+    return title, settings, [table for table in tables if table.rows]
 
 
 def plot(path: Path, result: dict[str, Any]) -> None:
@@ -1026,8 +722,7 @@ def render(json_path: Path) -> None:
 
     result = json.loads(Path(json_path).read_text())
     result["summary"] = summarise(result["runs"], result["config"]["n_test"])
-    result["reading"] = reading(result)
-    common.write_results(Path(json_path).parent, "multiclass", result, write_markdown, plot, echo=False)
+    _report.write_report(Path(json_path).parent, "multiclass", result, *report(result), figure=plot, echo=False)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -1100,8 +795,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": config, "machine": machine, "hyperparameters": hypers, "runs": runs, "summary": summary,
         "wall_time_total": time.perf_counter() - start_all,
     }
-    result["reading"] = reading(result)
-    common.write_results(common.output_dir(args.out, quick), "multiclass", result, write_markdown, plot, echo=False)
+    out = common.output_dir(args.out, quick)
+    _report.write_report(out, "multiclass", result, *report(result), figure=plot, echo=False)
     return result
 
 

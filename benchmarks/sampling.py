@@ -249,10 +249,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": machine, "problems": problems, "failures": failures, "verdicts": verdicts(problems),
         "wall_time_total": time.perf_counter() - wall,
     }
-    from _sampling_report import write_markdown
+    import _report
+    from _sampling_report import report
 
-    out = common.output_dir(args.output_dir, args.quick)
-    common.write_results(out, "sampling", result, write_markdown)
+    _report.write_report(common.output_dir(args.output_dir, args.quick), "sampling", result, *report(result))
     return result
 
 
@@ -260,7 +260,8 @@ def merge(directories: list[Path], out: Path) -> dict[str, Any]:
     """Join the ``sampling.json`` of per-problem runs (same settings) into one result and report."""
     import json
 
-    from _sampling_report import write_markdown
+    import _report
+    from _sampling_report import report
 
     parts = [json.loads((d / "sampling.json").read_text()) for d in directories]
     result = dict(parts[0])
@@ -272,7 +273,7 @@ def merge(directories: list[Path], out: Path) -> dict[str, Any]:
     loads = [part["machine"] for part in parts]
     result["machine"] = {**loads[0], "load_average_start": max((m["load_average_start"] for m in loads)),
                          "load_average_end": max((m["load_average_end"] for m in loads))}
-    common.write_results(out, "sampling", result, write_markdown)
+    _report.write_report(out, "sampling", result, *report(result))
     return result
 
 

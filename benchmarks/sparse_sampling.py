@@ -1,4 +1,5 @@
-r"""The thesis's Magic-Telescope study: sparse sampling (VI-Gibbs) against VI-HMC, standard VI and augmented VI.
+r"""The Magic-Telescope study of Galy-Fajou's thesis (2023): sparse sampling (VI-Gibbs) against VI-HMC, standard VI
+and augmented VI.
 
 Problem: KEEL ``magic`` (19,020 points, 10 features, binary), Bernoulli-logit likelihood, :math:`k`-fold
 cross-validation (10 folds; 2 on a 4,000-point subsample with ``--quick``), features standardised with each fold's

@@ -68,7 +68,7 @@ autoclass_content = "class"
 # The package writes ``:param x:`` fields (plain reST) and, in ``datasets``, Google sections (``Args:``,
 # ``Attributes:``). Napoleon translates the sections, but it is applied by ``_google_sections`` below rather than
 # loaded as an extension: napoleon reads a one-line attribute comment ``#: text: more`` as ``type: description``,
-# and the package's field comments contain colons (``§12 (a): ...``).
+# and the package's field comments contain colons (``identity (a): ...``).
 _NAPOLEON = NapoleonConfig(napoleon_google_docstring=True, napoleon_numpy_docstring=False, napoleon_use_ivar=True)
 
 # -- myst / myst-nb ----------------------------------------------------------------------------------------------

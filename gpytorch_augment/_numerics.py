@@ -100,7 +100,7 @@ def log_sigma_tilde_plus(m: Tensor, c: Tensor) -> Tensor:
 
 def log_sigma_tilde(m: Tensor, c: Tensor) -> Tensor:
     r""":math:`\log\tilde\sigma(m, c) = -\frac m2 - \log 2 - \log\cosh\frac c2 = \log\tilde\sigma^+(-m, c)`
-    (``augmentations.md`` §2.9): the factor :math:`e^{-m/2}/(2\cosh\frac c2) \in (0, 1)` an optimal Poisson or
+    (:doc:`/maths/binary`): the factor :math:`e^{-m/2}/(2\cosh\frac c2) \in (0, 1)` an optimal Poisson or
     negative-binomial :math:`q` produces; a lower bound on :math:`E\log\sigma(-f)` for :math:`c = \sqrt{m^2+s}`."""
     return log_sigma_tilde_plus(-m, c)
 

@@ -1,8 +1,9 @@
 r"""Models that hold a GP prior for the engines.
 
-:class:`GPPrior` is the documented way to give :class:`~gpytorch_augment.GibbsSampler` an exact GP prior: GPyTorch's
-``ExactGP`` refuses non-Gaussian likelihoods, and its own ``model(x)`` is a Gaussian-regression posterior that has
-nothing to do with a sampler's draws.
+Give :class:`~gpytorch_augment.GibbsSampler`, :class:`~gpytorch_augment.HMCSampler` or
+:func:`~gpytorch_augment.posterior_sampler` an exact GP prior as a :class:`GPPrior`, not as a GPyTorch ``ExactGP``:
+``ExactGP`` accepts only Gaussian likelihoods, and its ``model(x)`` is a Gaussian-regression posterior, unrelated to a
+sampler's draws. The page "Coming from GPyTorch" of the user guide translates an ``ExactGP`` into a :class:`GPPrior`.
 """
 
 from __future__ import annotations

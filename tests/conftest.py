@@ -1,4 +1,4 @@
-"""Test-suite configuration: float64 by default (the identity tests of augmentations.md §12), one torch thread
+"""Test-suite configuration: float64 by default (the identity tests of docs/maths/identities.md), one torch thread
 (the tensors are small: intra-op threads only add contention on shared machines)."""
 
 import pytest

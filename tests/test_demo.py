@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -28,6 +29,20 @@ def test_demo_fast(tmp_path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     assert float(match.group(1)) == pytest.approx(result.test_error, abs=1e-4)
     assert re.search(r"test NLL\s*:\s*[0-9.]+", printed)
     assert result.n_train == 400 and result.num_inducing == 50
+
+
+def test_demo_fits_in_one_call_and_warns_nothing(capsys) -> None:
+    # what a user would see on stderr: every warning but the deprecations Python hides by default
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = demo.main(["--fast", "--no-plot"])
+    shown = [w for w in caught if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))]
+    assert not shown, [f"{w.category.__name__}: {w.message}" for w in shown]
+    printed = capsys.readouterr().out
+    assert "learn_hyperparameters=True" in printed and "Adam" not in printed
+    assert result.test_error < 0.2
+    source = open(demo.__file__, encoding="utf-8").read()
+    assert "learn_hyperparameters=True" in source and "torch.optim.Adam" not in source
 
 
 def test_demo_rejects_bad_num_inducing(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""Fuzz matrix over the public entry points (issue 17): bad targets, non-finite inputs, shapes, dtypes,
+"""Fuzz matrix over the public entry points: bad targets, non-finite inputs, shapes, dtypes,
 model/likelihood mismatches, constants, engine options and numerical extremes, in float32 and float64.
 
 Every case must end in a finite result or in a ``ValueError``/``TypeError`` whose message names the offending
@@ -28,7 +28,7 @@ N, M = 8, 4
 
 CASES: list[Case] = []
 
-#: cases that fail because of the likelihood side (another branch, issue 17): remove once both are merged
+#: cases expected to fail for a reason on the likelihood side: pattern of the case id -> the reason
 LIKELIHOOD_SIDE_PATTERNS: dict[str, str] = {}  # cases still failing for a likelihood-side reason (none left)
 
 
@@ -523,7 +523,7 @@ for _b, _c in (
 
 
 
-# ------------------------------------------------------------------------------------------------ round two (issue 25)
+# ----------------------------------------------------------------------------------------------------------- round two
 def _cavi_row_targets(entry: str) -> Callable[[], Any]:
     def run() -> Any:
         model, likelihood, x, y, kw = _setup("bernoulli")

@@ -1,4 +1,4 @@
-"""Fuzz round two (issue 25): defects that ended in a *finite but wrong* result, which the fuzz matrix's
+"""Fuzz round two: defects that ended in a *finite but wrong* result, which the fuzz matrix's
 finite-or-clear classification cannot see; each test compares with a reference value."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GPPrior, the documented exact prior for the Gibbs sampler, and the ExactGP trap made loud (issue 17)."""
+"""GPPrior, the exact prior for the samplers, and the ExactGP trap made loud."""
 
 from __future__ import annotations
 

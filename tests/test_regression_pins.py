@@ -1,8 +1,7 @@
 r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs draws, to 1e-6 relative in float64.
 
-The reference values in ``tests/data/regression_pins.pt`` were computed by this module *before* the engines were
-consolidated onto one Gaussian core (issue 14); any refactoring of the numerics must reproduce them. Regenerate
-them only for an intended change of behaviour::
+The reference values in ``tests/data/regression_pins.pt`` were computed by this module; any refactoring of the
+numerics must reproduce them. Regenerate them only for an intended change of behaviour::
 
     python -m tests.test_regression_pins --write
 

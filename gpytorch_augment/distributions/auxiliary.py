@@ -8,7 +8,7 @@ builds one from the variables before it:
 .. math::
     p(\Omega) = \prod_j p(\Omega_j \mid \Omega_{<j}).
 
-Example (the Poisson augmentation of ``augmentations.md`` §7)::
+Example (the Poisson augmentation of :doc:`/maths/counts`)::
 
     >>> import torch
     >>> from torch.distributions import Poisson

@@ -1,5 +1,5 @@
 r"""The inverse Gaussian distribution :math:`\mathrm{IG}(\mu, \kappa)` (mean, shape), used by the Laplace
-augmentation (``augmentations.md`` §5), the inverse Gamma prior of that augmentation, and the KL divergence
+augmentation (:doc:`/maths/robust`), the inverse Gamma prior of that augmentation, and the KL divergence
 between them.
 
 torch ships :class:`torch.distributions.InverseGamma` (concentration, rate), but as a transformed Gamma its
@@ -167,7 +167,7 @@ def _kl_inverse_gaussian_inverse_gamma(p: InverseGaussian, q: _TorchInverseGamma
     = \tfrac12\log\frac{\kappa}{2b} - \tfrac12 + \frac b\mu + \frac b\kappa`.
 
     Only concentration :math:`\tfrac12` is closed-form (the :math:`\log x` terms of both densities cancel); at
-    :math:`\kappa = 2b` it is :math:`b/\mu`, the Laplace auxiliary KL of ``augmentations.md`` §5.
+    :math:`\kappa = 2b` it is :math:`b/\mu`, the Laplace auxiliary KL of :doc:`/maths/robust`.
     """
     if not bool((q.concentration == 0.5).all()):
         raise NotImplementedError("KL(InverseGaussian || InverseGamma) is closed-form only for concentration 1/2")

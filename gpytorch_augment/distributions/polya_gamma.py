@@ -1,4 +1,4 @@
-r"""The Pólya-Gamma distribution :math:`\mathrm{PG}(b, c)` (``augmentations.md`` §2)."""
+r"""The Pólya-Gamma distribution :math:`\mathrm{PG}(b, c)` (:doc:`/maths/binary`)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def _log1mexp(d: Tensor) -> Tensor:
 
 
 def _log_pg0_series(x: Tensor, b: Tensor) -> Tensor:
-    r""":math:`\log \mathrm{PG}(x \mid b, 0)` by the alternating series of §2.7, for float64 ``x > 0``, ``b > 0``.
+    r""":math:`\log \mathrm{PG}(x \mid b, 0)` by the alternating series of :doc:`/maths/binary`, for float64 ``x >
+    0``, ``b > 0``.
 
     The terms :math:`a_n = \frac{\Gamma(n+b)}{n!}(2n+b)e^{-(2n+b)^2/(8x)}` are unimodal in :math:`n`; even and odd
     terms are log-sum-exp'ed separately (in chunks of ``_SERIES_CHUNK`` terms) and combined as
@@ -146,7 +147,8 @@ def _log_pg0(x: Tensor, b: Tensor) -> Tensor:
 
 
 def _gamma_series_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    r"""§2.1 gamma series: the first ``_GAMMA_TERMS`` terms drawn exactly, the tail by one moment-matched gamma.
+    r"""The gamma series (:doc:`/maths/binary`): the first ``_GAMMA_TERMS`` terms drawn exactly, the tail by one
+    moment-matched gamma.
 
     With weights :math:`w_k = [2\pi^2((k-\frac12)^2 + z^2/4\pi^2)]^{-1}`, the tail :math:`\sum_{k>K} w_k g_k` has
     mean :math:`b S_1` and variance :math:`b S_2`, :math:`S_j = \sum_{k>K} w_k^j` (taken from the exact totals
@@ -195,7 +197,7 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
     ``b <= 200``, ``z >= 8``     ``"alternate"`` (exact)
     integer ``b <= 12``          ``"devroye"`` (exact)
     ``b >= 8``                   ``"saddle"`` (exact)
-    otherwise (``b < 8``)        gamma series, 10 terms + moment-matched tail (§2.8)
+    otherwise (``b < 8``)        gamma series, 10 terms + moment-matched tail
     ==========================  =====================================================
 
     For integer ``b <= 12`` (e.g. ``b = 1``, Bernoulli) only the two exact samplers ``"devroye"`` and

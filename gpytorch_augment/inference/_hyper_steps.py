@@ -26,7 +26,8 @@ class HyperStepMixin:
     ``strategy``, ``num_data``, ``process_group``, ``distributed`` and ``_mll``)."""
 
     def _can_fuse(self) -> bool:
-        # GPyTorch's unwhitened KL depends on the order of calls (gpytorch-integration.md §6): take the plain path;
+        # GPyTorch's unwhitened KL depends on the order of calls (it caches the prior's Cholesky factor between
+        # calls): take the plain path;
         # only the AugmentedELBO takes the CAVI step's KL and marginals
         return not isinstance(self.strategy, UnwhitenedVariationalStrategy) and isinstance(
             self.hyper_objective, AugmentedELBO

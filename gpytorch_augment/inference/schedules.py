@@ -2,7 +2,7 @@ r"""Step-size schedules :math:`\rho_t` for stochastic (mini-batch) CAVI.
 
 A stochastic CAVI step on a batch :math:`\mathcal B` forms the optimal natural parameters :math:`\hat\theta_t`
 of :math:`q(u)` for the batch statistics scaled by :math:`N/|\mathcal B|` and moves the current ones part of
-the way (``augmentations.md`` §1.6):
+the way (:doc:`/maths/engines`):
 
 .. math::
     \theta_{t+1} = (1 - \rho_t)\,\theta_t + \rho_t\,\hat\theta_t = \theta_t + \rho_t\,\hat g_t,

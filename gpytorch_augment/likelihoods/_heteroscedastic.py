@@ -1,5 +1,5 @@
 r"""The shared base of the heteroscedastic regression likelihoods: a mean latent :math:`f` and a noise latent
-:math:`g`, with the noise precision :math:`\xi\sigma(g)` bounded by :math:`\xi` (``augmentations.md`` §10, §11).
+:math:`g`, with the noise precision :math:`\xi\sigma(g)` bounded by :math:`\xi` (:doc:`/maths/heteroscedastic`).
 
 Both likelihoods share the augmentation of the noise link. Writing :math:`\rho = \frac12(y - f)^2`,
 
@@ -21,13 +21,13 @@ Protocol conventions for the two latents (layout ``(..., N, 2)``: ``[..., 0]`` i
   :math:`\omega\mid n\sim\mathrm{PG}(\frac12+n, 0)` (and :math:`\gamma\sim\mathrm{Ga}(\frac\nu2,\frac\nu2)` for the
   Student-t); the :math:`f`-dependent Poisson factor :math:`\mathrm{Po}(n\mid\xi\gamma\rho)/\mathrm{Po}(n\mid\xi)
   = (\gamma\rho)^n e^{\xi(1-\gamma\rho)}` is part of :meth:`log_tilt`, so ``log_tilt + aux_prior.log_prob`` is the
-  exact augmented log-likelihood (§12 (a)).
+  exact augmented log-likelihood (identity (a)).
 * ``potential_and_precision`` returns, latent-major, the **collapsed** conditional of :math:`f` given :math:`g`
   (:math:`h_f=\xi\gamma\sigma(g)y`, :math:`\lambda_f=\xi\gamma\sigma(g)`) and the tilt of :math:`g`.
 * ``latent_blocks = ((0,), (1,))``: the Gibbs engine draws :math:`f\mid g` (collapsed), then a fresh
-  :math:`\Omega`, then :math:`g\mid\Omega` -- the valid partially collapsed order of §10.2; CAVI updates
-  :math:`q(f)` and :math:`q(g)` one after the other with :math:`q(\Omega)` refreshed in between (§10.3).
-* The variational side is the **double bound** of §10.3: :math:`E_{q(f)}` is taken exactly first, so :math:`f`
+  :math:`\Omega`, then :math:`g\mid\Omega` -- the valid partially collapsed order; CAVI updates
+  :math:`q(f)` and :math:`q(g)` one after the other with :math:`q(\Omega)` refreshed in between.
+* The variational side is the **double bound**: :math:`E_{q(f)}` is taken exactly first, so :math:`f`
   enters only through :math:`\phi = \frac12((y-m_f)^2 + s_f)`, the Poisson rate becomes :math:`\xi\gamma\phi`, and
   ``q_aux = {"c": c_g, "log_n_rate": log r}`` with :math:`q(n, \omega) = \mathrm{Po}(n\mid\xi r)\,
   \mathrm{PG}(\omega\mid\frac12+n, c_g)` (optimum :math:`r = \phi\tilde\sigma`, :math:`\tilde\sigma=\tilde\sigma(m_g,
@@ -83,7 +83,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
     """
 
     num_latents = 2
-    #: update order of both engines: f (collapsed over Ω), then a fresh Ω, then g (§10.2, §10.3)
+    #: update order of both engines: f (collapsed over Ω), then a fresh Ω, then g
     latent_blocks = ((0,), (1,))
 
     def __init__(
@@ -202,7 +202,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
     def sample_hyperparameters(
         self, y: Tensor, aux: AuxDict, f: Tensor, generator: torch.Generator | None = None
     ) -> tuple[dict[str, Tensor], AuxDict | None]:
-        r"""Under ``max_precision_prior=(a, b)``, the collapsed Gibbs step (§10.2 step 2, §11.3 step 2)
+        r"""Under ``max_precision_prior=(a, b)``, the collapsed Gibbs step of the rate scale
         :math:`\xi\mid f, g, [\gamma] \sim \mathrm{Ga}\big(a + \frac N2,\ b + \sum_i\gamma_i\sigma(g_i)\rho_i\big)`,
         marginal over :math:`(n, \omega)`, then a fresh :math:`\Omega \sim p(\Omega\mid y, f, g, \xi)` under the new
         :math:`\xi`, so nothing conditions on the stale :math:`(n, \omega)`.

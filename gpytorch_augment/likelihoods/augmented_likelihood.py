@@ -10,7 +10,7 @@ such that, given :math:`\Omega_i`, the datum contributes a Gaussian *tilt* to th
 
 :math:`h` is the *potential* and :math:`\lambda \ge 0` the *precision*. The engines (``CAVI``,
 ``GibbsSampler``) only ever talk to a likelihood through the members of :class:`AugmentedLikelihood`;
-the mathematics of each likelihood is in ``shared/docs/augmentations.md``.
+the mathematics of each likelihood is in :doc:`/maths/index`.
 
 Shapes: a single-latent likelihood takes ``f`` of shape ``(*batch, N)``; a multi-latent one ``(*batch, N, T)``.
 Potentials and precisions come back as ``(*batch, N)`` or, for ``T`` latents, ``(*batch, T, N)``
@@ -44,6 +44,11 @@ NUM_QUADRATURE_LOCS = 32
 
 class AugmentedLikelihood(Likelihood, ABC):
     r"""Base class of conditionally conjugate (augmented) GP likelihoods.
+
+    Use one with an ``ApproximateGP`` (fitted by :class:`~gpytorch_augment.CAVI` or any GPyTorch loop) or with a
+    :class:`~gpytorch_augment.GPPrior` and a sampler (:func:`~gpytorch_augment.posterior_sampler`); GPyTorch's
+    ``ExactGP`` accepts only Gaussian likelihoods and raises ``RuntimeError`` for this one. The user guide's page
+    :doc:`/guide/from_gpytorch` translates an ``ExactGP`` or SVGP setup.
 
     Subclasses implement the mathematics of one likelihood:
 
@@ -92,10 +97,10 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: option would otherwise be passed on and silently ignored).
     target_keywords: tuple[str, ...] = ()
 
-    #: The exact-model sampler measured best on this likelihood's posteriors (``benchmarks/results/sampling.md``,
-    #: ``benchmarks/results/sampler_choice.md``): ``"hmc"`` (:class:`~gpytorch_augment.HMCSampler`) or ``"gibbs"``
-    #: (:class:`~gpytorch_augment.GibbsSampler`: also where the two split by chain count, and for a likelihood not
-    #: measured). What :func:`~gpytorch_augment.posterior_sampler` builds with ``kernel="auto"``.
+    #: The exact-model sampler :func:`~gpytorch_augment.posterior_sampler` builds with ``kernel="auto"``: ``"hmc"``
+    #: (:class:`~gpytorch_augment.HMCSampler`) where it gives the larger worst-case effective sample size per second
+    #: on this likelihood's posteriors, else ``"gibbs"`` (:class:`~gpytorch_augment.GibbsSampler`; also the default
+    #: for a new likelihood). The figures behind each choice: the user guide's "Which engine, when".
     preferred_sampler: str = "gibbs"
 
     @property
@@ -259,7 +264,7 @@ class AugmentedLikelihood(Likelihood, ABC):
         r""":math:`\ell_i^* = \max_{q(\Omega_i)} \ell_i`, per datum (a smooth function of :math:`(m_i, s_i)`).
 
         The default evaluates :meth:`elbo_terms` at :meth:`aux_posterior`; likelihoods override it with the
-        closed form of ``augmentations.md``.
+        closed form of :doc:`/maths/index`.
         """
         return self.elbo_terms(y, self.aux_posterior(y, f_mean, f_var), f_mean, f_var)
 

@@ -19,7 +19,7 @@ __all__ = ["HeteroscedasticGaussianLikelihood"]
 
 
 class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
-    r"""Gaussian regression with input-dependent noise (``augmentations.md`` §10), two latents :math:`(f, g)`:
+    r"""Gaussian regression with input-dependent noise (:doc:`/maths/heteroscedastic`), two latents :math:`(f, g)`:
 
     .. math::
         p(y\mid f, g) = \mathcal N\big(y\mid f, (\xi\sigma(g))^{-1}\big),\qquad
@@ -29,12 +29,12 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
 
     :math:`\xi` is the largest noise precision; :math:`g` sets the noise through the inverse scaled-logistic link.
 
-    * **Gibbs** (valid partially collapsed order, §10.2): :math:`f\mid g,\xi` collapsed
+    * **Gibbs** (valid partially collapsed order): :math:`f\mid g,\xi` collapsed
       (:math:`h_f=\xi\sigma(g)y`, :math:`\lambda_f=\xi\sigma(g)`); optionally :math:`\xi\mid f,g` (Gamma prior);
       :math:`n\mid f,g\sim\mathrm{Po}(\frac\xi2\sigma(-g)(y-f)^2)`,
       :math:`\omega\mid n,g\sim\mathrm{PG}(\frac12+n,|g|)`;
       :math:`g\mid n,\omega`. (Drawing :math:`f` and :math:`g` "in parallel" from one :math:`\Omega` is **not** valid.)
-    * **CAVI** (double bound, §10.3): :math:`q(n,\omega)=\mathrm{Po}(\bar n)\,\mathrm{PG}(\frac12+n, c_g)`,
+    * **CAVI** (double bound): :math:`q(n,\omega)=\mathrm{Po}(\bar n)\,\mathrm{PG}(\frac12+n, c_g)`,
       :math:`\bar n=\xi\phi\tilde\sigma`; :math:`\bar h_g=(\frac12-\bar n)/2`,
       :math:`\bar\lambda_g=\mathrm{PGm}(\frac12+\bar n,c_g)`;
       :math:`\bar h_f=\xi(1-\tilde\sigma)y`, :math:`\bar\lambda_f=\xi(1-\tilde\sigma)` (no :math:`/2`); :math:`q(g)` and
@@ -68,7 +68,7 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
-    #: measured best on MASS mcycle (``benchmarks/results/sampling.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Normal:

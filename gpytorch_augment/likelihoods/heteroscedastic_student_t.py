@@ -30,28 +30,29 @@ __all__ = ["HeteroscedasticStudentTLikelihood"]
 
 
 class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
-    r"""Student-t regression with input-dependent scale (``augmentations.md`` §11), two latents :math:`(f, g)`:
+    r"""Student-t regression with input-dependent scale (:doc:`/maths/heteroscedastic`), two latents :math:`(f, g)`:
 
     .. math::
         p(y\mid f,g)=t_\nu\big(y\mid f,(\xi\sigma(g))^{-1/2}\big)
         =\frac{\Gamma(\alpha)\sqrt{\xi\sigma(g)}}{\Gamma(\frac\nu2)\sqrt{\pi\nu}}
         \Big(1+\frac{\xi\sigma(g)(y-f)^2}{\nu}\Big)^{-\alpha},\qquad\alpha=\frac{\nu+1}2,
 
-    (:math:`\xi\sigma(g)` multiplies the **precision**). Route A of §11.2:
+    (:math:`\xi\sigma(g)` multiplies the **precision**). Route A:
     :math:`\gamma\sim\mathrm{Ga}(\frac\nu2,\frac\nu2)`,
-    :math:`y\mid f,g,\gamma\sim\mathcal N(f,(\xi\gamma\sigma(g))^{-1})`, then the augmentation of §10 with
+    :math:`y\mid f,g,\gamma\sim\mathcal N(f,(\xi\gamma\sigma(g))^{-1})`, then the augmentation of
+    :class:`~gpytorch_augment.likelihoods.HeteroscedasticGaussianLikelihood` with
     :math:`\xi\to\xi\gamma`; ``aux = {"gamma", "n", "omega"}``.
 
-    * **Gibbs** (§11.3): :math:`f\mid g,\gamma,\xi` collapsed (:math:`h_f=\xi\gamma\sigma(g)y`,
+    * **Gibbs**: :math:`f\mid g,\gamma,\xi` collapsed (:math:`h_f=\xi\gamma\sigma(g)y`,
       :math:`\lambda_f=\xi\gamma\sigma(g)`); optionally :math:`\xi\mid f,g,\gamma`; then
       :math:`\gamma\mid f,g\sim\mathrm{Ga}(\alpha,\frac\nu2+\frac\xi2\sigma(g)(y-f)^2)`,
       :math:`n\mid\gamma\sim\mathrm{Po}(\frac{\xi\gamma}2\sigma(-g)(y-f)^2)`,
       :math:`\omega\sim\mathrm{PG}(\frac12+n,|g|)`; :math:`g\mid n,\omega`.
-    * **CAVI** (§11.4): :math:`q(\gamma)=\mathrm{Ga}(\alpha,\delta)`, :math:`\delta=\frac\nu2+\xi\phi(1-\tilde\sigma)`,
+    * **CAVI**: :math:`q(\gamma)=\mathrm{Ga}(\alpha,\delta)`, :math:`\delta=\frac\nu2+\xi\phi(1-\tilde\sigma)`,
       :math:`q(n\mid\gamma)=\mathrm{Po}(\xi\gamma\phi\tilde\sigma)`, :math:`q(\omega\mid n)=\mathrm{PG}(\frac12+n,c_g)`;
       :math:`\bar h_f=\xi\bar\gamma(1-\tilde\sigma)y`, :math:`\bar\lambda_f=\xi\bar\gamma(1-\tilde\sigma)`, the
       :math:`g`-terms
-      as in §10 with :math:`\bar n=\xi\bar\gamma\phi\tilde\sigma`, and
+      as for the Gaussian with :math:`\bar n=\xi\bar\gamma\phi\tilde\sigma`, and
       :math:`\ell^*=\log\frac{\Gamma(\alpha)}{\Gamma(\frac\nu2)\sqrt{\pi\nu}}+\frac12\log\xi+\frac12\log\tilde\sigma^+
       -\alpha\log\big(1+\frac{2\xi\phi(1-\tilde\sigma)}{\nu}\big)`.
     * :meth:`update_hyperparameters`: :math:`\xi\leftarrow N/(2\sum_i\bar\gamma_i\phi_i(1-\tilde\sigma_i))` with
@@ -84,7 +85,7 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of the constants.
     """
 
-    #: measured best on a synthetic posterior (``benchmarks/results/sampler_choice.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

@@ -17,12 +17,12 @@ from ..distributions.normal_laplace import NormalLaplace
 from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
-#: residuals are clamped to at least this before dividing (``augmentations.md`` §5)
+#: residuals are clamped to at least this before dividing (:doc:`/maths/robust`)
 MIN_RESIDUAL = 1e-12
 
 
 class LaplaceLikelihood(AugmentedLikelihood):
-    r"""Robust regression, :math:`p(y \mid f) = \frac1{2\beta} e^{-|y - f|/\beta}` (``augmentations.md`` §5).
+    r"""Robust regression, :math:`p(y \mid f) = \frac1{2\beta} e^{-|y - f|/\beta}` (:doc:`/maths/robust`).
 
     With :math:`\lambda_L = 1/(4\beta^2)` and :math:`\omega \sim \mathrm{InvGamma}(\tfrac12, \lambda_L)`
     (scale :math:`\lambda_L`), :math:`\int e^{-x^2\omega}\,\mathrm{InvGamma}(\omega\mid\tfrac12,\lambda_L)\,d\omega

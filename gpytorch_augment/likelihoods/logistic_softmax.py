@@ -1,5 +1,5 @@
 r"""Categorical likelihood with the (scaled) logistic-softmax link, augmented with negative-multinomial counts and
-Pólya-Gamma variables (``augmentations.md`` §9)."""
+Pólya-Gamma variables (:doc:`/maths/multiclass`)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def maximise_class_scales(
     tol: float = 1e-11,
 ) -> Tensor:
     r"""The class scales maximising :math:`F(\theta) = \sum_k (N_k + \alpha - 1)\log\theta_k - \sum_i \log\sum_k
-    \theta_k a_{ik} - \beta\sum_k\theta_k` (``augmentations.md`` §9.6; :math:`\alpha = 1, \beta = 0` without prior).
+    \theta_k a_{ik} - \beta\sum_k\theta_k` (:doc:`/maths/multiclass`; :math:`\alpha = 1, \beta = 0` without prior).
 
     :math:`F` is concave in :math:`\phi = \log\theta`, with gradient :math:`c_k - \sum_i w_{ik} - \beta\theta_k` and
     Hessian :math:`W^\top W - \mathrm{diag}(\sum_i w_{i\cdot} + \beta\theta)` (:math:`c_k = N_k + \alpha - 1`,
@@ -70,8 +70,8 @@ def maximise_class_scales(
     c\theta`: the sum of :math:`\phi` is then held at its start by a quadratic penalty and the result normalised to
     mean 1. A class with :math:`c_k \le 0` (absent from the data, e.g. from a mini-batch) has its supremum at
     :math:`\theta_k \to 0`, which would make it unpredictable: it keeps its current value and the others are
-    maximised given it (still a monotone step; so is keeping the start, where the solver fails). The one-step thesis
-    formula
+    maximised given it (still a monotone step; so is keeping the start, where the solver fails). The one-step formula of
+    Galy-Fajou's thesis (2023)
     :math:`\theta_k \leftarrow N_k / \sum_i a_{ik}/Q_i` is the minorise-maximise step of the same objective.
 
     :param a: :math:`a_{ik} > 0`, shape ``(M, K)``.
@@ -145,7 +145,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     :math:`J = K - 1` and fixes :math:`f_K \equiv 0`, i.e. :math:`s_K = D = \sigma(0) = \frac12` (then classes
     :math:`k < K` are capped at :math:`\theta_k / (\theta_k + \theta_K D)`).
 
-    **Augmentation** (the Gamma variable marginalised: negative-multinomial form, ``augmentations.md`` §9.2). With
+    **Augmentation** (the Gamma variable marginalised: negative-multinomial form, :doc:`/maths/multiclass`). With
     :math:`S = \sum_{j\le J}\theta_j + [\text{bij}]\,\theta_K D`, :math:`p_j = \theta_j / S`, one-hot labels
     :math:`Y_j = [y = j]` and :math:`\bar s_k = D` for the bijective reference class (1 otherwise),
 
@@ -169,7 +169,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
       exact maximiser of :math:`\sum_i \ell^*_i` given :math:`q(f)` (:func:`maximise_class_scales`; normalised to
       mean 1), or to the MAP under ``class_scale_prior`` :math:`= (\alpha, \beta)`, a :math:`\mathrm{Ga}(\alpha,
       \beta)` prior on every :math:`\theta_k`. With a prior, :meth:`sample_hyperparameters` is the Gibbs step of
-      §9.6 with the Gamma variable :math:`\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1,
+      the class-scale update with the Gamma variable :math:`\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim
+      \mathrm{Ga}(1,
       \sum_l \theta_l s_l(f_i))`, :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i
       \zeta_i s_k(f_i))` (both collapsed over :math:`(n, \omega)`), then a fresh :math:`(n, \omega) \mid f, \theta`
       for the :math:`f`-step.
@@ -216,7 +217,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         noise of GPyTorch's 10-sample Monte-Carlo estimate, at 1/32 of the points of the predictive's rule).
     """
 
-    #: measured best on KEEL vehicle (``benchmarks/results/sampling.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

@@ -79,7 +79,7 @@ class PoissonLogitLikelihood(CountPredictive, AugmentedLikelihood):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
-    #: measured best on a synthetic posterior (``benchmarks/results/sampler_choice.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

@@ -21,7 +21,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 class StudentTLikelihood(AugmentedLikelihood):
-    r"""Robust regression with :math:`p(y\mid f) = t_\nu(y \mid f, \sigma)` (``augmentations.md`` §6):
+    r"""Robust regression with :math:`p(y\mid f) = t_\nu(y \mid f, \sigma)` (:doc:`/maths/robust`):
 
     .. math::
         p(y\mid f) = \frac{\Gamma(\alpha)}{\Gamma(\frac\nu2)\sqrt{\pi\nu}\,\sigma}
@@ -71,7 +71,7 @@ class StudentTLikelihood(AugmentedLikelihood):
     :param batch_shape: batch shape of the constants.
     """
 
-    #: measured best on MASS Boston (``benchmarks/results/sampling.md``)
+    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

@@ -1,7 +1,7 @@
 r"""The protocol test suite of augmented likelihoods, shipped as GPyTorch ships ``gpytorch.test``.
 
 Every :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` must satisfy the identities of
-``augmentations.md`` §12: the full conditionals of :math:`\Omega` and :math:`f` (a, b), the deterministic
+:doc:`/maths/identities`: the full conditionals of :math:`\Omega` and :math:`f` (a, b), the deterministic
 marginalisation of :math:`\Omega` (c), Monte-Carlo checks of the closed-form expectations (d), the stationarity
 of :math:`q^*(\Omega)` (e), the two bounds (f), the Geweke test of the Gibbs sampler (g) and monotone CAVI (h),
 plus shapes and dtypes and GPyTorch's own likelihood tests. A likelihood describes itself once, in a

@@ -47,7 +47,7 @@ def gauss_hermite_expected_log_lik(likelihood: AugmentedLikelihood, y: Tensor, m
 
 
 def log_pg_laplace(b: Tensor, t: Tensor) -> Tensor:
-    r""":math:`\log E_{\mathrm{PG}(b,0)} e^{-t\omega} = -b\log\cosh\sqrt{t/2}` (``augmentations.md`` §2.3),
+    r""":math:`\log E_{\mathrm{PG}(b,0)} e^{-t\omega} = -b\log\cosh\sqrt{t/2}` (:doc:`/maths/binary`),
     for ``t >= 0``.
 
     Example::
@@ -73,13 +73,13 @@ class LikelihoodCase:
     * ``sample_targets(f, generator, **kwargs)`` draws :math:`y \sim p(y\mid f)` at the latents ``f`` (shape
       ``(*batch, N)``, or ``(*batch, N, T)`` for ``T`` latents), using only ``generator`` for randomness.
     * ``marginalise(likelihood, y, f)`` returns :math:`\log\int \text{tilt}\cdot p(\Omega\mid y)\,d\Omega`
-      per datum **without sampling** (§12 (c)), from the likelihood's own ``log_tilt`` and ``aux_prior`` and an
+      per datum **without sampling** (identity (c)), from the likelihood's own ``log_tilt`` and ``aux_prior`` and an
       analytic integral over :math:`\Omega`: :func:`marginalise_single_pg` for one Pólya-Gamma variable
       (:func:`log_pg_laplace` is the Laplace transform), a truncated sum for counts, adaptive quadrature for
       continuous auxiliaries (then set ``marginalise_atol=1e-7``).
     * ``q_aux_distribution(likelihood, y, q_aux)`` returns the law of :math:`q^*(\Omega)` for the variational
       parameters ``q_aux`` as an :class:`~gpytorch_augment.distributions.auxiliary.AuxiliaryDistribution` whose
-      ``sample()`` returns a dict shaped like the Gibbs draws (§12 (d); use an exact sampler).
+      ``sample()`` returns a dict shaped like the Gibbs draws (identity (d); use an exact sampler).
     * ``num_latents``: ``T``. Latents are ``(N, T)``, potentials and precisions ``(T, N)``; auxiliaries with one
       value per latent are declared ``Independent(..., 1)`` so that their log-density is one value per datum.
     * ``make_kwargs(shape, generator)`` (optional) returns the per-datum keyword data the public entry points take
@@ -87,14 +87,14 @@ class LikelihoodCase:
       ``check_targets`` and to every public entry point (``expected_log_prob``, ``CAVI.step``...); the pure protocol
       members receive the canonical targets ``likelihood.check_targets(y, **kwargs)`` only.
     * ``expected_log_lik(likelihood, y, m, s)`` (optional): :math:`E_{\mathcal N(m,s)}\log p(y\mid f)` per datum,
-      the right-hand side of §12 (f). The default, :func:`gauss_hermite_expected_log_lik`, is valid for one latent
+      the right-hand side of identity (f). The default, :func:`gauss_hermite_expected_log_lik`, is valid for one latent
       only; a multi-latent likelihood supplies a product rule or a closed form.
     * ``f_bound``, the tolerances and the Monte-Carlo sizes below: keep the defaults unless the likelihood needs
       otherwise, and say why in a comment.
-    * ``skip``: identity letter of §12 (``"a"`` ... ``"h"``) -> the reason it does not apply. Use it sparingly: a
+    * ``skip``: identity letter (``"a"`` ... ``"h"``) -> the reason it does not apply. Use it sparingly: a
       skipped identity is an untested identity.
     * ``extras``: optional hooks. ``extras["mc_expectations"](likelihood, y, q_aux, aux_draws)`` returns
-      ``{name: (closed_form, per_draw_values)}`` for further §12 (d) comparisons (e.g. :math:`E\log\omega`);
+      ``{name: (closed_form, per_draw_values)}`` for further identity (d) comparisons (e.g. :math:`E\log\omega`);
       ``extras["gpytorch_covariance_scale"]`` and ``extras["gpytorch_skip"]`` configure GPyTorch's likelihood
       tests (:mod:`gpytorch_augment.testing.gpytorch_base`).
 
@@ -118,21 +118,21 @@ class LikelihoodCase:
     num_latents: int = 1
     make_kwargs: Callable[[torch.Size, torch.Generator], dict[str, Tensor]] = _no_kwargs
     expected_log_lik: Callable[[AugmentedLikelihood, Tensor, Tensor, Tensor], Tensor] = gauss_hermite_expected_log_lik
-    #: the test latents satisfy :math:`|f| \le` ``f_bound`` (§12: 4)
+    #: the test latents satisfy :math:`|f| \le` ``f_bound`` (4 in the data recipe)
     f_bound: float = 4.0
-    #: §12 (a): :math:`|\log C^{(k)} - \log p| \le` ``consistency_rtol`` :math:`\cdot (1 + |\log p|)`
+    #: identity (a): :math:`|\log C^{(k)} - \log p| \le` ``consistency_rtol`` :math:`\cdot (1 + |\log p|)`
     consistency_rtol: float = 1e-9
-    #: §12 (c): 1e-9 for exact sums/closed forms, 1e-7 for adaptive quadrature
+    #: identity (c): 1e-9 for exact sums/closed forms, 1e-7 for adaptive quadrature
     marginalise_atol: float = 1e-9
-    #: §12 (d): number of Monte-Carlo draws of (f, Ω)
+    #: identity (d): number of Monte-Carlo draws of (f, Ω)
     mc_samples: int = 100_000
-    #: §12 (d): of those, how many enter the Monte-Carlo KL (log q - log p needs the auxiliary log-densities;
+    #: identity (d): of those, how many enter the Monte-Carlo KL (log q - log p needs the auxiliary log-densities;
     #: the Pólya-Gamma series makes them the dominant cost). The 5-SE tolerance is unchanged.
     mc_kl_samples: int = 20_000
-    #: §12 (h): number of full-batch CAVI sweeps before the convergence check (50; more where a closed-form
+    #: identity (h): number of full-batch CAVI sweeps before the convergence check (50; more where a closed-form
     #: hyper-parameter update trades off against the level of f and coordinate ascent is slow, e.g. Poisson ξ)
     cavi_sweeps: int = 50
-    #: identity letter of §12 -> reason it does not apply
+    #: identity letter -> reason it does not apply
     skip: Mapping[str, str] = field(default_factory=dict)
     #: free-form extras a later likelihood may need in its hooks
     extras: Mapping[str, Any] = field(default_factory=dict)

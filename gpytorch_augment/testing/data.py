@@ -1,4 +1,4 @@
-r"""The data recipes of the protocol suite (``augmentations.md`` §12).
+r"""The data recipes of the protocol suite (:doc:`/maths/identities`).
 
 Both draw their random numbers from their own seeded ``torch.Generator`` in the default dtype and then cast, so
 the protocol suite sets the default dtype to float64 while it runs (as the identity tolerances assume).
@@ -53,7 +53,8 @@ def protocol_data(
     dtype: torch.dtype = torch.float64,
     likelihood: AugmentedLikelihood | None = None,
 ) -> SimpleNamespace:
-    r"""The data recipe of §12: latents :math:`|f|\le` ``case.f_bound``, :math:`y` drawn from the model at
+    r"""The data recipe of the identities (:doc:`/maths/identities`): latents :math:`|f|\le` ``case.f_bound``,
+    :math:`y` drawn from the model at
     :math:`f`, marginals :math:`m_i\sim\mathcal N(0,1)`, :math:`s_i\sim U(0.1,1)`.
 
     :param likelihood: the likelihood to check (default ``case.make()``; e.g. a deliberately broken variant).

@@ -1,4 +1,4 @@
-r"""The Geweke joint-distribution test of the Gibbs sampler (``augmentations.md`` §12 (g)).
+r"""The Geweke joint-distribution test of the Gibbs sampler (identity (g) of :doc:`/maths/identities`).
 
 Two simulators of the joint :math:`p(f, y)` of a tiny model (an explicit prior over :math:`N = 3` points):
 
@@ -46,7 +46,7 @@ from gpytorch_augment.testing.case import LikelihoodCase
 Z_TOL = 4.5
 #: data points of the tiny model
 NUM_POINTS = 3
-#: marginal-conditional reference draws (§12 (g) asks for 1e6; its standard error enters the combined SE, and at
+#: marginal-conditional reference draws (identity (g) asks for 1e6; its standard error enters the combined SE, and at
 #: 2.5e5 it is already ~8x smaller than the simulator's)
 NUM_REFERENCE = 250_000
 
@@ -152,7 +152,7 @@ def geweke_z(
     :param inducing: test the inducing-point sampler, with the first ``num_inducing`` points as inducing inputs
         (default all of them, Z = X: the only configuration in which that sampler is exact for every ``alpha``).
     :param make_kwargs: per-datum keyword data (as :attr:`LikelihoodCase.make_kwargs`).
-    :param num_chains: chains of the successive-conditional simulator (§12 (g) asks for 2e4; 4000 keeps it fast).
+    :param num_chains: chains of the successive-conditional simulator (identity (g) asks for 2e4; 4000 keeps it fast).
     :param num_sweeps: sweeps per chain, of which the first ``burn_in`` are dropped.
     :param seed: seeds the prior and every draw.
     :param num_reference: draws of the marginal-conditional reference.
@@ -217,7 +217,7 @@ def geweke_z(
 
 
 def violation_geweke(case: LikelihoodCase, z_tol: float = Z_TOL, **kwargs) -> dict[str, float]:
-    """§12 (g) as a ``violation_*`` check: ``{"max |z|": max |z| / z_tol}`` for :func:`geweke_z` on ``case``
+    """identity (g) as a ``violation_*`` check: ``{"max |z|": max |z| / z_tol}`` for :func:`geweke_z` on ``case``
     (``kwargs`` go to :func:`geweke_z`).
 
     Example::

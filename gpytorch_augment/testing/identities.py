@@ -1,4 +1,4 @@
-r"""The identities every augmented likelihood must satisfy (``augmentations.md`` §12), as checking functions.
+r"""The identities every augmented likelihood must satisfy (:doc:`/maths/identities`), as checking functions.
 
 Each identity is a function ``violation_*`` that returns ``{component: ratio}``, where ``ratio`` is the worst error
 divided by its tolerance: the identity holds iff every ratio is ``<= 1`` (:func:`worst` gives the largest). They
@@ -64,7 +64,7 @@ def violation_aux_conditional(
     rtol: float = 1e-9,
     draws: int = 5,
 ) -> Ratios:
-    r"""§12 (a): :math:`\log C^{(k)} = \text{aug-loglik}(\Omega^{(k)}) - \log p(\Omega^{(k)}\mid y,f)` for draws
+    r"""identity (a): :math:`\log C^{(k)} = \text{aug-loglik}(\Omega^{(k)}) - \log p(\Omega^{(k)}\mid y,f)` for draws
     :math:`\Omega^{(k)}\sim p(\Omega\mid y,f)` agree with each other and with :math:`\log p(y\mid f)`.
 
     Example::
@@ -105,7 +105,7 @@ def violation_f_conditional_exact(
     draws: int = 5,
     rtol: float = 1e-8,
 ) -> Ratios:
-    r"""§12 (b), exact GP: for fixed :math:`\Omega`, with :math:`\Sigma_f=(K^{-1}+\Lambda)^{-1}`,
+    r"""identity (b), exact GP: for fixed :math:`\Omega`, with :math:`\Sigma_f=(K^{-1}+\Lambda)^{-1}`,
     :math:`\mu_f=\Sigma_f(h+K^{-1}\mu_0)`, the value
     :math:`\sum_i\text{log-tilt}_i(f^{(k)})+\log\mathcal N(f^{(k)}\mid\mu_0,K)
     -\log\mathcal N(f^{(k)}\mid\mu_f,\Sigma_f)`
@@ -179,7 +179,7 @@ def violation_f_conditional_sparse(
     perturbations: int = 30,
     atol: float = 1e-10,
 ) -> Ratios:
-    r"""§12 (b), sparse: for fixed :math:`\Omega`, the global step maximises
+    r"""identity (b), sparse: for fixed :math:`\Omega`, the global step maximises
     :math:`E_{q(u)p(f\mid u)}[\text{log-tilt}]-\mathrm{KL}(q(u)\Vert p(u))`: no random perturbation of the
     CAVI :math:`q(u)` (its whitened mean and Cholesky factor) increases it.
 
@@ -229,7 +229,7 @@ def violation_f_conditional_sparse(
 
 # ================================================================================================ (c)
 def violation_marginalisation(case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Tensor, f: Tensor) -> Ratios:
-    r"""§12 (c): :math:`\log\int\text{tilt}\cdot p(\Omega\mid y)\,d\Omega=\log p(y\mid f)`, without sampling.
+    r"""identity (c): :math:`\log\int\text{tilt}\cdot p(\Omega\mid y)\,d\Omega=\log p(y\mid f)`, without sampling.
 
     Example::
 
@@ -247,7 +247,7 @@ def violation_marginalisation(case: LikelihoodCase, likelihood: AugmentedLikelih
 def violation_monte_carlo(
     case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Tensor, m: Tensor, s: Tensor, generator: torch.Generator
 ) -> Ratios:
-    r"""§12 (d): closed-form expected log-tilt, :math:`\bar h`, :math:`\bar\lambda` and auxiliary KL against the
+    r"""identity (d): closed-form expected log-tilt, :math:`\bar h`, :math:`\bar\lambda` and auxiliary KL against the
     means of :math:`S` draws :math:`(f_i,\Omega_i)\sim q(f_i)q^*(\Omega_i)`; tolerance :math:`5\widehat{SE}+10^{-8}`.
 
     Example::
@@ -317,7 +317,8 @@ def _directions(value: Tensor, data_dims: int, generator: torch.Generator) -> li
 def violation_stationarity(
     likelihood: AugmentedLikelihood, y: Tensor, m: Tensor, s: Tensor, generator: torch.Generator
 ) -> Ratios:
-    r"""§12 (e): :math:`q^*(\Omega)` is a stationary point (a maximum) of :math:`\ell_i`, :math:`\ell_i(q^*)=\ell_i^*`,
+    r"""identity (e): :math:`q^*(\Omega)` is a stationary point (a maximum) of :math:`\ell_i`,
+    :math:`\ell_i(q^*)=\ell_i^*`,
     and autograd of :math:`\ell_i^*` returns :math:`\bar\lambda=-2\partial_s\ell^*`,
     :math:`\bar h=\partial_m\ell^*+\bar\lambda m`.
 
@@ -363,7 +364,7 @@ def violation_stationarity(
 
 # ================================================================================================ (f)
 def violation_bound(case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Tensor, m: Tensor, s: Tensor) -> Ratios:
-    r"""§12 (f): :math:`\ell_i^*\le E_{q(f_i)}\log p(y_i\mid f_i)+10^{-8}` (the case's ``expected_log_lik``,
+    r"""identity (f): :math:`\ell_i^*\le E_{q(f_i)}\log p(y_i\mid f_i)+10^{-8}` (the case's ``expected_log_lik``,
     100-node Gauss--Hermite by default), and :math:`\ell_i^*=\log p(y_i\mid m_i)` at :math:`s_i=0`.
 
     Example::
@@ -385,7 +386,7 @@ def violation_bound(case: LikelihoodCase, likelihood: AugmentedLikelihood, y: Te
 
 
 def violation_bound_gp(likelihood: AugmentedLikelihood, data: SimpleNamespace, Z: Tensor, sweeps: int = 2) -> Ratios:
-    r"""§12 (f) for a whole GP: augmented ELBO :math:`\le E_q\log p(y\mid f)-\mathrm{KL}` (GPyTorch's
+    r"""identity (f) for a whole GP: augmented ELBO :math:`\le E_q\log p(y\mid f)-\mathrm{KL}` (GPyTorch's
     ``VariationalELBO`` with the true expected log-likelihood), at the prior :math:`q(u)` and after CAVI sweeps.
 
     Example::
@@ -425,7 +426,7 @@ def violation_cavi_monotone(
     rtol: float = 1e-9,
     converge_rtol: float = 1e-8,
 ) -> Ratios:
-    r"""§12 (h): over ``sweeps`` full-batch CAVI sweeps the augmented (collapsed) ELBO ``CAVI.elbo`` never
+    r"""identity (h): over ``sweeps`` full-batch CAVI sweeps the augmented (collapsed) ELBO ``CAVI.elbo`` never
     decreases (:math:`\mathcal L_{t+1}\ge\mathcal L_t-\text{rtol}\,|\mathcal L_t|`) and converges
     (:math:`|\mathcal L_{50}-\mathcal L_{49}|\le10^{-8}|\mathcal L_{50}|`); ``CAVI.step`` returns the ELBO of the
     state on entry. Everything must stay finite.

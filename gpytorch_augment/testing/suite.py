@@ -1,13 +1,13 @@
 r"""The protocol test suite as a pytest base class: a likelihood sets its case and inherits every test.
 
 :class:`AugmentedLikelihoodTestCase` runs, for its :class:`~gpytorch_augment.testing.case.LikelihoodCase`, every
-identity of ``augmentations.md`` §12, (a) to (h), the shape and dtype checks, and GPyTorch's
+identity of :doc:`/maths/identities`, (a) to (h), the shape and dtype checks, and GPyTorch's
 own ``BaseLikelihoodTestCase`` tests. Each test asserts that every ratio of the corresponding ``violation_*`` check
 of :mod:`gpytorch_augment.testing.identities` is ``<= 1``, with the case's tolerances. An identity listed in
 ``case.skip`` is skipped with its reason.
 
 A subclass leaves a test out by setting it to ``None``, e.g. ``test_g_geweke = None`` where the Geweke test of the
-Gibbs sampler (§12 (g), the slowest: tens of seconds per likelihood) runs elsewhere with other settings.
+Gibbs sampler (identity (g), the slowest: tens of seconds per likelihood) runs elsewhere with other settings.
 
 The tests read the case from the fixture ``likelihood_case``, which returns the class attribute ``case``; a test
 module that runs the suite over a list of cases overrides that fixture with a parametrised one::
@@ -45,7 +45,7 @@ from gpytorch_augment.testing.identities import (
 
 
 def skip_if_not_applicable(case: LikelihoodCase, letter: str) -> None:
-    """``pytest.skip`` with the case's reason if the identity ``letter`` of §12 is in ``case.skip``.
+    """``pytest.skip`` with the case's reason if the identity ``letter`` is in ``case.skip``.
 
     Example::
 
@@ -58,10 +58,10 @@ def skip_if_not_applicable(case: LikelihoodCase, letter: str) -> None:
         ...     skip_if_not_applicable(case, "g")
         ... except pytest.skip.Exception as skipped:
         ...     print(skipped.msg)
-        §12 (g) does not apply to bernoulli_example: no sampler
+        identity (g) does not apply to bernoulli_example: no sampler
     """
     if letter in case.skip:
-        pytest.skip(f"§12 ({letter}) does not apply to {case.name}: {case.skip[letter]}")
+        pytest.skip(f"identity ({letter}) does not apply to {case.name}: {case.skip[letter]}")
 
 
 class AugmentedLikelihoodTestCase:

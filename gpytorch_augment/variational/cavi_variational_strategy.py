@@ -283,6 +283,20 @@ class _CAVIMixin:
 class CAVIVariationalStrategy(_CAVIMixin, VariationalStrategy):
     r"""GPyTorch's whitened ``VariationalStrategy`` plus :meth:`cavi_update`.
 
+    :param model: the ``gpytorch.models.ApproximateGP`` that owns the strategy (pass ``self`` from its
+        ``__init__``); its ``forward`` gives the prior at the inducing and data inputs.
+    :param inducing_points: the inducing inputs :math:`Z`, ``(M, D)`` (``(*batch, M, D)`` for a batch of
+        independent GPs), in the dtype of the model.
+    :param variational_distribution: :math:`q(u)` over the :math:`M` inducing values: GPyTorch's
+        ``CholeskyVariationalDistribution``, ``NaturalVariationalDistribution`` or
+        ``TrilNaturalVariationalDistribution`` (``TypeError`` from a CAVI step with any other).
+    :param learn_inducing_locations: whether :math:`Z` is a parameter that hyper-parameter steps move (``True``,
+        the default) or a fixed buffer (e.g. :math:`Z = X` for a full variational GP).
+    :param jitter_val: the jitter added to the diagonal of :math:`K_{ZZ}` (``None``: GPyTorch's default for
+        the dtype).
+
+    The linear-algebra dtype of the CAVI step is the attribute ``linalg_dtype`` (float64 by default).
+
     Example::
 
         >>> import gpytorch, torch
@@ -310,6 +324,18 @@ class UnwhitenedCAVIVariationalStrategy(_CAVIMixin, UnwhitenedVariationalStrateg
 
     :math:`q(u)` is stored directly; the update is computed in whitened coordinates and mapped back
     (:math:`S_u^{-1} = L^{-\top} C^\top C L^{-1}`, :math:`\theta_{1,u} = L^{-\top}\theta_{1,v} + S_u^{-1}\mu_Z`).
+
+    :param model: the ``gpytorch.models.ApproximateGP`` that owns the strategy (pass ``self`` from its
+        ``__init__``); its ``forward`` gives the prior at the inducing and data inputs.
+    :param inducing_points: the inducing inputs :math:`Z`, ``(M, D)`` (``(*batch, M, D)`` for a batch of
+        independent GPs), in the dtype of the model.
+    :param variational_distribution: :math:`q(u)` over the :math:`M` inducing values: GPyTorch's
+        ``CholeskyVariationalDistribution``, ``NaturalVariationalDistribution`` or
+        ``TrilNaturalVariationalDistribution`` (``TypeError`` from a CAVI step with any other).
+    :param learn_inducing_locations: whether :math:`Z` is a parameter that hyper-parameter steps move (``True``,
+        the default) or a fixed buffer (e.g. :math:`Z = X` for a full variational GP).
+    :param jitter_val: the jitter added to the diagonal of :math:`K_{ZZ}` (``None``: GPyTorch's default for
+        the dtype).
 
     Example::
 

@@ -123,7 +123,7 @@ def test_kl_to_inverse_gamma_half_matches_quadrature(mu, kappa, b):
     halves = ((-np.inf, mode), (mode, np.inf))
     reference = sum(integrate.quad(integrand, a, c, epsabs=1e-13, epsrel=1e-11, limit=400)[0] for a, c in halves)
     assert float(kl_divergence(p, q)) == pytest.approx(reference, rel=1e-8, abs=1e-10)
-    if kappa == 2 * b:  # the Laplace auxiliary KL of augmentations.md §5
+    if kappa == 2 * b:  # the Laplace auxiliary KL of docs/maths/robust.md
         assert float(kl_divergence(p, q)) == pytest.approx(b / mu, rel=1e-12)
 
 

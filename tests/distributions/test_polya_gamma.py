@@ -1,4 +1,4 @@
-"""Tests for :class:`gpytorch_augment.distributions.PolyaGamma` (``augmentations.md`` §2)."""
+"""Tests for :class:`gpytorch_augment.distributions.PolyaGamma` (docs/maths/binary.md)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def _density_on_grid(b: float, c: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _mp_log_pg(x: float, b: float, c: float) -> mpmath.mpf:
-    """High-precision log PG(x | b, c) from the §2.7 series (terms summed until negligible) and the tilt."""
+    """High-precision log PG(x | b, c) from the alternating series (docs/maths/binary.md) (terms summed until
+    negligible) and the tilt."""
     x, b, c = mpmath.mpf(x), mpmath.mpf(b), mpmath.mpf(c)
     assert x > 0
     total, n, biggest = mpmath.mpf(0), 0, mpmath.mpf(0)

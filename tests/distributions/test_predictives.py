@@ -1,4 +1,5 @@
-"""The distributions moved out of the likelihood files: normalisation and moments against direct integration."""
+"""The predictive distributions of the likelihoods (``gpytorch_augment.distributions``):
+normalisation and moments against direct integration."""
 
 from __future__ import annotations
 

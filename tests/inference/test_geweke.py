@@ -1,9 +1,9 @@
-r"""Geweke joint-distribution tests of the Gibbs sampler (``augmentations.md`` §12 (g)).
+r"""Geweke joint-distribution tests of the Gibbs sampler (identity (g) of docs/maths/identities.md).
 
 The simulator is :func:`gpytorch_augment.testing.geweke_z` (see :mod:`gpytorch_augment.testing.geweke`): a tiny
 model (explicit prior over :math:`N = 3` points), the marginal-conditional reference (:math:`2.5\cdot10^5` draws)
 against the successive-conditional simulator in :math:`C` vectorised chains for 300 sweeps, dropping the first 50;
-every :math:`|z| \le 4.5`. §12 (g) asks for :math:`C = 2\cdot10^4`; the default :math:`C = 4000` keeps the suite
+every :math:`|z| \le 4.5`. identity (g) asks for :math:`C = 2\cdot10^4`; the default :math:`C = 4000` keeps the suite
 fast (the threshold stays 4.5; the environment variable ``GPYTORCH_AUGMENT_GEWEKE_CHAINS=20000`` runs the full
 size). A sampler with a deliberately wrong potential (:math:`h/2`) must fail.
 
@@ -28,7 +28,7 @@ from gpytorch_augment.testing.geweke import NUM_POINTS, NUM_REFERENCE, Z_TOL, ge
 from tests.likelihoods.registry import CASES
 from tests.likelihoods.toy_multilatent import SELF_TEST_CASES as _MULTI_LATENT_CASES
 
-#: chains of the successive-conditional simulator; §12 (g) asks for 2e4 (set GPYTORCH_AUGMENT_GEWEKE_CHAINS=20000)
+#: chains of the successive-conditional simulator; identity (g) asks for 2e4 (set GPYTORCH_AUGMENT_GEWEKE_CHAINS=20000)
 NUM_CHAINS = int(os.environ.get("GPYTORCH_AUGMENT_GEWEKE_CHAINS", 4_000))
 NUM_SWEEPS = 300
 BURN_IN = 50

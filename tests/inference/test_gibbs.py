@@ -132,7 +132,7 @@ def make_two_latent_gaussian_likelihood(noise: tuple[float, float]):
 
 
 def tiny_problem(n: int, seed: int = 0, scale: float = 2.5):
-    """An explicit, well-conditioned prior over n points with a non-zero mean (augmentations.md §12)."""
+    """An explicit, well-conditioned prior over n points with a non-zero mean (docs/maths/identities.md)."""
     g = torch.Generator().manual_seed(seed)
     A = torch.randn(n, n, generator=g)
     K = scale * (A @ A.T / n + 0.3 * torch.eye(n))

@@ -1,4 +1,4 @@
-"""Host synchronisations in CAVI's loop (issue 19): a step of ``CAVI.fit`` reads nothing back from the device but
+"""Host synchronisations in CAVI's loop: a step of ``CAVI.fit`` reads nothing back from the device but
 its ELBO, except the kernel factorisation's failure check (GPyTorch's jitter retry) or, at a full-batch step, the
 prior cache's one validity check.
 

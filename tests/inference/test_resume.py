@@ -1,4 +1,4 @@
-"""Resumable fits (issue 17): a mini-batch fit split by a checkpoint equals one run; max_iter stops warn."""
+"""Resumable fits: a mini-batch fit split by a checkpoint equals one run; max_iter stops warn."""
 
 from __future__ import annotations
 

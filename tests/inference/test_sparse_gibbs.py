@@ -1,4 +1,4 @@
-r"""The VI-Gibbs sampler (``GibbsSampler(..., inducing_points=Z, alpha=α)``, issue 18).
+r"""The VI-Gibbs sampler (``GibbsSampler(..., inducing_points=Z, alpha=α)``).
 
 * (a) the closed-form :math:`q^*_\alpha(u)` against independent formulas for a Gaussian pseudo-likelihood:
   Titsias/SGPR for :math:`\alpha \to 0`, Snelson & Ghahramani's FITC for :math:`\alpha = 1`, and a Power-EP
@@ -24,9 +24,9 @@ import pytest
 import torch
 
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler
+from gpytorch_augment.testing import gp_data
 from tests.inference.test_gibbs import Z_TOL, PlainGP, _one_thread, tiny_problem  # noqa: F401 (autouse fixture)
 from tests.likelihoods.registry import CASES
-from tests.likelihoods.test_protocol import gp_data
 from tests.models import SVGP, make_gaussian_tilt_likelihood
 
 

@@ -1,4 +1,4 @@
-"""Registry case for the Bernoulli likelihood with the logistic link (``augmentations.md`` §3)."""
+"""Registry case for the Bernoulli likelihood with the logistic link (docs/maths/binary.md)."""
 
 from __future__ import annotations
 

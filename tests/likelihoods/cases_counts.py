@@ -2,8 +2,8 @@ r"""Registry cases of the count likelihoods (binomial, Poisson, negative binomia
 
 * Binomial: per-datum ``trials`` in 0..12 (zeros included) travel as keyword data (``make_kwargs``); the
   canonical target is ``(*batch, 2, N)`` (successes, trials). One Pólya-Gamma variable: the deterministic
-  marginalisation (§12 (c)) is the registry's :func:`~tests.likelihoods.case.marginalise_single_pg`.
-* Poisson (:math:`\xi = 3.7`): :math:`\Omega = (n, \omega)`; §12 (c) sums over :math:`n \le \xi + 12\sqrt\xi + 40`
+  marginalisation (identity (c)) is the registry's :func:`~gpytorch_augment.testing.marginalise_single_pg`.
+* Poisson (:math:`\xi = 3.7`): :math:`\Omega = (n, \omega)`; identity (c) sums over :math:`n \le \xi + 12\sqrt\xi + 40`
   (a bound on the rule :math:`\mu + 12\sqrt\mu + 40` for the effective rate :math:`\mu = \xi\sigma(-f) \le \xi`) and
   integrates :math:`\omega` by the Laplace transform :math:`\cosh^{-b}(f/2)` of :math:`\mathrm{PG}(y + n, 0)`.
 * Negative binomial with non-integer :math:`r = 2.6`: one Pólya-Gamma variable with a :math:`y`-dependent prior.

@@ -1,33 +1,38 @@
-r"""Registry cases of the heteroscedastic likelihoods (``augmentations.md`` §10, §11) for the shared protocol suite.
+r"""Registry cases of the heteroscedastic likelihoods (docs/maths/heteroscedastic.md) for the shared protocol suite.
 
-* Gaussian, :math:`\xi = 2.5`: :math:`\Omega = (n, \omega)`. §12 (c) sums over :math:`n \le \lceil\mu + 12\sqrt\mu +
+* Gaussian, :math:`\xi = 2.5`: :math:`\Omega = (n, \omega)`. identity (c) sums over :math:`n \le \lceil\mu +
+  12\sqrt\mu +
   40\rceil` with :math:`\mu = \max_i \xi\rho_i\sigma(-g_i)` (the rate of the summand
   :math:`\mathrm{Po}(n\mid\xi\rho)\sigma(-g)^n`) and integrates :math:`\omega` by the Laplace transform
   :math:`\cosh^{-b}` of :math:`\mathrm{PG}(\frac12 + n, 0)`, all from the likelihood's own ``log_tilt`` and
   ``aux_prior``.
-* Student-t, :math:`\nu = 4.5`, :math:`\xi = 1.8`, with the CAVI :math:`\nu` update on (``learn_df=True``), so §12 (h)
-  covers it: :math:`\Omega = (\gamma, n, \omega)`; §12 (c) additionally integrates :math:`\gamma` by the trapezoid rule
+* Student-t, :math:`\nu = 4.5`, :math:`\xi = 1.8`, with the CAVI :math:`\nu` update on (``learn_df=True``), so
+  identity (h)
+  covers it: :math:`\Omega = (\gamma, n, \omega)`; identity (c) additionally integrates :math:`\gamma` by the
+  trapezoid rule
   in :math:`\log\gamma` (geometrically convergent for this analytic integrand; 1e-9 reached). The count sum is cut at
   :math:`\mu + 12\,\mathrm{sd} + 40 + 45/|\log p|` for the law :math:`\mathrm{NB}(\alpha, p)` of :math:`n` with
   :math:`\gamma` integrated (:math:`p = \xi\rho\sigma(-g)/(\frac\nu2 + \xi\rho)`): the NB tail is geometric,
-  :math:`p^n`, and the Poisson-style rule :math:`\mu + 12\sqrt\mu + 40` of §12 (c) leaves up to
+  :math:`p^n`, and the Poisson-style rule :math:`\mu + 12\sqrt\mu + 40` of identity (c) leaves up to
   :math:`10^{-3}` nats (measured at :math:`g = -4`), :math:`\mu + 12\,\mathrm{sd} + 40` still :math:`10^{-9}`.
-* §12 (f) right-hand side: closed form in :math:`f` and 100-node Gauss--Hermite in :math:`g` (Gaussian); a 100 x 100
+* identity (f) right-hand side: closed form in :math:`f` and 100-node Gauss--Hermite in :math:`g` (Gaussian); a 100 x
+  100
   product Gauss--Hermite rule (Student-t).
 
 Skipped shared identities (each replaced by a per-latent / double-bound version in ``test_heteroscedastic.py``):
 
 * (b): the shared test draws :math:`(f, g)` jointly from the product of the per-latent Gaussian conditionals and
   evaluates one ``log_tilt``; here the :math:`f`-conditional is the *collapsed* :math:`p(y\mid f, g)` (its precision
-  :math:`\xi\gamma\sigma(g)` depends on :math:`g`) and the log-tilt in :math:`f` is the Poisson factor, so §12 (b) is
+  :math:`\xi\gamma\sigma(g)` depends on :math:`g`) and the log-tilt in :math:`f` is the Poisson factor, so identity
+  (b) is
   run per latent: :math:`g` with the log-tilt at fixed :math:`(f, \Omega)`, :math:`f` with :math:`\log p(y\mid f, g)`
-  in place of the log-tilt (as §12 (b) prescribes for the heteroscedastic models), exact and sparse.
-* (d): the CAVI side is the *double bound* of §10.3 (:math:`E_{q(f)}` taken before augmenting): its expected
+  in place of the log-tilt (as identity (b) prescribes for the heteroscedastic models), exact and sparse.
+* (d): the CAVI side is the *double bound* (:math:`E_{q(f)}` taken before augmenting): its expected
   log-tilt contains :math:`\bar n\log\phi`, not :math:`E[n\log\rho(f)]`, and its :math:`f`-statistics
   :math:`\xi\bar\gamma(1-\tilde\sigma)` are :math:`E_q[\xi\gamma - n/\phi]`, not the mean of the collapsed Gibbs
   potential :math:`\xi\gamma\sigma(g)` under :math:`q(g)`. The Monte-Carlo check is run against the double-bound
   model instead (:math:`f` entering through :math:`\phi`), including :math:`E\log\mathrm{Po}(n\mid\xi\gamma\phi)`
-  as §12 (d) asks.
+  as identity (d) asks.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from gpytorch_augment._numerics import gauss_hermite
 from gpytorch_augment._random import seeded_by
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
-from gpytorch_augment.likelihoods.heteroscedastic import (
+from gpytorch_augment.likelihoods import (
     HeteroscedasticGaussianLikelihood,
     HeteroscedasticStudentTLikelihood,
 )
@@ -52,13 +57,13 @@ from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace
 AuxDict = dict[str, Tensor]
 
 GAUSSIAN_XI = 2.5
-_STEP = 0.04  # trapezoid step in log gamma (§12 (c), Student-t)
+_STEP = 0.04  # trapezoid step in log gamma (identity (c), Student-t)
 STUDENT_T_XI, STUDENT_T_DF = 1.8, 4.5
 
 _SKIP = {
     "b": "the f-conditional is the collapsed p(y | f, g), whose precision depends on g, so the joint (f, g) draw of "
     "the shared test does not apply; run per latent (collapsed f, tilted g) in test_heteroscedastic.py",
-    "d": "the CAVI side is the double bound of §10.3 (E_q(f) before augmenting: n log(phi), f-statistics "
+    "d": "the CAVI side is the double bound (E_q(f) before augmenting: n log(phi), f-statistics "
     "E[xi gamma - n / phi]), not E_q(f) of the sampling-side tilt; its Monte-Carlo check is in test_heteroscedastic.py",
 }
 
@@ -81,7 +86,7 @@ def _student_t_targets(f: Tensor, generator: torch.Generator, **kwargs: Tensor) 
     return f_ + _scale(STUDENT_T_XI, g) * torch.randn(f_.shape, generator=generator, dtype=f.dtype) / gamma.sqrt()
 
 
-# ---------------------------------------------------------------------------------------------- §12 (c)
+# ---------------------------------------------------------------------------------------------- identity (c)
 def _count_terms(likelihood, y: Tensor, aux: AuxDict, f: Tensor) -> Tensor:
     r""":math:`\log[\text{tilt}(\omega = 0)\,p_{\rm ref}(\gamma, n)] + \log E_{\mathrm{PG}(\frac12+n, 0)}e^{-t\omega}`
     for a grid of counts ``aux["n"]`` (and ``aux["gamma"]``): the :math:`\omega`-integral in closed form."""
@@ -158,7 +163,7 @@ def q_aux_heteroscedastic_student_t(likelihood, y: Tensor, q_aux: AuxDict) -> Au
     )
 
 
-# ---------------------------------------------------------------------------------------------- §12 (f)
+# ---------------------------------------------------------------------------------------------- identity (f)
 def expected_log_lik_gaussian(likelihood, y: Tensor, m: Tensor, s: Tensor) -> Tensor:
     r""":math:`\frac12\log\frac\xi{2\pi}+\frac12E\log\sigma(g)-\xi E\sigma(g)\,\phi`: closed in :math:`f`, 100-node
     Gauss--Hermite in :math:`g`."""

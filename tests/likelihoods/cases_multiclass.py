@@ -1,4 +1,4 @@
-r"""Registry cases of the logistic-softmax likelihood (``augmentations.md`` §9) for the shared protocol suite.
+r"""Registry cases of the logistic-softmax likelihood (docs/maths/multiclass.md) for the shared protocol suite.
 
 Both links with unequal class scales :math:`\theta`, two latents each:
 
@@ -8,17 +8,17 @@ Both links with unequal class scales :math:`\theta`, two latents each:
 Multi-latent conventions as in ``toy_multilatent.py``: latents ``(N, J)``, labels ``(N,)`` (class indices),
 ``n`` and ``omega`` of shape ``(N, J)`` with per-latent factors declared ``Independent(..., 1)``.
 
-* §12 (c) sums the counts over the box :math:`n_j \le n_{\max}` with the likelihood's own pieces (``log_tilt`` at
+* identity (c) sums the counts over the box :math:`n_j \le n_{\max}` with the likelihood's own pieces (``log_tilt`` at
   :math:`\omega = 0` and :math:`\omega = e_j`, ``aux_prior``) and integrates each :math:`\omega_j` by the Laplace
   transform of :math:`\mathrm{PG}(Y_j + n_j, 0)`. Given :math:`f`, the counts follow :math:`\mathrm{NM}(1, p')`, whose
   total :math:`T = \sum_j n_j` is geometric with success probability :math:`p'_0 = \sum_l\theta_l s_l(f)/S`, so the
   mass of :math:`T > n_{\max}` is :math:`(1 - p'_0)^{n_{\max}+1}`; the sum runs over :math:`T \le n_{\max}` (inside the
   box) with :math:`n_{\max}` chosen per datum to make that tail :math:`\le 10^{-15}`. For the bijective case
   :math:`p'_0 \ge \theta_K D / S = 0.22` and :math:`n_{\max} \le 150`
-  (§12 (c)); the over-parametrised link has no such floor (:math:`p'_0 = \sigma(-4)` when every latent is at
+  (identity (c)); the over-parametrised link has no such floor (:math:`p'_0 = \sigma(-4)` when every latent is at
   :math:`-4`, as in the test's edge point), so there :math:`n_{\max}` reaches about 2000 for that datum.
-* §12 (f): :math:`E_q \log p(y \mid f)` by a 100 x 100 product Gauss--Hermite rule.
-* §12 (d): the law of :math:`q^*(n, \omega)` is built here from first principles (:math:`p^q_j = \theta_j
+* identity (f): :math:`E_q \log p(y \mid f)` by a 100 x 100 product Gauss--Hermite rule.
+* identity (d): the law of :math:`q^*(n, \omega)` is built here from first principles (:math:`p^q_j = \theta_j
   \tilde\sigma_j / S`, :math:`p^q_0 = 1 - \sum_j p^q_j`), independently of the likelihood's closed forms.
 """
 
@@ -41,7 +41,7 @@ AuxDict = dict[str, Tensor]
 
 THETA_OVER = (0.6, 1.7)
 THETA_BIJECTIVE = (0.7, 1.6, 1.3)
-#: the box of §12 (c) is at least this large (the rule of §12 (c) for J <= 2)
+#: the box of identity (c) is at least this large (the rule of identity (c) for J <= 2)
 MIN_COUNT_BOX = 150
 #: mass of the counts outside the box, at most
 COUNT_TAIL = 1e-15

@@ -1,8 +1,8 @@
 r"""Registry cases of the robust-regression likelihoods (Laplace, Student-t) for the shared protocol suite.
 
 Both augmentations have one continuous auxiliary :math:`\omega > 0`, so the deterministic marginalisation
-(§12 (c)) is adaptive quadrature (``scipy.integrate.quad``) of the likelihood's own ``log_tilt`` and
-``aux_prior`` over :math:`t = \log\omega`. The Laplace right-hand side of §12 (f) is adaptive quadrature too
+(identity (c)) is adaptive quadrature (``scipy.integrate.quad``) of the likelihood's own ``log_tilt`` and
+``aux_prior`` over :math:`t = \log\omega`. The Laplace right-hand side of identity (f) is adaptive quadrature too
 (Gauss--Hermite is poor at the kink of :math:`|y - f|`).
 """
 
@@ -109,7 +109,7 @@ def _q_aux_distribution(likelihood, y: Tensor, q_aux: AuxDict) -> AuxiliaryDistr
 
 
 def _expected_log_omega(likelihood, y: Tensor, q_aux: AuxDict, aux: AuxDict) -> dict[str, tuple[Tensor, Tensor]]:
-    r"""§12 (d) for the Student-t: :math:`E\log\omega = \psi(\alpha) - \log\delta` against its sample mean."""
+    r"""identity (d) for the Student-t: :math:`E\log\omega = \psi(\alpha) - \log\delta` against its sample mean."""
     return {"E log omega": (likelihood.expected_log_omega(q_aux), aux["omega"].log())}
 
 

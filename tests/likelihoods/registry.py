@@ -1,8 +1,8 @@
 r"""The registry of this package's likelihoods: :data:`CASES`, the single list the protocol suite runs over.
 
 Every augmented likelihood of ``gpytorch_augment`` registers **once**, here, and inherits every test of the shipped
-suite :mod:`gpytorch_augment.testing` (``test_protocol.py``: the identities (a)-(f), (h) of ``augmentations.md``
-§12, shapes and dtypes, GPyTorch's ``BaseLikelihoodTestCase``; ``tests/inference/test_geweke.py``: the Geweke test
+suite :mod:`gpytorch_augment.testing` (``test_protocol.py``: the identities (a)-(f), (h) of docs/maths/index.md
+shapes and dtypes, GPyTorch's ``BaseLikelihoodTestCase``; ``tests/inference/test_geweke.py``: the Geweke test
 (g) of the Gibbs sampler; ``tests/test_regression_pins.py``: pinned CAVI and Gibbs runs).
 
 How a likelihood of this package registers

@@ -1,6 +1,6 @@
 """Tests specific to the count likelihoods (binomial, Poisson, negative binomial).
 
-The identities of ``augmentations.md`` §12 run in ``test_protocol.py`` through the registry cases of
+The identities of docs/maths/identities.md run in ``test_protocol.py`` through the registry cases of
 ``cases_counts.py``; here: the closed-form hyper-parameter updates, zero trials, large counts, bad input, CAVI
 and ``AugmentedELBO`` with the ``trials`` keyword, the predictive, and drop-in use with plain GPyTorch.
 """

@@ -1,5 +1,5 @@
 """GPyTorch's own test base classes, run against our likelihood and our CAVI strategies
-(``gpytorch-integration.md`` §11).
+(GPyTorch's own likelihood test cases).
 
 * ``BaseLikelihoodTestCase`` on :class:`BernoulliLogitLikelihood` (labels in {0, 1}; the class ``seed`` is kept).
 * ``VariationalTestCase`` on :class:`CAVIVariationalStrategy` and :class:`UnwhitenedCAVIVariationalStrategy`,

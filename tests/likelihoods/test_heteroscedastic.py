@@ -1,16 +1,17 @@
-r"""Likelihood-specific tests of the heteroscedastic likelihoods (``augmentations.md`` §10, §11).
+r"""Likelihood-specific tests of the heteroscedastic likelihoods (docs/maths/heteroscedastic.md).
 
 The shared protocol suite (``test_protocol.py``, via ``cases_heteroscedastic.py``) runs (a), (c), (e), (f), (h)
 and the shapes/dtypes checks; the Gibbs Geweke test runs with :math:`\xi` fixed. Here:
 
-* §12 (b) per latent (:math:`g` with its tilt, :math:`f` with the collapsed :math:`p(y\mid f,g)`), exact and sparse;
-* §12 (d) against the double-bound model of §10.3 / §11.4 (:math:`f` entering through :math:`\phi`);
+* identity (b) per latent (:math:`g` with its tilt, :math:`f` with the collapsed :math:`p(y\mid f,g)`), exact and
+  sparse;
+* identity (d) against the double-bound model (:math:`f` entering through :math:`\phi`);
 * the corrected :math:`f`-potential (the reference's :math:`/2` breaks monotone CAVI and loses nats);
 * the hyper-parameter updates: :math:`\xi` exact maximiser (and MAP), the Student-t :math:`\xi` step with
   :math:`q(\gamma)` fixed, the :math:`\nu` update (exact maximiser of :math:`\sum_i\ell_i^*` and recovery of
-  :math:`\nu` from data -- the verification §11 asks for);
+  :math:`\nu` from data -- an update that needs this check);
 * the predictive (moments and density of :meth:`marginal`, :meth:`noise_variance`) against Monte Carlo, including
-  §11.5's variance formula;
+  the predictive variance formula of docs/maths/heteroscedastic.md;
 * CAVI, full and sparse, with a ``[2]``-batched ``CAVIVariationalStrategy`` inside
   ``IndependentMultitaskVariationalStrategy``; Gibbs against brute-force quadrature of the true posterior;
 * the Geweke test **with** the collapsed :math:`\xi` Gibbs step, and the invalid "parallel" order failing it.
@@ -73,12 +74,13 @@ def _draw_targets(likelihood, f: Tensor, generator: torch.Generator) -> Tensor:
     return f[..., 0] + scale * eps
 
 
-# ================================================================================================ §12 (b) per latent
+# ============================================================================================== identity (b) per latent
 class _OneLatent(AugmentedLikelihood):
     r"""One latent of a heteroscedastic likelihood, the other held at ``fixed``: for :math:`g` (``latent=1``) the
     tilt at fixed :math:`(f, \Omega)`; for :math:`f` (``latent=0``) the collapsed :math:`\log p(y\mid f, g, [\gamma])`
-    (marginal over :math:`(n, \omega)`; :math:`=\log p(y\mid f,g)` for the Gaussian) in place of the log-tilt (§12 (b)
-    for the heteroscedastic models). Only the members §12 (b) uses are implemented."""
+    (marginal over :math:`(n, \omega)`; :math:`=\log p(y\mid f,g)` for the Gaussian) in place of the log-tilt
+    (identity (b)
+    for the heteroscedastic models). Only the members identity (b) uses are implemented."""
 
     def __init__(self, base: AugmentedLikelihood, fixed: Tensor, latent: int) -> None:
         super().__init__()
@@ -116,7 +118,7 @@ class _OneLatent(AugmentedLikelihood):
 @pytest.mark.parametrize("latent", [0, 1], ids=["f_collapsed", "g_tilt"])
 @pytest.mark.parametrize("case", HETEROSCEDASTIC_CASES, ids=lambda c: c.name)
 def test_b_full_conditional_per_latent(case, latent):
-    """§12 (b), exact and sparse, for each latent with the other fixed."""
+    """identity (b), exact and sparse, for each latent with the other fixed."""
     d = protocol_data(case, n=12)
     one = _OneLatent(d.likelihood, d.f, latent)
     torch.manual_seed(0)
@@ -131,7 +133,8 @@ def test_b_full_conditional_per_latent(case, latent):
 
 
 def test_b_detects_the_thesis_f_potential():
-    """The thesis box's Gibbs f-mean uses xi sigma(g) y / 2: the per-latent (b) check rejects it."""
+    """The Gibbs f-mean of the box in Galy-Fajou's thesis (2023) uses xi sigma(g) y / 2: the per-latent (b) check
+    rejects it."""
 
     class _HalfY(HeteroscedasticGaussianLikelihood):
         def potential_and_precision(self, y, aux, f=None):
@@ -144,10 +147,10 @@ def test_b_detects_the_thesis_f_potential():
     assert ratios["constant across draws"] > 1e3, ratios
 
 
-# ================================================================================================ §12 (d), double bound
+# =========================================================================================== identity (d), double bound
 @pytest.mark.parametrize("case", HETEROSCEDASTIC_CASES, ids=lambda c: c.name)
 def test_d_double_bound_expectations_match_monte_carlo(case):
-    r"""§12 (d) for the double bound: draws :math:`(g,\Omega)\sim q(g)\,q^*(\Omega)` with :math:`f` at
+    r"""identity (d) for the double bound: draws :math:`(g,\Omega)\sim q(g)\,q^*(\Omega)` with :math:`f` at
     :math:`y - \sqrt{2\phi}` (so :math:`\rho = \phi`): the expected log-tilt (including
     :math:`E\log\mathrm{Po}(n\mid\xi\gamma\phi)`), :math:`\bar h_g`, :math:`\bar\lambda_g`, the corrected
     :math:`\bar\lambda_f = E[\xi\gamma - n/\phi]` and the auxiliary KL (:math:`\log q - \log p_{\rm ref}`)."""
@@ -187,7 +190,7 @@ def test_d_double_bound_expectations_match_monte_carlo(case):
 
 # ================================================================================================ CAVI and the /2 bug
 class _HalfFPotential(HeteroscedasticGaussianLikelihood):
-    """The reference's expected f-potential xi (1 - sigma~) y / 2 (augmentations.md §10.6)."""
+    """The reference's expected f-potential xi (1 - sigma~) y / 2 (docs/maths/heteroscedastic.md)."""
 
     def expected_potential_and_precision(self, y, q_aux, f_mean, f_var):
         h, lam = super().expected_potential_and_precision(y, q_aux, f_mean, f_var)
@@ -207,12 +210,12 @@ def _cavi_trace(likelihood, data, sweeps: int) -> Tensor:
 
 def test_cavi_monotone_with_corrected_potential_and_the_halved_one_is_caught():
     r"""With :math:`\xi` fixed, the corrected :math:`\bar h_f = \xi(1-\tilde\sigma)y` gives a monotone bound; the
-    reference's :math:`/2` makes steps *decrease* it (a §12 (h) failure) and converges nats lower."""
+    reference's :math:`/2` makes steps *decrease* it (a identity (h) failure) and converges nats lower."""
     data = gp_data(HETEROSCEDASTIC_GAUSSIAN, n=30)
     good = _cavi_trace(_gaussian(max_precision=2.5, learn_max_precision=False), data, sweeps=30)
     bad = _cavi_trace(_HalfFPotential(max_precision=2.5, learn_max_precision=False).double(), data, sweeps=30)
     assert (good[1:] - good[:-1]).min() >= -1e-9 * good.abs().max()
-    assert (bad[1:] - bad[:-1]).min() < -1e-3  # a decrease of more than a milli-nat: caught by §12 (h)
+    assert (bad[1:] - bad[:-1]).min() < -1e-3  # a decrease of more than a milli-nat: caught by identity (h)
     assert bad[-1] < good[-1] - 1.0  # and the fixed point is worse by more than a nat
     data.likelihood = _HalfFPotential(max_precision=2.5, learn_max_precision=False).double()
     ratios = violation_cavi_monotone(data.likelihood, data, data.x, sweeps=15)
@@ -287,7 +290,8 @@ def test_fixed_xi_is_not_updated():
 
 
 def test_student_t_xi_step_maximises_the_bound_with_q_gamma_fixed():
-    r"""§11.4: :math:`\xi\leftarrow N/(2\sum\bar\gamma\phi(1-\tilde\sigma))` is the exact maximiser of
+    r"""The CAVI rate-scale update :math:`\xi\leftarrow N/(2\sum\bar\gamma\phi(1-\tilde\sigma))` is the exact
+    maximiser of
     :math:`\mathcal L` with :math:`q(\gamma)=\mathrm{Ga}(\alpha,\delta)`
     (and :math:`q(n,\omega\mid\gamma)` at its optimum)
     held fixed, and it increases the collapsed bound."""
@@ -344,7 +348,7 @@ def _simulate(n: int, df: float | None, seed: int) -> tuple[Tensor, Tensor]:
 
 
 def test_nu_update_recovers_the_tails_of_the_data():
-    r"""Verification of the :math:`\nu` update (``augmentations.md`` §11.4 marks it unverified): CAVI with the update
+    r"""Verification of the :math:`\nu` update (docs/maths/heteroscedastic.md marks it unverified): CAVI with the update
     on finds heavy tails in :math:`t_{2.5}` data and (almost) Gaussian tails in Gaussian data, monotonically."""
     estimates = {}
     for df in (2.5, None):
@@ -372,7 +376,7 @@ def _q_multitask(m: Tensor, s: Tensor) -> gpytorch.distributions.MultitaskMultiv
     ids=["gaussian", "student_t"],
 )
 def test_predictive_moments_density_and_noise_level_match_monte_carlo(make):
-    r"""``marginal`` (mean, variance, log-density), ``predictive_moments`` (§10.5, §11.5: :math:`s_f +
+    r"""``marginal`` (mean, variance, log-density), ``predictive_moments`` (:math:`s_f +
     [\frac\nu{\nu-2}](1+e^{-m_g+s_g/2})/\xi`) and ``noise_variance`` (mean, median, band) against :math:`4\cdot10^5`
     draws of :math:`(f, g, y)`."""
     likelihood = make()
@@ -524,7 +528,7 @@ def test_gibbs_sparse_runs_and_agrees_with_cavi():
     assert (f_mean - q.mean[:, 0]).abs().max() < 0.15
 
 
-# ================================================================================================ Geweke (§12 (g))
+# ================================================================================================ Geweke (identity (g))
 def _geweke_z(
     likelihood, prior_xi, num_points: int, scale: float, chains: int, sweeps: int, burn_in: int, seed: int = 0
 ):
@@ -581,7 +585,8 @@ def _geweke_z(
     ids=["gaussian", "student_t"],
 )
 def test_geweke_with_the_xi_gibbs_step(make):
-    r"""§12 (g) including the collapsed :math:`\xi\mid f,g,[\gamma]` step (drawn from its prior in both simulators):
+    r"""identity (g) including the collapsed :math:`\xi\mid f,g,[\gamma]` step (drawn from its prior in both
+    simulators):
     the valid order f (collapsed) -> fresh Ω -> g, with Ω redrawn after every ξ draw, passes."""
     z = _geweke_z(make(), (6.0, 2.0), num_points=2, scale=1.5, chains=600, sweeps=90, burn_in=15)
     assert z.abs().max() <= Z_TOL, z

@@ -1,9 +1,10 @@
-r"""Tests specific to :class:`LogisticSoftmaxLikelihood` (``augmentations.md`` §9); the identities of §12 run in the
+r"""Tests specific to :class:`LogisticSoftmaxLikelihood` (docs/maths/multiclass.md); the identities
+(docs/maths/identities.md) run in the
 shared protocol suite (``cases_multiclass.py``).
 
 * the class-scale update is the exact maximiser of :math:`\sum_i\ell^*_i` (and the MAP under a Gamma prior), and
   monotone;
-* the reference implementation's sign bug (:math:`\sigma(+f)` in the :math:`n`-conditional) fails §12 (a);
+* the reference implementation's sign bug (:math:`\sigma(+f)` in the :math:`n`-conditional) fails identity (a);
 * the predictive integrates the latent variance (it differs from the plug-in at the mean and matches Monte Carlo),
   for the product rule (:math:`J \le 3`) and quasi-Monte Carlo (:math:`J > 3`);
 * the augmented ELBO never decreases under CAVI with class-scale updates (exact and sparse, both links);
@@ -61,7 +62,7 @@ def test_links_and_likelihood():
         torch.testing.assert_close(lik(fj).probs, expected)
         y = torch.tensor([0, 1, 2, 2, 0])
         torch.testing.assert_close(lik.log_prob_at(y.double(), fj), expected[torch.arange(5), y].log())
-    # the bijective cap of §9.1: classes k < K below theta_k / (theta_k + theta_K D) = 2/3 for theta = 1
+    # the bijective cap: classes k < K below theta_k / (theta_k + theta_K D) = 2/3 for theta = 1
     cap = LogisticSoftmaxLikelihood(3, bijective=True)(torch.full((1, 2), 30.0)).probs
     assert cap.max() < 0.5 + 1e-6  # two latent classes share the top (1/(1+1+1/2) each)
     assert LogisticSoftmaxLikelihood(2, bijective=True)(torch.full((1, 1), 40.0)).probs[0, 0] <= 2 / 3 + 1e-12
@@ -188,7 +189,7 @@ def test_class_scales_absent_class_and_fixed_scales():
 
 # ---------------------------------------------------------------------------------------------- the sign bug
 class _SigmaPlusBug(LogisticSoftmaxLikelihood):
-    """The reference implementation's n-conditional, p'_j = p_j sigma(+f_j) (augmentations.md §9.8)."""
+    """The reference implementation's n-conditional, p'_j = p_j sigma(+f_j) (docs/maths/multiclass.md)."""
 
     def aux_conditional(self, y, f):
         return super().aux_conditional(y, -f)

@@ -1,4 +1,4 @@
-r"""The identities every augmented likelihood must pass (``augmentations.md`` §12), for every registered case.
+r"""The identities every augmented likelihood must pass (docs/maths/identities.md), for every registered case.
 
 The suite itself ships as :mod:`gpytorch_augment.testing`: :class:`TestProtocol` below is its
 :class:`~gpytorch_augment.testing.AugmentedLikelihoodTestCase`, parametrised over every case of
@@ -37,12 +37,8 @@ from gpytorch_augment.testing import (
     violation_stationarity,
     worst,
 )
-from gpytorch_augment.testing.models import make_cavi_model as _make_model
 from tests.likelihoods.registry import BERNOULLI, CASES
 from tests.likelihoods.toy_multilatent import TWO_BIT_LOGIT
-
-# names other test modules import from here (kept for them)
-__all__ = ["_make_model", "gp_data", "protocol_data"]
 
 
 # ================================================================================================ the protocol tests
@@ -66,7 +62,8 @@ class TestTwoBitLogitThirdParty(AugmentedLikelihoodTestCase):
 
 
 def test_third_party_registration_inherits_every_test():
-    """A subclass that only sets ``case`` has every test of the shipped suite, one per identity letter of §12 plus
+    """A subclass that only sets ``case`` has every test of the shipped suite, one per identity letter
+    (docs/maths/identities.md) plus
     the shape and GPyTorch tests (:class:`TestTwoBitLogitThirdParty` runs them)."""
     names = {n for n, _ in inspect.getmembers(AugmentedLikelihoodTestCase, inspect.isfunction) if n.startswith("test_")}
     letters = {n.split("_")[1] for n in names if len(n.split("_")[1]) == 1}

@@ -1,6 +1,7 @@
-r"""Tests specific to the robust-regression likelihoods (Laplace §5, Student-t §6 of ``augmentations.md``).
+r"""Tests specific to the robust-regression likelihoods (Laplace and Student-t, docs/maths/robust.md).
 
-The shared identities of §12 run through ``cases_robust.py``; this file adds what only these likelihoods have:
+The shared identities (docs/maths/identities.md) run through ``cases_robust.py``; this file adds what only these
+likelihoods have:
 
 * the two Student-t errors of the reference implementation, each caught by a check that is shown to fail on
   a deliberately wrong variant: the scale parametrisation (prior rate :math:`\nu/(2\sigma^2)`) by the
@@ -37,7 +38,7 @@ from tests.models import SVGP
 
 
 def _marginals(n: int = 15, seed: int = 0, scale: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
-    """§12 recipe: targets, m ~ N(0, 1), s ~ U(0.1, 1); targets spread by ``scale``."""
+    """The identities' data recipe: targets, m ~ N(0, 1), s ~ U(0.1, 1); targets spread by ``scale``."""
     g = torch.Generator().manual_seed(seed)
     y = scale * 2 * torch.randn(n, generator=g)
     return y, torch.randn(n, generator=g), 0.1 + 0.9 * torch.rand(n, generator=g)
@@ -83,13 +84,13 @@ def _bound_violation(likelihood: StudentTLikelihood) -> float:
 
 
 def test_student_t_marginalises_to_the_stated_scale():
-    """§12 (c) at sigma = 2.5: the correct rate nu sigma^2 / 2 passes, the reference's nu / (2 sigma^2) fails."""
+    """identity (c) at sigma = 2.5: the correct rate nu sigma^2 / 2 passes, the reference's nu / (2 sigma^2) fails."""
     assert _marginalisation_error(StudentTLikelihood(df=3.5, scale=2.5)) <= 1e-7
     assert _marginalisation_error(_ReferenceRate(df=3.5, scale=2.5)) > 0.5  # it is t_nu with scale 1/sigma
 
 
 def test_student_t_augmented_bound_below_true_expected_log_lik():
-    """§12 (f) on elbo_terms: E log omega keeps ell_i below E_q log p; log E omega exceeds it (not a bound)."""
+    """identity (f) on elbo_terms: E log omega keeps ell_i below E_q log p; log E omega exceeds it (not a bound)."""
     assert _bound_violation(StudentTLikelihood(df=3.5, scale=2.5)) <= 1e-8
     # the excess is (log alpha - digamma(alpha)) / 2 = 0.109 per point minus the Jensen gap
     assert _bound_violation(_LogMeanOmega(df=3.5, scale=2.5)) > 0.05

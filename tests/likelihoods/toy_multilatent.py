@@ -10,7 +10,7 @@ run before the first real multi-latent likelihood registers.
     p(y,\omega\mid f) = \tfrac14 \prod_{j=1}^2 \exp\!\big(\tfrac{s_j}{2} f_j - \tfrac12\omega_j f_j^2\big)\,
     \mathrm{PG}(\omega_j\mid 1, 0),
 
-i.e. the Bernoulli augmentation (``augmentations.md`` §3) once per latent, with ``omega`` of shape ``(N, 2)``.
+i.e. the Bernoulli augmentation (docs/maths/binary.md) once per latent, with ``omega`` of shape ``(N, 2)``.
 Per-latent auxiliaries are declared as ``Independent(..., 1)`` so that their log-density is one value per datum.
 """
 

@@ -71,7 +71,7 @@ def test_value_is_below_gpytorch_variational_elbo(strategy_cls):
 
 @pytest.mark.parametrize("strategy_cls", STRATEGIES)
 def test_hyperparameter_gradients_are_those_of_the_collapsed_bound(strategy_cls):
-    """Envelope theorem (§1.5 (4)): q(Ω) detached at its optimum gives the gradient of Σ ℓ*_i."""
+    """Envelope theorem (docs/maths/engines.md): q(Ω) detached at its optimum gives the gradient of Σ ℓ*_i."""
     model, likelihood, _, x, y = _fitted(strategy_cls, learn_inducing_locations=True)
     params = dict(model.named_hyperparameters())
     assert {

@@ -17,7 +17,7 @@ The kernel talks to the likelihood only through the :class:`~gpytorch_augment.li
 protocol and to the model only through ``model.forward(x)`` (the prior). Chains are a batch dimension: one batched
 Cholesky factorisation and one pair of batched triangular solves per sweep serve every chain.
 
-Numerics (``gpytorch-integration.md`` §7, §9, §10): the prior is evaluated and factorised once, in
+Numerics: the prior is evaluated and factorised once, in
 ``linalg_dtype`` (float64 unless the sampler was built with float32), and cached while the hyper-parameters are
 fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an explicit (batched) Cholesky / triangular
 solve; the exact model's :math:`f`-update uses the GPML-stable matrix

@@ -49,7 +49,7 @@ class GibbsSampler(BlockedGibbsKernel):
 
     The :math:`f`-draw (``f_update``, with :math:`K` standing for :math:`K + \epsilon I = LL^\top`):
 
-    * GPML-stable pathwise draw (method C of ``gpytorch-integration.md`` §9), with
+    * GPML-stable pathwise draw (a prior draw corrected by one solve; :doc:`/maths/engines`), with
       :math:`B' = I + \Lambda^{1/2} K \Lambda^{1/2} = R R^\top`: :math:`f_0 = \mu_0 + L\varepsilon_1`,
       :math:`f = f_0 + K \Lambda^{1/2} B'^{-1}\big(\Lambda^{-1/2}(h - \Lambda f_0) - \varepsilon_2\big)`.
       Needs every :math:`\lambda_i > 0`; forming :math:`B'` is :math:`O(N^2)`.
@@ -82,9 +82,9 @@ class GibbsSampler(BlockedGibbsKernel):
     draw, no current state) is never over-relaxed.
 
     **Inducing-point model: VI-Gibbs** (``inducing_points=Z``, :math:`M` points, ``alpha`` :math:`=\alpha \in [0, 1]`;
-    the thesis's variational Gibbs sampler for sparse GPs). With :math:`K_{ZZ} + \epsilon I = L L^\top`,
-    :math:`u = \mu_Z + L v`, :math:`A = L^{-1} K_{ZX}` (columns :math:`a_i`) and
-    :math:`d_i = k_{ii} - a_i^\top a_i` (the variance of :math:`p(f_i \mid u)`), one sweep is
+    the variational Gibbs sampler for sparse GPs of Galy-Fajou's thesis, 2023).
+    With :math:`K_{ZZ} + \epsilon I = L L^\top`, :math:`u = \mu_Z + L v`, :math:`A = L^{-1} K_{ZX}` (columns
+    :math:`a_i`) and :math:`d_i = k_{ii} - a_i^\top a_i` (the variance of :math:`p(f_i \mid u)`), one sweep is
 
     .. math::
         \Omega \sim p(\Omega \mid f, y),\qquad v \sim q^*_\alpha(v) = \mathcal N(B^{-1} b,\ B^{-1}),\qquad

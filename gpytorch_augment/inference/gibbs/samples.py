@@ -2,11 +2,13 @@ r"""The draws of a Gibbs run: :class:`GibbsSamples` (storage, resume, diagnostic
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.utils.warnings import NumericalWarning
@@ -92,12 +94,64 @@ class GibbsSummary(NamedTuple):
         >>> summary = samples.summary()
         >>> summary.mean.shape, summary.rhat.shape
         (torch.Size([8]), torch.Size([8]))
+        >>> repr(summary).splitlines()[0].split()
+        ['mean', 'sd', 'q5%', 'q95%', 'ess_bulk', 'r_hat']
+
+    Printed, it is a table with one row per coordinate, as ArviZ's ``summary``; above :data:`SUMMARY_ROWS` rows the
+    rest is counted, not printed.
     """
 
     mean: Tensor
     sd: Tensor
     rhat: Tensor  #: rank-normalised split-:math:`\hat R` (max of bulk and folded/tail)
     ess_bulk: Tensor  #: bulk effective sample size (rank-normalised split chains)
+    q05: Tensor | None = None  #: 5 % quantile over all draws
+    q95: Tensor | None = None  #: 95 % quantile over all draws
+    name: str = "f"  #: the variable summarised (the row labels)
+
+    def __repr__(self) -> str:
+        columns = {"mean": self.mean, "sd": self.sd, "q5%": self.q05, "q95%": self.q95}
+        columns.update({"ess_bulk": self.ess_bulk, "r_hat": self.rhat})
+        columns = {k: v.detach().reshape(-1).tolist() for k, v in columns.items() if v is not None}
+        shape = tuple(self.mean.shape)
+        total = self.mean.numel()
+        shown = total if total <= SUMMARY_ROWS else SUMMARY_ROWS
+        labels = [_row_label(self.name, shape, k) for k in range(shown)]
+        cells = {k: [_format_cell(k, v) for v in values[:shown]] for k, values in columns.items()}
+        label_width = max([len(label) for label in labels] + [0])
+        widths = {k: max([len(k)] + [len(c) for c in cells[k]]) for k in cells}
+        lines = [" " * label_width + "".join("  " + k.rjust(widths[k]) for k in cells)]
+        for row, label in enumerate(labels):
+            lines.append(label.ljust(label_width) + "".join("  " + cells[k][row].rjust(widths[k]) for k in cells))
+        if shown < total:
+            lines.append(f"... {total - shown} more rows")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+
+#: the rows a printed :class:`GibbsSummary` shows before it counts the rest
+SUMMARY_ROWS = 20
+
+
+def _row_label(name: str, shape: tuple[int, ...], k: int) -> str:
+    if not shape:
+        return name
+    index = []
+    for size in reversed(shape):
+        index.append(k % size)
+        k //= size
+    return f"{name}[{', '.join(str(i) for i in reversed(index))}]"
+
+
+def _format_cell(column: str, value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    if column == "ess_bulk":
+        return f"{value:.0f}"
+    if column == "r_hat":
+        return f"{value:.2f}"
+    return f"{value:.3f}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
 @dataclass
@@ -290,9 +344,10 @@ class GibbsSamples:
         raise ValueError(f"unknown variable {var!r}; choose 'f', 'u' or one of {sorted(self.aux) + sorted(self.hyper)}")
 
     def summary(self, var: str = "f") -> GibbsSummary:
-        r"""Posterior mean and sd, rank-normalised split-:math:`\hat R` and bulk ESS per coordinate of ``var``
-        (``"f"``, ``"u"``, an auxiliary variable or a sampled likelihood hyper-parameter). :math:`\hat R` needs at
-        least 4 draws (and is computed from split chains, so it is meaningful with a single chain too)."""
+        r"""Posterior mean, sd, 5 % and 95 % quantiles, rank-normalised split-:math:`\hat R` and bulk ESS per
+        coordinate of ``var`` (``"f"``, ``"u"``, an auxiliary variable or a sampled likelihood hyper-parameter), printed
+        as a table. :math:`\hat R` needs at least 4 draws (and is computed from split chains, so it is meaningful with
+        a single chain too)."""
         draws = self._variable(var)
         C, S = draws.shape[:2]
         if S < 4:
@@ -305,6 +360,9 @@ class GibbsSamples:
             sd=as_t(flat.reshape(C * S, -1).std(axis=0, ddof=1)),
             rhat=as_t(rank_normalized_rhat(flat)),
             ess_bulk=as_t(bulk_ess(flat)),
+            q05=as_t(np.quantile(flat.reshape(C * S, -1), 0.05, axis=0)),
+            q95=as_t(np.quantile(flat.reshape(C * S, -1), 0.95, axis=0)),
+            name=var,
         )
 
     def to_arviz(self):
@@ -346,7 +404,7 @@ class GibbsSamples:
         r"""Posterior predictive at ``x_new`` as a mixture of GP conditionals over the stored draws.
 
         Exact model: :math:`\frac1S\sum_s \mathcal N\big(f_* \mid \mu_* + K_{*X}K^{-1}(f^{(s)} - \mu_0),\
-        K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (``augmentations.md`` §1.8).
+        K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (:doc:`/maths/engines`).
         :math:`y_*` is predicted with the **original** likelihood: ``likelihood.marginal`` of each conditional,
         averaged over draws.
 

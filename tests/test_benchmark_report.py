@@ -1,0 +1,72 @@
+"""The benchmarks' one renderer (``benchmarks/_report.py``): tables and JSON, no prose; and the scripts that use it
+import and render a result record."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def report():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("_report")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_the_renderer_writes_tables_and_json(report, tmp_path: Path) -> None:
+    table = report.Table("Speed", ["method", "time [s]", "reached"], [["CAVI", 0.2345678, True], ["Adam", None, False]])
+    md = report.write_report(tmp_path, "demo", {"runs": [1, float("nan")]}, "A title", {"N": 10}, [table], echo=False)
+    text = md.read_text()
+    assert text.startswith("# A title\n") and "## Settings" in text and "| N | 10 |" in text
+    assert "## Speed" in text and "| CAVI | 0.2346 | yes |" in text and "| Adam | — | no |" in text
+    record = json.loads((tmp_path / "demo.json").read_text())
+    assert record["runs"] == [1, None]
+    assert record["report"]["tables"][0]["columns"] == ["method", "time [s]", "reached"]
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        report.Table("bad", ["a", "b", "c"], [[1, 2]])
+
+
+def test_the_renderer_doctests(report) -> None:
+    failures, tried = doctest.testmod(report, verbose=False)
+    assert tried and not failures
+
+
+def test_the_renderer_writes_a_figure_link(report, tmp_path: Path) -> None:
+    drawn = []
+    report.write_report(tmp_path, "fig", {}, "T", {}, [], figure=lambda p, r: drawn.append(p), echo=False)
+    assert drawn == [tmp_path / "fig.png"] and "![T](fig.png)" in (tmp_path / "fig.md").read_text()
+
+
+#: scripts that report through the renderer: each renders its committed result record (benchmarks/results/)
+CONVERTED = {name: name for name in ("regression", "classification", "multiclass", "scale", "sampler_choice",
+                                      "hyper_objective", "distributed")}
+CONVERTED["_sampling_report"] = "sampling"
+
+
+@pytest.mark.parametrize("name", sorted(CONVERTED))
+def test_a_converted_script_renders_its_result_record(report, name: str, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        script = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert not hasattr(script, "write_markdown") and not hasattr(script, "markdown"), f"{name}.py writes Markdown"
+    result = json.loads((BENCHMARKS / "results" / f"{CONVERTED[name]}.json").read_text())
+    title, settings, tables = script.report(result)
+    md = report.write_report(tmp_path, name, result, title, settings, tables, echo=False).read_text()
+    prose = [
+        line for line in md.splitlines() if line and not line.startswith(("#", "|", "![")) and line.strip()
+    ]  # fmt: skip
+    assert not prose, f"{name}: prose in the report: {prose[:3]}"
+    assert len(tables) >= 1 and all(t.rows for t in tables)
