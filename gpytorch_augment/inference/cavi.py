@@ -1,7 +1,7 @@
 r"""Coordinate-ascent variational inference for augmented GP models, full-batch or stochastic (mini-batch).
 
 The driver :class:`CAVI` alternates the closed-form local step (every :math:`q(\Omega_i)` of a batch at its
-optimum) with a natural-gradient step on the global :math:`q(u)` (``augmentations.md`` §1.4 and §1.6), and, in
+optimum) with a natural-gradient step on the global :math:`q(u)` (the maths page :doc:`/maths/engines`), and, in
 :meth:`CAVI.fit`, optionally with torch-optimizer steps on the hyper-parameters through
 :class:`~gpytorch_augment.AugmentedELBO` (or another objective, e.g. GPyTorch's true ``VariationalELBO``). A step
 only ever touches its batch: its cost is :math:`O(|\mathcal B| M^2 + M^3)`, independent of the number of data
@@ -76,7 +76,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
     4. forms the batch's sufficient statistics (:class:`~gpytorch_augment.core.SufficientStatistics`) of the expected
        potentials and precisions, scaled by :math:`N/|\mathcal B|`, and from them the optimal whitened natural
        parameters :math:`\hat\theta`, and takes the natural-gradient step
-       :math:`\theta \leftarrow (1-\rho_t)\theta + \rho_t\hat\theta` (the *global* step; ``augmentations.md`` §1.6).
+       :math:`\theta \leftarrow (1-\rho_t)\theta + \rho_t\hat\theta` (the *global* step; :doc:`/maths/engines`).
 
     With the full data and :math:`\rho = 1` this is exact coordinate ascent: the augmented ELBO never decreases.
     With mini-batches and a Robbins–Monro schedule it is the stochastic variational inference of Hoffman et al.
@@ -89,7 +89,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
     then repeated per block: after the first block, the marginals and :math:`q(\Omega)` are recomputed from the
     current :math:`q(u)` and only the block's latents take the step (the hyper-parameter update and the returned
     ELBO stay those of the state on entry). Needed where a latent's optimal update depends on another latent's
-    *updated* factor, e.g. the double-bound CAVI of the heteroscedastic likelihoods (``augmentations.md`` §10.3).
+    *updated* factor, e.g. the double-bound CAVI of the heteroscedastic likelihoods (:doc:`/maths/heteroscedastic`).
 
     :param model: an ``ApproximateGP`` whose strategy is a :class:`~gpytorch_augment.CAVIVariationalStrategy`
         (or its unwhitened sibling, or a batched one inside ``IndependentMultitaskVariationalStrategy``) with a

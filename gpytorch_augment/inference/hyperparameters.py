@@ -162,6 +162,8 @@ def fit_hyperparameters(
     if protocol == "nested" and num_epochs is not None:
         raise ValueError("num_epochs applies to the stochastic protocol only; the nested protocol caps max_iter")
     params = hyperparameters_of(cavi, learn_inducing_locations)
+    if cavi.likelihood.real_valued_targets:
+        _warn_unstandardised(y)
     with training_mode(cavi.model, cavi.likelihood):
         if protocol == "stochastic":
             trace = _fit_stochastic(
@@ -184,6 +186,23 @@ def fit_hyperparameters(
             stacklevel=3,
         )
     return trace
+
+
+def _warn_unstandardised(y: Tensor) -> None:
+    """Warn when real-valued targets are far from standardised: the kernel's outputscale, the likelihood's scale and
+    the mean start at 1 and 0, and L-BFGS in GPyTorch's raw (softplus) coordinates may stop far from the optimum."""
+    if not y.is_floating_point() or y.numel() < 2:
+        return
+    wide = y.detach().to(torch.float64)
+    location, spread = float(wide.mean()), float(wide.std())
+    if spread < 1e-2 or spread > 1e2 or abs(location) > 10 * spread + 10:
+        warnings.warn(
+            f"the targets have mean {location:.3g} and standard deviation {spread:.3g}, far from standardised: every "
+            "scale of the model starts at 1 and its mean at 0, so the fit may stop far from the optimum. Standardise "
+            "y first ((y - y.mean()) / y.std()) and transform the predictions back",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _cap_text(protocol: str, max_iter: int | None, num_epochs: int | None) -> str:

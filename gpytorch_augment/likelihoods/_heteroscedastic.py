@@ -85,6 +85,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
     num_latents = 2
     #: update order of both engines: f (collapsed over Ω), then a fresh Ω, then g
     latent_blocks = ((0,), (1,))
+    real_valued_targets = True
 
     def __init__(
         self,

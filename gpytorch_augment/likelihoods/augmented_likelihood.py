@@ -103,6 +103,11 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: for a new likelihood). The figures behind each choice: the user guide's "Which engine, when".
     preferred_sampler: str = "gibbs"
 
+    #: Whether the targets are real values whose location and spread the latent GP must match (regression
+    #: likelihoods): the one-call fit then warns when they are far from standardised, since every scale of the model
+    #: starts at 1.
+    real_valued_targets: bool = False
+
     @property
     def samples_constants(self) -> bool:
         """Whether :meth:`sample_hyperparameters` draws the likelihood's constants (a prior on them is set). Only

@@ -69,6 +69,8 @@ class LaplaceLikelihood(AugmentedLikelihood):
     :param batch_shape: batch shape of :math:`\beta` (as in GPyTorch's ``GaussianLikelihood``).
     """
 
+    real_valued_targets = True
+
     def __init__(
         self, scale: float | Tensor = 1.0, learn_scale: bool = True, batch_shape: torch.Size = torch.Size()
     ) -> None:

@@ -45,8 +45,6 @@ LOG_D = -LOG2
 _LOG_SIGMOID_NODES = 64
 #: quasi-Monte Carlo points of ``expected_log_prob`` for J > 3 latents (a training objective: cheap, deterministic)
 NUM_ELBO_QMC_POINTS = 2**9
-#: the scrambled-Sobol rule under its former private name (used by ``benchmarks/multiclass.py`` and a tutorial)
-_expectation = latent_expectation
 
 
 # ---------------------------------------------------------------------------------------------- class scales

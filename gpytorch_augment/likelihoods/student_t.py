@@ -73,6 +73,7 @@ class StudentTLikelihood(AugmentedLikelihood):
 
     #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
+    real_valued_targets = True
 
     def __init__(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import gpytorch
 import pytest
@@ -248,3 +249,32 @@ def test_the_one_call_fit_keeps_its_own_default_tolerance(monkeypatch):
     assert seen["tol"] is None
     cavi.fit(data.x, data.y, learn_hyperparameters=True, tol=1e-3)
     assert seen["tol"] == 1e-3
+
+
+def test_far_from_standardised_targets_get_advice():
+    from gpytorch_augment import StudentTLikelihood
+
+    x = torch.linspace(0, 10, 40, dtype=torch.float64).unsqueeze(-1)
+    y = 1e8 + 1e6 * x.squeeze(-1).sin()
+    model = make_cavi_model(1, x[::8].clone()).double()
+    cavi = CAVI(model, StudentTLikelihood(df=4.0).double(), num_data=40)
+    with pytest.warns(UserWarning, match="far from standardised"):
+        cavi.fit(x, y, learn_hyperparameters=True, convergence=lambda tr: True)
+    standardised = (y - y.mean()) / y.std()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = cavi.fit(x, standardised, learn_hyperparameters=True)
+    assert trace.converged
+
+
+def test_count_and_constant_targets_stay_finite():
+    """Valid large counts and constant targets: a finite fit, not a NaN blamed on a learning rate."""
+    from gpytorch_augment import LaplaceLikelihood, NegativeBinomialLogitLikelihood
+
+    x = torch.linspace(0, 10, 60, dtype=torch.float64).unsqueeze(-1)
+    counts = torch.poisson(1e5 * x.squeeze(-1).sin().exp(), generator=torch.Generator().manual_seed(0))
+    for likelihood, y in ((NegativeBinomialLogitLikelihood().double(), counts),
+                          (LaplaceLikelihood().double(), torch.full((60,), 3.0, dtype=torch.float64))):  # fmt: skip
+        model = make_cavi_model(1, x[::6].clone()).double()
+        trace = CAVI(model, likelihood, num_data=60).fit(x, y, learn_hyperparameters=True)
+        assert trace.converged and all(math.isfinite(v) for v in trace.elbo)
