@@ -400,7 +400,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="combine the JSON files of separate runs into results/hyperparameters.{json,md}")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, common.output_dir(args.out, False))
     machine = common.start_run(threads=1, seed=0)
     results = [run_problem(name, args.splits, args.quick) for name in args.problems]
     machine = common.close_machine_info(machine)
@@ -409,6 +413,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     record = {"machine": machine, "grid": GRID, "problems": PROBLEMS, "results": results}
     common.write_json(out / f"{stem}.json", record)
     write_markdown(out / f"{stem}.md", results, machine)
+    return results
+
+
+def merge(paths: list[Path], out: Path) -> list[dict[str, Any]]:
+    """One report from runs made separately (e.g. the small and the large problems in two processes)."""
+    import json
+
+    records = [json.loads(Path(p).read_text()) for p in paths]
+    results = [r for record in records for r in record["results"]]
+    machine = dict(records[0]["machine"])
+    machine["load_average_end"] = max((rec["machine"]["load_average_end"] for rec in records), key=lambda v: v[0])
+    record = {"machine": machine, "runs_merged": [str(p) for p in paths], "grid": GRID, "problems": PROBLEMS,
+              "results": results}  # fmt: skip
+    common.write_json(out / "hyperparameters.json", record)
+    write_markdown(out / "hyperparameters.md", results, machine)
     return results
 
 
