@@ -1,26 +1,29 @@
 r"""The nested protocol of the one-call fit: L-BFGS on the hyper-parameters :math:`\theta` alone, with
-:math:`q(u)` re-solved by closed-form CAVI inside every evaluation.
+:math:`q(u)` re-solved inside every evaluation.
 
 The objective is a function of :math:`\theta` only,
 
 .. math::
     J(\theta) = -\mathcal L\big(\theta, q_\theta(u)\big) / N, \qquad
-    q_\theta(u) = \mathrm{CAVI}^k_\theta\big(q_0(u)\big),
+    q_\theta(u) = \mathrm{NG}^{j}_\theta\big(\mathrm{CAVI}^k_\theta(q_0(u))\big),
 
 where :math:`\mathcal L` is GPyTorch's true ``VariationalELBO`` (with the model's and likelihood's registered priors)
 and :math:`q_\theta(u)` is the result of ``inner_steps`` :math:`k` full-batch CAVI steps at :math:`\theta`, started
-from a fixed *snapshot* :math:`q_0(u)`. Every evaluation restores the snapshot first, so the function L-BFGS's line
-search sees is deterministic. CAVI's steps are closed form and need no autograd graph; the gradient is that of
-:math:`\mathcal L` with :math:`q(u)` held at :math:`q_\theta(u)` (near stationarity the dependence of
-:math:`q_\theta(u)` on :math:`\theta` contributes little: the envelope theorem). After each L-BFGS iteration the
-snapshot moves to :math:`\mathrm{CAVI}^{k}_\theta(q_0)` at the new :math:`\theta`, so :math:`q_0` tracks the optimum.
+from a fixed *snapshot* :math:`q_0(u)`, followed by ``true_steps`` :math:`j` natural-gradient steps on :math:`\mathcal
+L` itself (:meth:`NestedObjective._true_elbo_step`). CAVI converges fast but to the optimum of the *augmented*
+bound; the natural-gradient steps move :math:`q(u)` on to the true ELBO's optimum, so the hyper-parameters are not
+biased where the augmented bound is loose. Every evaluation restores the snapshot first, so the function L-BFGS's
+line search sees is deterministic. None of the inner steps needs an autograd graph through :math:`q(u)`; the
+gradient is that of :math:`\mathcal L` with :math:`q(u)` held at :math:`q_\theta(u)` (at a stationary
+:math:`q_\theta(u)` this is :math:`dJ/d\theta`: the envelope theorem). After each L-BFGS iteration the snapshot moves
+to :math:`q_\theta(u)` at the new :math:`\theta`, so :math:`q_0` tracks the optimum.
 
 Likelihood constants that have a closed-form CAVI update (scales, rate scales, class scales, degrees of freedom) are
 part of :math:`\theta` here: L-BFGS moves them along the true ELBO, and the inner CAVI steps hold them fixed.
 
-The run stops when the objective changes by less than ``tol`` (relative) from one iteration to the next, or, with a
-warning, after ``max_iter`` iterations. A non-finite or exploding evaluation is rejected: :math:`\theta` returns to
-the last accepted point and L-BFGS restarts with a shorter first step.
+Safeguards: an evaluation that fails (a kernel matrix that cannot be factorised) or is not finite counts as a very
+high objective without a gradient, so the strong-Wolfe line search shortens its step; an iteration that cannot move
+restarts L-BFGS with its short first step, and a second one in a row ends the run.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from gpytorch.variational import UnwhitenedVariationalStrategy
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
-__all__ = ["NestedObjective"]
+__all__ = ["NestedObjective", "NestedProtocol"]
 
 
 class NestedObjective:
@@ -46,6 +49,7 @@ class NestedObjective:
     :param x: all the training inputs ``(N, D)``.
     :param y: all the training targets (as the user passes them to the likelihood).
     :param inner_steps: :math:`k`, the CAVI steps of an evaluation.
+    :param true_steps: :math:`j`, the natural-gradient steps on the true ELBO after them.
     :param kwargs: per-datum keyword arguments of the likelihood (e.g. ``trials=``).
 
     Example::
