@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import gpytorch_augment as ga
+from gpytorch_augment.testing import make_cavi_model
 
 
 def _log_pg0_reference(x: float, b: float) -> float:
@@ -113,3 +114,85 @@ def test_integer_counts_are_converted_exactly_to_the_data_dtype(case, float32_de
 def test_integer_counts_the_default_dtype_cannot_hold_raise(make, float32_default):
     with pytest.raises(ValueError, match="cannot represent exactly"):
         make(torch.tensor([2**24 + 1, 3]))
+
+
+# ------------------------------------------------------------------------------------------------ logistic-softmax
+def _three_classes(n: int = 60) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(n, 1, generator=g, dtype=torch.float64) * 6 - 3
+    y = torch.bucketize(x[:, 0], torch.tensor([-1.0, 1.0], dtype=torch.float64)).double()
+    order = y.argsort(stable=True)
+    return x[order], y[order]
+
+
+def _class_scale_fit(x: torch.Tensor, y: torch.Tensor, **fit: object) -> tuple[float, torch.Tensor]:
+    torch.manual_seed(0)
+    likelihood = ga.LogisticSoftmaxLikelihood(3, learn_class_scales=True)
+    model = make_cavi_model(3, torch.linspace(-3, 3, 8, dtype=torch.float64).unsqueeze(-1))
+    ga.CAVI(model, likelihood, num_data=60).fit(x, y, **fit)
+    x, y = _three_classes()
+    accuracy = (likelihood.predict_labels(model(x)) == y).double().mean().item()
+    return accuracy, likelihood.class_scales.detach()
+
+
+@pytest.mark.filterwarnings("ignore:CAVI.fit stopped")
+def test_class_scales_keep_absent_classes_on_label_sorted_mini_batches():
+    x, y = _three_classes()
+    loader = [(x[i : i + 10], y[i : i + 10]) for i in range(0, len(y), 10)]  # mostly single-class batches
+    sorted_acc, sorted_scales = _class_scale_fit(None, None, data_loader=loader, num_epochs=10)
+    shuffled_acc, shuffled_scales = _class_scale_fit(
+        x, y, batch_size=len(y), num_epochs=10, generator=torch.Generator().manual_seed(1)
+    )
+    one_acc, one_scales = _class_scale_fit(x, y, batch_size=1, num_epochs=1, generator=torch.Generator().manual_seed(1))
+    assert shuffled_acc > 0.9
+    assert sorted_acc > shuffled_acc - 0.1 and one_acc > shuffled_acc - 0.1, (sorted_acc, one_acc, shuffled_acc)
+    for scales in (sorted_scales, shuffled_scales, one_scales):
+        assert torch.isfinite(scales).all() and scales.min() > 0.05 and scales.max() < 20, scales
+
+
+def test_maximise_class_scales_leaves_absent_classes_exactly():
+    from gpytorch_augment.likelihoods.logistic_softmax import maximise_class_scales
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(12, 4, generator=g, dtype=torch.float64) + 0.1
+    init = torch.tensor([0.5, 2.0, 1.5, 0.7], dtype=torch.float64)
+    single = maximise_class_scales(a, torch.tensor([12.0, 0, 0, 0], dtype=torch.float64), init)
+    assert torch.equal(single, init)  # one class alone: nothing to fit, nothing rescaled
+    two = maximise_class_scales(a, torch.tensor([7.0, 0, 5.0, 0], dtype=torch.float64), init)
+    assert torch.equal(two[[1, 3]], init[[1, 3]])
+    assert (two[0] * two[2]).item() == pytest.approx((init[0] * init[2]).item(), rel=1e-9)  # present: ratio only
+    assert not torch.allclose(two[0] / two[2], init[0] / init[2])
+    full = maximise_class_scales(a, torch.tensor([3.0, 4, 2, 3], dtype=torch.float64), init)
+    assert full.mean().item() == pytest.approx(1.0)
+
+
+def _gp_prior(num_latents: int) -> ga.GPPrior:
+    shape = torch.Size([num_latents]) if num_latents > 1 else torch.Size()
+    return ga.GPPrior(
+        gpytorch.means.ZeroMean(batch_shape=shape),
+        gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(batch_shape=shape), batch_shape=shape),
+    ).double()
+
+
+def test_bijective_two_classes_has_one_latent_in_every_engine():
+    likelihood = ga.LogisticSoftmaxLikelihood(2, bijective=True)
+    assert likelihood.num_latents == 1
+    x = torch.linspace(-3, 3, 24, dtype=torch.float64).unsqueeze(-1)
+    y = (x[:, 0] > 0).double()
+    model = make_cavi_model(1, x[::3])
+    ga.CAVI(model, likelihood, num_data=24).fit(x, y, max_iter=50, tol=1e-6)
+    probs = likelihood(model(x)).probs
+    assert probs.shape == (24, 2) and torch.allclose(probs.sum(-1), torch.ones(24, dtype=torch.float64))
+    assert (probs.argmax(-1) == y).double().mean() > 0.9
+    for sampler in (ga.GibbsSampler, ga.HMCSampler):
+        samples = sampler(_gp_prior(1), likelihood, x, y).sample(20, warmup=20, seed=0, progress=False)
+        assert samples.f.shape == (1, 20, 24)
+        pred = samples.predict(x[[0, -1]])
+        assert pred.y_probs.shape == (2, 2) and pred.y_probs[0, 0] > 0.5 and pred.y_probs[1, 1] > 0.5
+    # the engines' one-latent layout (N,) throughout; the closed-form gradient matches autograd
+    f = torch.randn(24, dtype=torch.float64, requires_grad=True)
+    value, grad = likelihood.log_prob_and_grad(y, f)
+    (auto,) = torch.autograd.grad(likelihood.log_prob_at(y, f).sum(), f)
+    assert grad.shape == (24,) and torch.allclose(grad, auto) and torch.allclose(value, likelihood.log_prob_at(y, f))
+    h, lam = likelihood.potential_and_precision(y, likelihood.sample_aux(y, f.detach()), f.detach())
+    assert h.shape == lam.shape == (24,)
