@@ -215,3 +215,62 @@ def test_gibbs_predict_pairs_each_draw_with_its_sampled_class_scales():
     favour = dataclasses.replace(samples, hyper={"class_scales": theta * torch.tensor([1.0, 100.0, 1.0]).double()})
     assert (favour.predict(x_new).y_probs.argmax(-1) == 1).all()
     assert likelihood.class_scales.shape == (3,)  # the likelihood's own parameter is left as it was
+
+
+def _extreme_latents(J: int) -> torch.Tensor:
+    import itertools
+
+    return torch.tensor(list(itertools.product((-1e3, 1e3, 0.0), repeat=J))[:27], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("K, bijective", [(3, False), (2, False), (5, False), (3, True), (2, True)])
+@pytest.mark.parametrize("var", [1.0, 1e-4, 1e4])
+def test_logistic_softmax_is_finite_in_float32_at_extreme_latents(K, bijective, var):
+    def make(dtype):
+        scales = torch.linspace(0.5, 2.0, K)
+        lik = ga.LogisticSoftmaxLikelihood(K, bijective, True, (2.0, 2.0), scales)
+        return lik.to(dtype)
+
+    J = K - 1 if bijective else K
+    f64 = _extreme_latents(J)
+    y64 = (torch.arange(len(f64)) % K).double()
+    if J == 1:
+        f64 = f64[:, 0]
+    out = {}
+    for dtype in (torch.float32, torch.float64):
+        lik, f, y = make(dtype), f64.to(dtype), y64.to(dtype)
+        s = torch.full_like(f, var)
+        if J == 1:
+            dist = gpytorch.distributions.MultivariateNormal(f, torch.diag(s))
+        else:
+            dist = gpytorch.distributions.MultitaskMultivariateNormal(f, torch.diag(s.reshape(-1)))
+        q = lik.aux_posterior(y, f, s)
+        out[dtype] = {
+            "log_prob": lik(f).log_prob(y.long()),
+            "log_prob_at": lik.log_prob_at(y, f),
+            "gradient": lik.log_prob_and_grad(y, f)[1],
+            "expected_log_prob": lik.expected_log_prob(y, dist),
+            "predict_proba": lik.predict_proba(dist),
+            **{f"aux_posterior[{k}]": v for k, v in q.items() if k != "log_one_minus_sigma_tilde"},
+            "potential": lik.expected_potential_and_precision(y, q, f, s)[0],
+            "precision": lik.expected_potential_and_precision(y, q, f, s)[1],
+            "aux_kl": lik.aux_kl(y, q),
+            "elbo_terms": lik.elbo_terms(y, q, f, s),
+            "collapsed_bound": lik.collapsed_bound(y, f, s),
+        }
+        # the Gibbs conditionals (every latent << 0 in the over-parametrised link: counts of e^1000, refused clearly)
+        finite_rows = (f.reshape(len(y), -1) > -1).any(-1) | bijective
+        fr, yr = f[finite_rows], y[finite_rows]
+        aux = lik.sample_aux(yr, fr, generator=torch.Generator().manual_seed(0))
+        h, lam = lik.potential_and_precision(yr, aux, fr)
+        hyper, fresh = lik.sample_hyperparameters(yr, aux, fr[None], generator=torch.Generator().manual_seed(0))
+        for name, value in {**aux, "h": h, "lambda": lam, "class_scales": hyper["class_scales"]}.items():
+            assert torch.isfinite(value).all(), (dtype, name)
+        if not finite_rows.all():
+            with pytest.raises(ValueError, match="latent values are extreme"):
+                lik.sample_aux(y, f)
+    for name, value in out[torch.float32].items():
+        assert torch.isfinite(value).all(), (name, value)
+    torch.testing.assert_close(out[torch.float32]["predict_proba"].sum(-1), torch.ones(len(y64), dtype=torch.float32))
+    for name in ("predict_proba", "log_prob_at", "collapsed_bound", "expected_log_prob"):  # finite and right
+        torch.testing.assert_close(out[torch.float32][name].double(), out[torch.float64][name], rtol=1e-4, atol=1e-4)

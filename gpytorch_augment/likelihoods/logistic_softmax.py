@@ -23,7 +23,7 @@ from .._numerics import (
     additive_product_rule,
     gauss_hermite,
     latent_expectation,
-    log_sigma_tilde,
+    log_sigma_tilde_moments,
     log_sigma_tilde_plus,
     pg_kl,
     pg_mean,
@@ -195,10 +195,12 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     Latents come as ``(*batch, N, J)`` (GPyTorch's multitask layout); potentials and precisions are
     ``(*batch, J, N)``. The auxiliary variables are ``{"n": n, "omega": ω}``, both ``(*batch, N, J)``; their
-    variational parameters ``{"c": c, "sigma_tilde": σ̃}``. :math:`q(n)` is stored through :math:`\tilde\sigma`,
-    i.e. relative to :math:`\theta`, so it stays optimal when :math:`\theta` changes. :math:`\theta` is a GPyTorch
-    parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)``; a Gibbs sampler keeps its draws per
-    chain in its own state (:meth:`sample_hyperparameters`).
+    variational parameters ``{"c": c, "sigma_tilde": σ̃, "log_one_minus_sigma_tilde": log(1 - σ̃)}`` (the last
+    because :math:`1 - \tilde\sigma` rounds to 0 for :math:`f \ll 0`). :math:`q(n)` is stored through
+    :math:`\tilde\sigma`, i.e. relative to :math:`\theta`, so it stays optimal when :math:`\theta` changes.
+    :math:`\theta` is a GPyTorch parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)``; a Gibbs
+    sampler keeps its draws per chain in its own state (:meth:`sample_hyperparameters`). With one latent
+    (``num_classes=2, bijective=True``) latents, potentials and precisions take the one-latent layout ``(*batch, N)``.
 
     Example::
 
@@ -385,11 +387,18 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
                 t = latent * torch.sigmoid(f)
                 return torch.cat([t, reference.expand(*t.shape[:-1], 1)], -1) if self.bijective else t
 
-            if probs:
-                return latent_expectation(
-                    lambda f: (lambda t: t / t.sum(-1, keepdim=True))(class_terms(f)), mean, var, num_points
-                )
-            return latent_expectation(lambda f: class_terms(f).sum(-1).log(), mean, var, num_points)
+            def ratios(f: Tensor) -> Tensor:
+                t = class_terms(f)
+                total = t.sum(-1, keepdim=True)
+                if bool((total > 0).all()):
+                    return t / total
+                return torch.softmax(self._logits(f), -1)  # every term underflows somewhere: in logs
+
+            def log_total(f: Tensor) -> Tensor:
+                total = class_terms(f).sum(-1)
+                return total.log() if bool((total > 0).all()) else torch.logsumexp(self._logits(f), -1)
+
+            return latent_expectation(ratios if probs else log_total, mean, var, num_points)
         batch = mean.shape[:-1]
         log_w = log_w.squeeze(-2).unsqueeze(-2).expand(*batch, K).reshape(-1, K)
         out = additive_product_rule(
@@ -524,13 +533,26 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
         f_mean, f_var = self._latent(f_mean), self._latent(f_var)
         c = pg_tilt_c(f_mean, f_var)
-        return {"c": c, "sigma_tilde": log_sigma_tilde(f_mean, c).exp()}
+        log_st, log_one_minus = log_sigma_tilde_moments(f_mean, f_var, c)
+        return {"c": c, "sigma_tilde": log_st.exp(), "log_one_minus_sigma_tilde": log_one_minus}
 
-    def _log_q(self, one_minus_sigma_tilde: Tensor) -> Tensor:
+    @staticmethod
+    def _log_one_minus(q_aux: AuxDict) -> Tensor:
+        r""":math:`\log(1 - \tilde\sigma)` from ``sigma_tilde``; where that rounds to 1 (:math:`f \ll 0`), the value
+        :meth:`aux_posterior` kept (``log_one_minus_sigma_tilde``), else the smallest the dtype resolves."""
+        sigma_tilde = q_aux["sigma_tilde"]
+        below_one = 1 - torch.finfo(sigma_tilde.dtype).eps / 2
+        log_one_minus = torch.log1p(-sigma_tilde.clamp_max(below_one))
+        kept = q_aux.get("log_one_minus_sigma_tilde")
+        if kept is None:
+            return log_one_minus
+        return torch.where(sigma_tilde < 1, log_one_minus, torch.minimum(kept, log_one_minus))
+
+    def _log_q(self, log_one_minus_sigma_tilde: Tensor) -> Tensor:
         r""":math:`\log Q = \log\big(\sum_{j\le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D\big)`,
         ``(..., N)``."""
         log_w, _ = self._log_weights()
-        terms = log_w[..., : self.num_latents] + one_minus_sigma_tilde.log()
+        terms = log_w[..., : self.num_latents] + log_one_minus_sigma_tilde
         if self.bijective:
             terms = torch.cat([terms, log_w[..., -1:].expand(*terms.shape[:-1], 1)], -1)
         return torch.logsumexp(terms, -1)
@@ -538,7 +560,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     def _count_mean(self, q_aux: AuxDict) -> tuple[Tensor, Tensor]:
         r""":math:`\bar n_j = \theta_j\tilde\sigma_j / Q` and :math:`\log Q` (:math:`q(n) = \mathrm{NM}(1, p^q)`)."""
         sigma_tilde = q_aux["sigma_tilde"]
-        log_q = self._log_q(1 - sigma_tilde)
+        log_q = self._log_q(self._log_one_minus(q_aux))
         log_w, _ = self._log_weights()
         return (log_w[..., : self.num_latents] + sigma_tilde.log() - log_q.unsqueeze(-1)).exp(), log_q
 
@@ -548,7 +570,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         c, sigma_tilde = q_aux["c"], q_aux["sigma_tilde"]
         log_w, log_s = self._log_weights()
         _, Y = self._labels(y, c.dtype)
-        log_q = self._log_q(1 - sigma_tilde)
+        log_q = self._log_q(self._log_one_minus(q_aux))
         return AuxiliaryDistribution(
             n=NegativeMultinomial(
                 log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + sigma_tilde.log(), log_q - log_s
@@ -584,14 +606,14 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         c = pg_tilt_c(f_mean, f_var)
         log_w, _ = self._log_weights()
         full, Y = self._labels(y, f_mean.dtype)
-        log_q = self._log_q(-torch.expm1(log_sigma_tilde(f_mean, c)))
+        log_q = self._log_q(log_sigma_tilde_moments(f_mean, f_var, c)[1])
         return (full * log_w).sum(-1) + (Y * log_sigma_tilde_plus(f_mean, c)).sum(-1) - log_q
 
     def _class_scale_terms(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor]:
         r""":math:`a_{ik}` (``(M, K)``, every datum of every batch) and the class counts :math:`N_k`."""
         f_mean, f_var = self._latent(f_mean), self._latent(f_var)
         c = pg_tilt_c(f_mean, f_var)
-        a = -torch.expm1(log_sigma_tilde(f_mean, c))
+        a = log_sigma_tilde_moments(f_mean, f_var, c)[1].double().exp()  # 1 - σ̃, (..., N, J)
         if self.bijective:
             a = torch.cat([a, torch.full_like(a[..., :1], math.exp(LOG_D))], -1)
         full, _ = self._labels(y, f_mean.dtype)
