@@ -105,6 +105,19 @@ def log_sigma_tilde(m: Tensor, c: Tensor) -> Tensor:
     return log_sigma_tilde_plus(-m, c)
 
 
+def log_sigma_tilde_moments(mean: Tensor, var: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`\log\tilde\sigma(m, c)` and :math:`\log(1 - \tilde\sigma(m, c))` at :math:`c = \sqrt{m^2 + s}`,
+    from the moments :math:`(m, s)` rather than from a rounded :math:`c`.
+
+    :math:`\log\tilde\sigma = -\frac{m + c}2 - \log(1 + e^{-c})`; for :math:`m < 0` the sum :math:`m + c` cancels
+    (at :math:`m = -10^3, s = 1` in float32, :math:`c - |m|` is below the spacing of :math:`c`, so
+    :math:`\tilde\sigma` would round to 1 and :math:`1 - \tilde\sigma` to 0) and is taken as
+    :math:`s / (c - m)` instead."""
+    half_sum = torch.where(mean < 0, var / (c - mean).clamp_min(torch.finfo(c.dtype).tiny), mean + c) / 2
+    log_st = -half_sum - torch.nn.functional.softplus(-c)
+    return log_st, torch.log(-torch.expm1(log_st))
+
+
 def pg_tilt_c(mean: Tensor, var: Tensor) -> Tensor:
     r""":math:`c = \sqrt{m^2 + s}`: the tilt of the optimal :math:`q(\omega) = \mathrm{PG}(b, c)` under
     :math:`q(f) = \mathcal N(m, s)`, since :math:`E_q f^2 = m^2 + s`. With ``mean`` a residual :math:`y - m` it is the
@@ -370,19 +383,45 @@ def additive_product_rule(
     parts = []
     for start in range(0, mean.shape[0], chunk):
         rows = slice(start, start + chunk)
-        t = (log_scales[rows] + link(mean[rows] + sd[rows] * z.view(n, 1, 1))).exp()  # (n, B, J)
-        total = offset[rows] if offset is not None else torch.zeros_like(log_scales[rows][:, 0])
-        views = [t[..., j].reshape(*([1] * j), n, *([1] * (J - 1 - j)), -1) for j in range(J)]
+        log_t = log_scales[rows] + link(mean[rows] + sd[rows] * z.view(n, 1, 1))  # (n, B, J)
+        log_b = offset[rows].log() if offset is not None else None
+        # each row shifted by its largest term: T e^{-shift} does not underflow where every term is tiny
+        shift = log_t.detach().amax((0, 2))
+        if log_b is not None:
+            shift = torch.maximum(shift, log_b.detach())
+        shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+        log_t = log_t - shift.unsqueeze(-1)
+
+        def grid_views(values: Tensor) -> list[Tensor]:
+            return [values[..., j].reshape(*([1] * j), n, *([1] * (J - 1 - j)), -1) for j in range(J)]
+
+        views = grid_views(log_t.exp())
+        total = (log_b - shift).exp() if log_b is not None else torch.zeros_like(shift)
         for view in views:
             total = total + view  # (n,)*J + (B,)
+        if bool((total <= 0).any()) or not bool(torch.isfinite(total).all()):
+            # a grid spread wider than the dtype's range: the log-domain sum (slower, exact in range)
+            views = grid_views(log_t)
+            log_total = (log_b - shift).expand_as(shift) if log_b is not None else None
+            for view in views:
+                log_total = view if log_total is None else torch.logaddexp(log_total, view)
+            assert log_total is not None
+            if ratios:
+                cols = [(weights * (view - log_total).exp()).sum(grid_axes) for view in views]
+                if log_b is not None:
+                    cols.append((weights * (log_b - shift - log_total).exp()).sum(grid_axes))
+                parts.append(torch.stack(cols, -1))
+            else:
+                parts.append((weights * log_total).sum(grid_axes) + shift)
+            continue
         if ratios:
             inv = weights / total
             cols = [(inv * view).sum(grid_axes) for view in views]
             if offset is not None:
-                cols.append(inv.sum(grid_axes) * offset[rows])
+                cols.append(inv.sum(grid_axes) * (log_b - shift).exp())
             parts.append(torch.stack(cols, -1))
         else:
-            parts.append((weights * total.log()).sum(grid_axes))
+            parts.append((weights * total.log()).sum(grid_axes) + shift)
     return torch.cat(parts, 0)
 
 

@@ -8,6 +8,7 @@ argument: never NaN, never a hang (each case runs under a ``signal.alarm`` timeo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import warnings
@@ -647,6 +648,76 @@ def _cavi_dtype_mismatch(entry: str) -> Callable[[], Any]:
 
 for _e in ("step", "fit"):
     add(f"CAVI.{_e}-float32 model, float64 data", _cavi_dtype_mismatch(_e), ("dtype",), must_fail=True)
+
+
+def _gibbs_init_field(field: str) -> Callable[[], Any]:
+    def run() -> Any:
+        x = torch.linspace(-2, 2, N).unsqueeze(-1)
+        y, _ = _targets("poisson", N, torch.float64)
+        sampler = ga.GibbsSampler(_gibbs_prior(), ga.PoissonLogitLikelihood(), x, y, inducing_points=x[::2])
+        state = sampler.sample(2, warmup=1, num_chains=2, seed=0, progress=False).last_state()
+        omega, u = state.aux["omega"], state.u
+        bad = {
+            "aux nan": {"aux": {**state.aux, "omega": omega * math.nan}},
+            "aux short": {"aux": {**state.aux, "omega": omega[:, :-1]}},
+            "aux chains": {"aux": {**state.aux, "omega": torch.cat([omega, omega])}},
+            "u nan": {"u": _with(u, 0, math.nan)},
+            "u short": {"u": u[:, :-1]},
+            "rng_state": {"rng_state": torch.zeros(3, dtype=torch.uint8)},
+            "num_sweeps": {"num_sweeps": -1},
+            "hyper nan": {"hyper": {k: v * math.nan for k, v in state.hyper.items()}},
+            "hyper shape": {"hyper": {k: torch.ones(5) for k in state.hyper}},
+        }[field]
+        return sampler.sample(2, init=dataclasses.replace(state, **bad), num_chains=2, progress=False).f
+
+    return run
+
+
+for _field in ("aux nan", "aux short", "aux chains", "u nan", "u short", "rng_state", "num_sweeps", "hyper nan"):
+    add(f"Gibbs-init GibbsState {_field}", _gibbs_init_field(_field), ("init",), must_fail=True, isolate=True)
+add("Gibbs-init GibbsState hyper shape", _gibbs_init_field("hyper shape"), ("init",), must_fail=True, isolate=True)
+
+
+def _softmax_two_bijective(entry: str) -> Callable[[], Any]:
+    def run() -> Any:
+        likelihood = ga.LogisticSoftmaxLikelihood(2, bijective=True)
+        x = torch.linspace(-2, 2, N).unsqueeze(-1)
+        y = (torch.arange(N) % 2).double()
+        if entry in ("CAVI.fit", "predict"):
+            model = make_cavi_model(1, x[::2])
+            ga.CAVI(model, likelihood, num_data=N).fit(x, y, max_iter=3)
+            return likelihood(model(x)).probs
+        sampler = {"Gibbs": ga.GibbsSampler, "HMC": ga.HMCSampler}[entry]
+        return sampler(_gibbs_prior(), likelihood, x, y).sample(2, warmup=2, seed=0, progress=False).predict(x).y_probs
+
+    return run
+
+
+for _entry in ("CAVI.fit", "predict", "Gibbs", "HMC"):
+    add(f"softmax(2, bijective).{_entry}", _softmax_two_bijective(_entry), isolate=True)
+
+
+def _softmax_float32_extreme(entry: str, value: float) -> Callable[[], Any]:
+    def run() -> Any:
+        likelihood = ga.LogisticSoftmaxLikelihood(3).float()
+        f = torch.full((N, 3), value, dtype=torch.float32)
+        y = (torch.arange(N) % 3).float()
+        s = torch.ones_like(f)
+        dist = gpytorch.distributions.MultitaskMultivariateNormal(f, torch.eye(3 * N, dtype=torch.float32))
+        if entry == "predict_proba":
+            return likelihood.predict_proba(dist)
+        if entry == "expected_log_prob":
+            return likelihood.expected_log_prob(y, dist)
+        if entry == "elbo_terms":
+            return likelihood.elbo_terms(y, likelihood.aux_posterior(y, f, s), f, s)
+        return likelihood.log_prob_at(y, f)
+
+    return run
+
+
+for _entry in ("predict_proba", "expected_log_prob", "elbo_terms", "log_prob_at"):
+    for _value in (-1e3, 1e3):
+        add(f"softmax float32 f={_value:g}.{_entry}", _softmax_float32_extreme(_entry, _value))
 
 
 @pytest.fixture(autouse=True)

@@ -10,13 +10,15 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
 from .._numerics import discrete_mixture_cdf, discrete_mixture_quantile
+from ._predictive import PredictiveInterval, check_probability
 
 
-class CountPredictive:
+class CountPredictive(PredictiveInterval):
     r"""``predictive_cdf``, ``predictive_quantile`` and ``predictive_interval`` of a likelihood whose
     :meth:`marginal` is a mixture of count distributions (Poisson, negative binomial, binomial), with the signature
-    and meaning of the heteroscedastic likelihoods' members. Per-datum keyword data (``trials=``) pass on to
-    ``marginal``. The quantiles are integers: the smallest :math:`k` with :math:`P(y_* \le k) \ge q`."""
+    and meaning of the continuous likelihoods' members (:class:`~._predictive.ContinuousPredictive`). Per-datum
+    keyword data (``trials=``) pass on to ``marginal``. The quantiles are integers: the smallest :math:`k` with
+    :math:`P(y_* \le k) \ge q`."""
 
     marginal: Any
 
@@ -32,23 +34,5 @@ class CountPredictive:
 
         :raises ValueError: unless ``0 < q < 1``.
         """
-        q = torch.as_tensor(q, dtype=torch.float64)
-        if not bool(((q > 0) & (q < 1)).all()):
-            raise ValueError(f"q must lie in (0, 1); got {q}")
+        q = check_probability(q)
         return discrete_mixture_quantile(self.marginal(function_dist, **kwargs), q).to(function_dist.mean.dtype)
-
-    def predictive_interval(
-        self, function_dist: MultivariateNormal, level: float = 0.95, **kwargs: Any
-    ) -> tuple[Tensor, Tensor]:
-        r"""The central ``level`` interval of the predictive: the :meth:`predictive_quantile` at
-        :math:`(1 \mp \text{level})/2`, each of shape ``(..., N)`` (it holds at least ``level`` of the mass).
-
-        :raises ValueError: unless ``0 < level < 1``.
-        """
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"level must be in (0, 1), got {level}")
-        tail = (1 - float(level)) / 2
-        return (
-            self.predictive_quantile(function_dist, tail, **kwargs),
-            self.predictive_quantile(function_dist, 1 - tail, **kwargs),
-        )

@@ -54,6 +54,7 @@ from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.noise_variance import NoiseVariance
 from ..distributions.polya_gamma import PolyaGamma
 from ._constants import PositiveConstant, check_gamma_prior, register_positive_constant
+from ._predictive import ContinuousPredictive
 from .augmented_likelihood import NUM_QUADRATURE_LOCS, AugmentedLikelihood, AuxDict
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -74,7 +75,7 @@ def latent_major(f_part: Tensor, g_part: Tensor) -> Tensor:
 
 
 
-class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
+class HeteroscedasticLikelihoodBase(ContinuousPredictive, AugmentedLikelihood):
     r"""What the Gaussian and Student-t heteroscedastic likelihoods share: :math:`\xi`, the :math:`(n,\omega)`
     augmentation of the noise link, the block order, the double-bound statistics and the noise-level helpers.
 
@@ -334,7 +335,7 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         """Standardised CDF of a mixture component (normal; the Student-t overrides through ``df``)."""
         return torch.special.ndtr(z)
 
-    def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor) -> Tensor:
+    def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor | float, **kwargs: Any) -> Tensor:
         r""":math:`P(y_* \le \text{value})` under the predictive of :meth:`marginal`: Gauss--Hermite over :math:`g`
         and, for the Student-t, over :math:`f` (the Gaussian integrates :math:`f` exactly), in float64."""
         mean, var = self._moments(function_dist)
@@ -353,44 +354,11 @@ class HeteroscedasticLikelihoodBase(AugmentedLikelihood):
         r"""Degrees of freedom of :math:`y\mid f, g` (``None``: Gaussian)."""
         return None
 
-    @torch.no_grad()
-    def predictive_quantile(self, function_dist: MultivariateNormal, q: Tensor | float) -> Tensor:
-        r"""Quantiles of the predictive :math:`p(y_*\mid\text{data})` of :meth:`marginal` at probability ``q``
-        (broadcast against the data), by bisection of :meth:`predictive_cdf` to ~1e-10 relative; same dtype as
-        :math:`q(f)`. GPyTorch's distributions offer ``icdf``; a quadrature mixture does not, hence this member.
-
-        :raises ValueError: unless ``0 < q < 1``.
-        """
-        q = torch.as_tensor(q, dtype=torch.float64)
-        if not bool(((q > 0) & (q < 1)).all()):
-            raise ValueError(f"q must lie in (0, 1); got {q}")
+    def _quantile_bracket(self, function_dist: MultivariateNormal, **kwargs: Any) -> tuple[Tensor, Tensor]:
         mean, var = self._moments(function_dist)
         center = mean[..., 0].double()
         width = (var[..., 0].double() + (1 + torch.exp(-mean[..., 1].double())) / self._xi.double()).sqrt()
-        q = q.to(center.device).expand(torch.broadcast_shapes(q.shape, center.shape))
-        lo, hi = center - width, center + width
-        for _ in range(200):  # widen until the bracket holds every quantile
-            below, above = self.predictive_cdf(function_dist, lo) > q, self.predictive_cdf(function_dist, hi) < q
-            if not bool((below | above).any()):
-                break
-            lo = torch.where(below, 2 * lo - center, lo)
-            hi = torch.where(above, 2 * hi - center, hi)
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            low_side = self.predictive_cdf(function_dist, mid) < q
-            lo, hi = torch.where(low_side, mid, lo), torch.where(low_side, hi, mid)
-        return ((lo + hi) / 2).to(mean.dtype)
-
-    def predictive_interval(self, function_dist: MultivariateNormal, level: float = 0.95) -> tuple[Tensor, Tensor]:
-        r"""The central ``level`` interval of the predictive :math:`p(y_*\mid\text{data})`: the
-        :meth:`predictive_quantile` at :math:`(1 \mp \text{level})/2`, each of shape ``(..., N)``.
-
-        :raises ValueError: unless ``0 < level < 1``.
-        """
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"level must be in (0, 1), got {level}")
-        tail = (1 - float(level)) / 2
-        return self.predictive_quantile(function_dist, tail), self.predictive_quantile(function_dist, 1 - tail)
+        return center, width
 
     # ------------------------------------------------------------------ hyper-parameters
     def _map_xi(self, y: Tensor, weighted_phi: Tensor) -> Tensor:

@@ -3,6 +3,7 @@ r"""Laplace likelihood (robust regression), augmented with an inverse-Gamma / in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,13 +16,14 @@ from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.inverse_gaussian import InverseGamma, InverseGaussian
 from ..distributions.normal_laplace import NormalLaplace
 from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
+from ._predictive import ContinuousPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: residuals are clamped to at least this before dividing (:doc:`/maths/robust`)
 MIN_RESIDUAL = 1e-12
 
 
-class LaplaceLikelihood(AugmentedLikelihood):
+class LaplaceLikelihood(ContinuousPredictive, AugmentedLikelihood):
     r"""Robust regression, :math:`p(y \mid f) = \frac1{2\beta} e^{-|y - f|/\beta}` (:doc:`/maths/robust`).
 
     With :math:`\lambda_L = 1/(4\beta^2)` and :math:`\omega \sim \mathrm{InvGamma}(\tfrac12, \lambda_L)`
@@ -109,6 +111,28 @@ class LaplaceLikelihood(AugmentedLikelihood):
     ) -> Tensor:
         y = self.check_observations(observations, function_dist, **kwargs)
         return self.marginal(function_dist).log_prob(y)
+
+    # ------------------------------------------------------------------ predictive quantiles
+    @torch.no_grad()
+    def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor | float, **kwargs: Any) -> Tensor:
+        r""":math:`P(y_* \le \text{value})` under :meth:`marginal` (float64, shape ``(..., N)``): the
+        normal--Laplace CDF in closed form
+        (:meth:`~gpytorch_augment.distributions.normal_laplace.NormalLaplace.cdf`)."""
+        return self._cdf_function(function_dist)(torch.as_tensor(value))
+
+    def _predictive64(self, function_dist: MultivariateNormal) -> NormalLaplace:
+        mean = function_dist.mean
+        return NormalLaplace(
+            mean.double(), function_dist.variance.double().clamp_min(0).sqrt(), self.scale.detach().double()
+        )
+
+    def _cdf_function(self, function_dist: MultivariateNormal, **kwargs: Any) -> Callable[[Tensor], Tensor]:
+        predictive = self._predictive64(function_dist)
+        return lambda value: predictive.cdf(torch.as_tensor(value).to(predictive.loc.device, torch.float64))
+
+    def _quantile_bracket(self, function_dist: MultivariateNormal, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        spread = function_dist.variance.double().clamp_min(0) + 2 * self.scale.detach().double() ** 2
+        return function_dist.mean.double(), spread.sqrt()
 
     # ------------------------------------------------------------------ sampling side
     def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:

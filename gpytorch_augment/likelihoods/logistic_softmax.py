@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gpytorch.distributions import MultivariateNormal
+from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.priors import GammaPrior
 from scipy import optimize
 from torch import Tensor
@@ -23,7 +23,7 @@ from .._numerics import (
     additive_product_rule,
     gauss_hermite,
     latent_expectation,
-    log_sigma_tilde,
+    log_sigma_tilde_moments,
     log_sigma_tilde_plus,
     pg_kl,
     pg_mean,
@@ -67,10 +67,14 @@ def maximise_class_scales(
     resolve the last digits of the maximiser). Without a prior :math:`F` is invariant under :math:`\theta \to
     c\theta`: the sum of :math:`\phi` is then held at its start by a quadratic penalty and the result normalised to
     mean 1. A class with :math:`c_k \le 0` (absent from the data, e.g. from a mini-batch) has its supremum at
-    :math:`\theta_k \to 0`, which would make it unpredictable: it keeps its current value and the others are
-    maximised given it (still a monotone step; so is keeping the start, where the solver fails). The one-step formula of
-    Galy-Fajou's thesis (2023)
-    :math:`\theta_k \leftarrow N_k / \sum_i a_{ik}/Q_i` is the minorise-maximise step of the same objective.
+    :math:`\theta_k \to 0`, which would make it unpredictable: it keeps its current value. Without a prior the
+    classes present then have their supremum at infinity along :math:`\phi_P \to \phi_P + t` (scaling them up
+    only shrinks the absent classes' share, which no datum opposes), so the sum of *their* :math:`\phi` is held at
+    its start and only their ratios are maximised, and nothing is renormalised: every absent class keeps exactly
+    its value, and a batch of a single class changes nothing (monotone steps; so is keeping the start, where the
+    solver fails). The one-step formula :math:`\theta_k \leftarrow N_k / \sum_i a_{ik}/Q_i` (Galy-Fajou et al.,
+    2020, *Multi-class Gaussian process classification made conjugate*) is the minorise-maximise step of the same
+    objective.
 
     :param a: :math:`a_{ik} > 0`, shape ``(M, K)``.
     :param counts: :math:`N_k`, shape ``(K,)``.
@@ -97,7 +101,8 @@ def maximise_class_scales(
     log_a = a64.log()
     phi_all = init.clamp_min(torch.finfo(init.dtype).tiny).log()
     c_free, num_free = c[free], int(free.sum())
-    gauge_sum = float(phi_all.sum()) if prior is None and num_free == len(c) else None
+    all_free = num_free == len(c)
+    gauge_sum = float(phi_all[free].sum()) if prior is None else None
 
     def full(p: Tensor) -> Tensor:
         out = phi_all.clone()
@@ -108,7 +113,9 @@ def maximise_class_scales(
         p = torch.from_numpy(x)
         w = torch.softmax(full(p) + log_a, -1)[:, free]
         grad = c_free - w.sum(0) - beta * p.exp()
-        if gauge_sum is not None:  # F is flat along the all-ones direction: hold sum(phi) at its start
+        if gauge_sum is not None:  # hold sum(phi) at its start (F is flat along it, or unbounded: absent classes)
+            if not all_free:  # the constrained maximiser: the gradient projected onto sum(phi) = const
+                grad = grad - grad.mean()
             grad = grad - (p.sum() - gauge_sum) / num_free
         return grad.numpy()
 
@@ -116,19 +123,21 @@ def maximise_class_scales(
         p = torch.from_numpy(x)
         w = torch.softmax(full(p) + log_a, -1)[:, free]
         hessian = w.mT @ w - torch.diag(w.sum(0) + beta * p.exp())
+        if gauge_sum is not None and not all_free:
+            hessian = hessian - hessian.mean(0, keepdim=True)
         return (hessian - 1.0 / num_free if gauge_sum is not None else hessian).numpy()
 
     def objective(p: Tensor) -> float:
         return float((c_free * p).sum() - torch.logsumexp(full(p) + log_a, -1).sum() - beta * p.exp().sum())
 
-    if num_free:
+    if num_free > (0 if prior is not None or all_free else 1):  # one present class alone: no ratio to fit
         start = phi_all[free]
         result = optimize.root(gradient, start.numpy(), jac=hessian, options={"xtol": tol, "maxfev": max_iter})
         root = torch.from_numpy(result.x)
         if np.isfinite(result.x).all() and objective(root) >= objective(start):  # else keep the start: monotone
             phi_all = full(root)
     theta = phi_all.exp().to(a.device)
-    return theta / theta.mean() if prior is None else theta
+    return theta / theta.mean() if prior is None and all_free else theta
 
 
 # ---------------------------------------------------------------------------------------------- the likelihood
@@ -165,10 +174,10 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
       :math:`\ell^* = \log\theta_k\bar s_k + [k \le J]\log\tilde\sigma^+(m_k, c_k) - \log Q`.
     * **Class scales** (``learn_class_scales=True``): :meth:`update_hyperparameters` sets :math:`\theta` to the
       exact maximiser of :math:`\sum_i \ell^*_i` given :math:`q(f)` (:func:`maximise_class_scales`; normalised to
-      mean 1), or to the MAP under ``class_scale_prior`` :math:`= (\alpha, \beta)`, a :math:`\mathrm{Ga}(\alpha,
-      \beta)` prior on every :math:`\theta_k`. With a prior, :meth:`sample_hyperparameters` is the Gibbs step of
-      the class-scale update with the Gamma variable :math:`\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim
-      \mathrm{Ga}(1,
+      mean 1; data in which a class is absent, e.g. a mini-batch, leave every scale as it is), or to the MAP
+      under ``class_scale_prior`` :math:`= (\alpha, \beta)`, a :math:`\mathrm{Ga}(\alpha, \beta)` prior on every
+      :math:`\theta_k`. With a prior, :meth:`sample_hyperparameters` is the Gibbs step of the class-scale update
+      with the Gamma variable :math:`\zeta` reinstated: :math:`\zeta_i \mid f, \theta \sim \mathrm{Ga}(1,
       \sum_l \theta_l s_l(f_i))`, :math:`\theta_k \mid f, \zeta \sim \mathrm{Ga}(\alpha + N_k, \beta + \sum_i
       \zeta_i s_k(f_i))` (both collapsed over :math:`(n, \omega)`), then a fresh :math:`(n, \omega) \mid f, \theta`
       for the :math:`f`-step.
@@ -184,10 +193,12 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     Latents come as ``(*batch, N, J)`` (GPyTorch's multitask layout); potentials and precisions are
     ``(*batch, J, N)``. The auxiliary variables are ``{"n": n, "omega": ω}``, both ``(*batch, N, J)``; their
-    variational parameters ``{"c": c, "sigma_tilde": σ̃}``. :math:`q(n)` is stored through :math:`\tilde\sigma`,
-    i.e. relative to :math:`\theta`, so it stays optimal when :math:`\theta` changes. :math:`\theta` is a GPyTorch
-    parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)``; a Gibbs sampler keeps its draws per
-    chain in its own state (:meth:`sample_hyperparameters`).
+    variational parameters ``{"c": c, "sigma_tilde": σ̃, "log_one_minus_sigma_tilde": log(1 - σ̃)}`` (the last
+    because :math:`1 - \tilde\sigma` rounds to 0 for :math:`f \ll 0`). :math:`q(n)` is stored through
+    :math:`\tilde\sigma`, i.e. relative to :math:`\theta`, so it stays optimal when :math:`\theta` changes.
+    :math:`\theta` is a GPyTorch parameter (``raw_class_scales``, ``Positive`` constraint) of shape ``(K,)``; a Gibbs
+    sampler keeps its draws per chain in its own state (:meth:`sample_hyperparameters`). With one latent
+    (``num_classes=2, bijective=True``) latents, potentials and precisions take the one-latent layout ``(*batch, N)``.
 
     Example::
 
@@ -202,7 +213,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         tensor([0, 1, 2])
 
     :param num_classes: :math:`K \ge 2`.
-    :param bijective: use :math:`K - 1` latents and fix :math:`f_K \equiv 0`.
+    :param bijective: use :math:`K - 1` latents and fix :math:`f_K \equiv 0` (for :math:`K = 2` one latent, in the
+        one-latent layout ``(..., N)`` of the other likelihoods).
     :param learn_class_scales: update :math:`\theta` (closed form in CAVI, Gibbs step under a prior, gradients
         through :class:`~gpytorch_augment.AugmentedELBO`); otherwise :math:`\theta` is fixed.
     :param class_scale_prior: optional ``(alpha, beta)`` or a ``gpytorch.priors.GammaPrior``; needs
@@ -281,8 +293,18 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         full = one_hot(y.long(), self.num_classes).to(dtype)
         return full, full[..., : self.num_latents]
 
+    def _latent(self, f: Tensor) -> Tensor:
+        r"""Latents in this class's layout ``(..., N, J)``: with one latent (``num_classes=2, bijective=True``) the
+        engines pass ``(..., N)``, the single-latent layout of every other likelihood."""
+        return f.unsqueeze(-1) if self.num_latents == 1 else f
+
+    def _engine(self, t: Tensor, latent_dim: int = -2) -> Tensor:
+        """A per-latent output back in the engines' layout (``latent_dim`` dropped for one latent)."""
+        return t.squeeze(latent_dim) if self.num_latents == 1 else t
+
     def _logits(self, f: Tensor) -> Tensor:
-        r""":math:`\log\theta_l s_l(f)` for every class, ``(..., N, K)``."""
+        r""":math:`\log\theta_l s_l(f)` for every class, ``(..., N, K)``; ``f`` in the engines' layout."""
+        f = self._latent(f)
         log_w, _ = self._log_weights()
         latent = log_w[..., : self.num_latents] + logsigmoid(f)
         if not self.bijective:
@@ -320,10 +342,13 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         full, labels = self._labels(y, f.dtype)
         log_norm = torch.logsumexp(logits, -1, keepdim=True)
         probs = (logits[..., : self.num_latents] - log_norm).exp()
-        return (full * logits).sum(-1) - log_norm.squeeze(-1), (labels - probs) * torch.sigmoid(-f)
+        grad = (labels - probs) * torch.sigmoid(-self._latent(f))
+        return (full * logits).sum(-1) - log_norm.squeeze(-1), self._engine(grad, -1)
 
     def _moments(self, function_dist: MultivariateNormal) -> tuple[Tensor, Tensor]:
         mean, var = function_dist.mean, function_dist.variance
+        if self.num_latents == 1 and not isinstance(function_dist, MultitaskMultivariateNormal):
+            mean, var = mean.unsqueeze(-1), var.unsqueeze(-1)
         if mean.dim() < 2 or mean.shape[-1] != self.num_latents:
             raise ValueError(
                 f"{type(self).__name__} needs q(f) over {self.num_latents} latents (a MultitaskMultivariateNormal with "
@@ -360,11 +385,18 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
                 t = latent * torch.sigmoid(f)
                 return torch.cat([t, reference.expand(*t.shape[:-1], 1)], -1) if self.bijective else t
 
-            if probs:
-                return latent_expectation(
-                    lambda f: (lambda t: t / t.sum(-1, keepdim=True))(class_terms(f)), mean, var, num_points
-                )
-            return latent_expectation(lambda f: class_terms(f).sum(-1).log(), mean, var, num_points)
+            def ratios(f: Tensor) -> Tensor:
+                t = class_terms(f)
+                total = t.sum(-1, keepdim=True)
+                if bool((total > 0).all()):
+                    return t / total
+                return torch.softmax(self._logits(f), -1)  # every term underflows somewhere: in logs
+
+            def log_total(f: Tensor) -> Tensor:
+                total = class_terms(f).sum(-1)
+                return total.log() if bool((total > 0).all()) else torch.logsumexp(self._logits(f), -1)
+
+            return latent_expectation(ratios if probs else log_total, mean, var, num_points)
         batch = mean.shape[:-1]
         log_w = log_w.squeeze(-2).unsqueeze(-2).expand(*batch, K).reshape(-1, K)
         out = additive_product_rule(
@@ -429,8 +461,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         :math:`p'_0 = \sum_l \theta_l s_l(f) / S`; :math:`\omega_j \mid n, f \sim \mathrm{PG}(Y_j + n_j, |f_j|)`."""
         log_w, log_s = self._log_weights()
         _, Y = self._labels(y, f.dtype)
-        log_p = log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + logsigmoid(-f)
         log_p0 = torch.logsumexp(self._logits(f), -1) - log_s
+        f = self._latent(f)
+        log_p = log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + logsigmoid(-f)
         log_p, log_p0 = torch.broadcast_tensors(log_p, log_p0.unsqueeze(-1))
         return AuxiliaryDistribution(
             n=NegativeMultinomial(log_p, log_p0[..., 0]),
@@ -440,7 +473,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     def potential_and_precision(self, y: Tensor, aux: AuxDict, f: Tensor | None = None) -> tuple[Tensor, Tensor]:
         n, omega = aux["n"], aux["omega"]
         _, Y = self._labels(y, n.dtype)
-        return ((Y - n) / 2).expand_as(omega).mT, omega.mT
+        return self._engine(((Y - n) / 2).expand_as(omega).mT), self._engine(omega.mT)
 
     def _log_label_weight(self, y: Tensor, dtype: torch.dtype) -> Tensor:
         r""":math:`\log(\theta_k \bar s_k / S)` of each datum's class, ``(..., N)``."""
@@ -496,14 +529,28 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     # ------------------------------------------------------------------ variational side
     def aux_posterior(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> AuxDict:
+        f_mean, f_var = self._latent(f_mean), self._latent(f_var)
         c = pg_tilt_c(f_mean, f_var)
-        return {"c": c, "sigma_tilde": log_sigma_tilde(f_mean, c).exp()}
+        log_st, log_one_minus = log_sigma_tilde_moments(f_mean, f_var, c)
+        return {"c": c, "sigma_tilde": log_st.exp(), "log_one_minus_sigma_tilde": log_one_minus}
 
-    def _log_q(self, one_minus_sigma_tilde: Tensor) -> Tensor:
+    @staticmethod
+    def _log_one_minus(q_aux: AuxDict) -> Tensor:
+        r""":math:`\log(1 - \tilde\sigma)` from ``sigma_tilde``; where that rounds to 1 (:math:`f \ll 0`), the value
+        :meth:`aux_posterior` kept (``log_one_minus_sigma_tilde``), else the smallest the dtype resolves."""
+        sigma_tilde = q_aux["sigma_tilde"]
+        below_one = 1 - torch.finfo(sigma_tilde.dtype).eps / 2
+        log_one_minus = torch.log1p(-sigma_tilde.clamp_max(below_one))
+        kept = q_aux.get("log_one_minus_sigma_tilde")
+        if kept is None:
+            return log_one_minus
+        return torch.where(sigma_tilde < 1, log_one_minus, torch.minimum(kept, log_one_minus))
+
+    def _log_q(self, log_one_minus_sigma_tilde: Tensor) -> Tensor:
         r""":math:`\log Q = \log\big(\sum_{j\le J}\theta_j(1 - \tilde\sigma_j) + [\text{bij}]\theta_K D\big)`,
         ``(..., N)``."""
         log_w, _ = self._log_weights()
-        terms = log_w[..., : self.num_latents] + one_minus_sigma_tilde.log()
+        terms = log_w[..., : self.num_latents] + log_one_minus_sigma_tilde
         if self.bijective:
             terms = torch.cat([terms, log_w[..., -1:].expand(*terms.shape[:-1], 1)], -1)
         return torch.logsumexp(terms, -1)
@@ -511,7 +558,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
     def _count_mean(self, q_aux: AuxDict) -> tuple[Tensor, Tensor]:
         r""":math:`\bar n_j = \theta_j\tilde\sigma_j / Q` and :math:`\log Q` (:math:`q(n) = \mathrm{NM}(1, p^q)`)."""
         sigma_tilde = q_aux["sigma_tilde"]
-        log_q = self._log_q(1 - sigma_tilde)
+        log_q = self._log_q(self._log_one_minus(q_aux))
         log_w, _ = self._log_weights()
         return (log_w[..., : self.num_latents] + sigma_tilde.log() - log_q.unsqueeze(-1)).exp(), log_q
 
@@ -521,7 +568,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         c, sigma_tilde = q_aux["c"], q_aux["sigma_tilde"]
         log_w, log_s = self._log_weights()
         _, Y = self._labels(y, c.dtype)
-        log_q = self._log_q(1 - sigma_tilde)
+        log_q = self._log_q(self._log_one_minus(q_aux))
         return AuxiliaryDistribution(
             n=NegativeMultinomial(
                 log_w[..., : self.num_latents] - log_s.unsqueeze(-1) + sigma_tilde.log(), log_q - log_s
@@ -535,7 +582,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         c = q_aux["c"]
         n_mean, _ = self._count_mean(q_aux)
         _, Y = self._labels(y, c.dtype)
-        return ((Y - n_mean) / 2).mT, pg_mean(Y + n_mean, c).mT
+        return self._engine(((Y - n_mean) / 2).mT), self._engine(pg_mean(Y + n_mean, c).mT)
 
     def expected_log_tilt_constant(self, y: Tensor, q_aux: AuxDict) -> Tensor:
         n_mean, _ = self._count_mean(q_aux)
@@ -553,16 +600,18 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         return pg_kl(Y + n_mean, c).sum(-1) + log_q - log_s + torch.xlogy(n_mean, sigma_tilde).sum(-1)
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
+        f_mean, f_var = self._latent(f_mean), self._latent(f_var)
         c = pg_tilt_c(f_mean, f_var)
         log_w, _ = self._log_weights()
         full, Y = self._labels(y, f_mean.dtype)
-        log_q = self._log_q(-torch.expm1(log_sigma_tilde(f_mean, c)))
+        log_q = self._log_q(log_sigma_tilde_moments(f_mean, f_var, c)[1])
         return (full * log_w).sum(-1) + (Y * log_sigma_tilde_plus(f_mean, c)).sum(-1) - log_q
 
     def _class_scale_terms(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor]:
         r""":math:`a_{ik}` (``(M, K)``, every datum of every batch) and the class counts :math:`N_k`."""
+        f_mean, f_var = self._latent(f_mean), self._latent(f_var)
         c = pg_tilt_c(f_mean, f_var)
-        a = -torch.expm1(log_sigma_tilde(f_mean, c))
+        a = log_sigma_tilde_moments(f_mean, f_var, c)[1].double().exp()  # 1 - σ̃, (..., N, J)
         if self.bijective:
             a = torch.cat([a, torch.full_like(a[..., :1], math.exp(LOG_D))], -1)
         full, _ = self._labels(y, f_mean.dtype)
@@ -571,11 +620,18 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     def update_hyperparameters(self, y: Tensor, q_aux: AuxDict, f_mean: Tensor, f_var: Tensor) -> None:
         r"""With ``learn_class_scales``: :math:`\theta \leftarrow \arg\max_\theta \sum_i \ell^*_i` (normalised to mean
-        1), or the MAP under ``class_scale_prior`` (:func:`maximise_class_scales`), given :math:`q(f)`."""
+        1), or the MAP under ``class_scale_prior`` (:func:`maximise_class_scales`), given :math:`q(f)`.
+
+        Without a prior, data in which some class is absent (a mini-batch of a label-sorted loader, a batch of one)
+        leave :math:`\theta` unchanged: the absent classes' scales have no finite maximiser, and the ratios of the
+        classes present, fitted on such a batch alone, are fitted on a region of the inputs, not on the data (a
+        label-sorted loader would carry them to extremes batch by batch)."""
         if not self.learn_class_scales:
             return
         with torch.no_grad():
             a, counts = self._class_scale_terms(y, f_mean.detach(), f_var.detach())
+            if self._prior_parameters is None and bool((counts == 0).any()):
+                return
             theta = self.class_scales.detach()
             if theta.dim() > 1:
                 theta = theta.mean(tuple(range(theta.dim() - 1)))

@@ -3,6 +3,7 @@ r"""Student-t likelihood (robust regression), augmented with a Gamma-distributed
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,12 +16,13 @@ from .._random import draw_device
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.student_t_predictive import StudentTPredictive
 from ._constants import PositiveConstant, register_positive_constant, set_positive_constant
+from ._predictive import ContinuousPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-class StudentTLikelihood(AugmentedLikelihood):
+class StudentTLikelihood(ContinuousPredictive, AugmentedLikelihood):
     r"""Robust regression with :math:`p(y\mid f) = t_\nu(y \mid f, \sigma)` (:doc:`/maths/robust`):
 
     .. math::
@@ -128,6 +130,28 @@ class StudentTLikelihood(AugmentedLikelihood):
     ) -> Tensor:
         y = self.check_observations(observations, function_dist, **kwargs)
         return self.marginal(function_dist).log_prob(y)
+
+    # ------------------------------------------------------------------ predictive quantiles
+    @torch.no_grad()
+    def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor | float, **kwargs: Any) -> Tensor:
+        r""":math:`P(y_* \le \text{value})` under :meth:`marginal` (float64, shape ``(..., N)``):
+        :meth:`~gpytorch_augment.distributions.student_t_predictive.StudentTPredictive.cdf`, the Student-t as a
+        scale mixture of normals with the latent integrated exactly."""
+        return self._cdf_function(function_dist)(torch.as_tensor(value))
+
+    def _predictive64(self, function_dist: MultivariateNormal) -> StudentTPredictive:
+        mean = function_dist.mean
+        return StudentTPredictive(
+            self.df.detach().double(), mean.double(), function_dist.variance.double(), self.scale.detach().double()
+        )
+
+    def _cdf_function(self, function_dist: MultivariateNormal, **kwargs: Any) -> Callable[[Tensor], Tensor]:
+        predictive = self._predictive64(function_dist)
+        return lambda value: predictive.cdf(torch.as_tensor(value).to(predictive.loc.device, torch.float64))
+
+    def _quantile_bracket(self, function_dist: MultivariateNormal, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        spread = function_dist.variance.double().clamp_min(0) + self.scale.detach().double() ** 2
+        return function_dist.mean.double(), spread.sqrt()
 
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any

@@ -65,7 +65,8 @@ def test_links_and_likelihood():
     # the bijective cap: classes k < K below theta_k / (theta_k + theta_K D) = 2/3 for theta = 1
     cap = LogisticSoftmaxLikelihood(3, bijective=True)(torch.full((1, 2), 30.0)).probs
     assert cap.max() < 0.5 + 1e-6  # two latent classes share the top (1/(1+1+1/2) each)
-    assert LogisticSoftmaxLikelihood(2, bijective=True)(torch.full((1, 1), 40.0)).probs[0, 0] <= 2 / 3 + 1e-12
+    # one latent (K = 2, bijective): the engines' one-latent layout (..., N)
+    assert LogisticSoftmaxLikelihood(2, bijective=True)(torch.full((1,), 40.0)).probs[0, 0] <= 2 / 3 + 1e-12
 
 
 @pytest.mark.parametrize(
@@ -174,13 +175,17 @@ def test_class_scales_absent_class_and_fixed_scales():
     y = torch.randint(0, 2, (30,), generator=torch.Generator().manual_seed(0)).double()  # class 2 never occurs
     lik.class_scales = torch.tensor([1.0, 1.0, 2.0])
     lik.update_hyperparameters(y, lik.aux_posterior(y, m, s), m, s)
-    theta = lik.class_scales.detach()
-    # the absent class keeps its value (its supremum is theta_2 -> 0); the others are maximised given it
+    # data without some class (e.g. a mini-batch) leave every scale as it is: none is rescaled towards 0
+    torch.testing.assert_close(lik.class_scales.detach(), torch.tensor([1.0, 1.0, 2.0]), rtol=0, atol=0)
+    assert torch.isfinite(lik.raw_class_scales).all()
+    # the maximiser itself: the absent class keeps its value, the present ones keep their product and have their
+    # ratio maximised (the gradient projected on sum(log theta) = const vanishes)
     a, counts = lik._class_scale_terms(y, m, s)
+    theta = maximise_class_scales(a, counts, torch.tensor([1.0, 1.0, 2.0]))
     log_theta = theta.log().requires_grad_(True)
     grad = torch.autograd.grad(_objective(a, counts, log_theta), log_theta)[0]
-    assert grad[:2].abs().max() < 1e-8 and grad[2] < 0
-    assert abs(float(theta.mean()) - 1) < 1e-12 and torch.isfinite(lik.raw_class_scales).all()
+    assert abs(float(grad[0] - grad[1])) < 1e-8 and grad[2] < 0
+    assert theta[2] == 2.0 and abs(float(theta[0] * theta[1]) - 1) < 1e-12
     fixed = LogisticSoftmaxLikelihood(3, class_scales=[0.5, 1.0, 2.0])
     fixed.update_hyperparameters(y, fixed.aux_posterior(y, m, s), m, s)
     torch.testing.assert_close(fixed.class_scales, torch.tensor([0.5, 1.0, 2.0]))

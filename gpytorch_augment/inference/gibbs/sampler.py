@@ -428,9 +428,17 @@ class GibbsSampler(BlockedGibbsKernel):
         if self._params_changed():
             self.refresh()
         state = _initial_state(init)
+        if state is not None:
+            self._check_init_state(state, num_chains)
         generator = torch.Generator(device=self.device)
         if seed is None and state is not None and state.rng_state is not None:
-            generator.set_state(state.rng_state)
+            try:
+                generator.set_state(state.rng_state)
+            except (RuntimeError, TypeError) as err:
+                raise ValueError(
+                    f"init.rng_state is not a generator state of this sampler's device ({self.device}): {err}; "
+                    "pass seed= to start a fresh stream"
+                ) from err
         else:
             if seed is None:
                 seed = int(torch.randint(0, 2**62, (1,)).item())
@@ -456,6 +464,48 @@ class GibbsSampler(BlockedGibbsKernel):
         return record.samples(
             seed=seed, warmup=warmup, thin=thin, elapsed=elapsed, num_sweeps=warmup + num_samples * thin, last=last
         )
+
+    def _check_init_state(self, state: GibbsState, num_chains: int) -> None:
+        """Every field of an ``init`` state checked up front (shape, finiteness), not only ``f``: a clear
+        ``ValueError`` naming the field rather than a raw error (or a silent start) later."""
+        T, n, C = self.num_latents, self.num_data, num_chains
+        self._from_storage(state.f, num_chains)
+        if not isinstance(state.num_sweeps, int) or isinstance(state.num_sweeps, bool) or state.num_sweeps < 0:
+            raise ValueError(f"init.num_sweeps must be a non-negative integer; got {state.num_sweeps!r}")
+        if not isinstance(state.aux, Mapping):
+            raise ValueError(f"init.aux must be a dict of tensors; got {type(state.aux).__name__}")
+        for name, value in state.aux.items():
+            if not isinstance(value, Tensor):
+                raise ValueError(f"init.aux[{name!r}] must be a tensor; got {type(value).__name__}")
+            if value.dim() < 2 or value.shape[0] not in (1, C) or value.shape[1] != n:
+                raise ValueError(
+                    f"init.aux[{name!r}] must have shape (chains, N, ...) with chains = 1 or {C} and N = {n}; "
+                    f"got shape {tuple(value.shape)}"
+                )
+            if bool(torch.isnan(value).any()):
+                raise ValueError(f"init.aux[{name!r}] holds NaN")
+        if state.u is not None:
+            if not self.is_sparse:
+                raise ValueError("init.u holds inducing values but this sampler has no inducing points")
+            M = int(self.inducing_points.shape[-2])
+            u = torch.as_tensor(state.u)
+            layout = u.unsqueeze(-2) if T == 1 and u.dim() >= 1 else u
+            if layout.dim() != 3 or layout.shape[0] not in (1, C) or layout.shape[-2:] != (T, M):
+                expected = f"(chains, M), M = {M}" if T == 1 else f"(chains, T, M), T = {T}, M = {M}"
+                raise ValueError(f"init.u must have shape {expected}; got shape {tuple(u.shape)}")
+            check_finite("init.u", u)
+        if state.hyper and self._samples_hyperparameters:
+            current = self._hyper_snapshot({})
+            for name, value in state.hyper.items():
+                value = torch.as_tensor(value)
+                check_finite(f"init.hyper[{name!r}]", value)
+                shape = current.get(name, value).shape
+                per_chain = value.dim() >= 1 and value.shape[1:] == shape and value.shape[0] in (1, C)
+                if value.shape != shape and not per_chain:
+                    raise ValueError(
+                        f"init.hyper[{name!r}] must have the parameter's shape {tuple(shape)} or (chains, "
+                        f"*{tuple(shape)}) with chains = 1 or {C}; got shape {tuple(value.shape)}"
+                    )
 
     def _initial_constants(self, state: GibbsState | None) -> dict[str, Tensor]:
         """The sampled constants a run starts from: those of ``init`` (validated names), else the likelihood's."""
