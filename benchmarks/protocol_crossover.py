@@ -24,6 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
+import _report  # noqa: E402
 import gpytorch  # noqa: E402
 import hyperparameters as hb  # noqa: E402
 import torch  # noqa: E402
@@ -74,16 +75,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append({"num_train": n, "protocol": protocol, **result})
             print(f"N = {n:6d} {protocol:10s} {result['time']:8.2f}s nll {result['test_nll']:.4f}", flush=True)
     machine = common.close_machine_info(machine)
-    out = common.output_dir(args.out, args.quick)
-    common.write_json(out / "protocol_crossover.json", {"machine": machine, "sizes": sizes, "rows": rows})
-    table = common.markdown_table(
+    table = _report.Table(
+        "Each protocol under its own stopping rule",
         ["N", "protocol", "time (s)", "test NLL", "test error", "converged", "iterations / steps"],
-        [[r["num_train"], r["protocol"], f"{r['time']:.2f}", f"{r['test_nll']:.4f}", f"{r['test_error']:.4f}",
-          r["converged"], r["steps"]] for r in rows],
+        [[r["num_train"], r["protocol"], r["time"], r["test_nll"], r["test_error"], r["converged"], r["steps"]]
+         for r in rows],
     )  # fmt: skip
-    common.write_text(out / "protocol_crossover.md", "# Nested against stochastic protocol\n\n"
-                      f"{common.machine_sentence(machine)}\n\n{table}\n")  # fmt: skip
-    return {"rows": rows}
+    settings = {"command": "python benchmarks/protocol_crossover.py" + (" --quick" if args.quick else ""),
+                "data": f"scale.py's synthetic binary problem, {NUM_TEST} held-out points",
+                "model": f"M = {NUM_INDUCING} fixed k-means inducing inputs, lengthscales 1, outputscale 1",
+                **_report.machine_settings(machine)}  # fmt: skip
+    record = {"machine": machine, "sizes": sizes, "rows": rows}
+    _report.write_report(common.output_dir(args.out, args.quick), "protocol_crossover", record,
+                         "The one-call fit: nested against stochastic protocol", settings, [table])  # fmt: skip
+    return record
 
 
 if __name__ == "__main__":
