@@ -80,6 +80,12 @@ NLL_MARGIN = 0.005  #: target 1: our mean test NLL <= the best peer's + this
 #: target 2: the fastest comparable peer's median time over ours, at <= 1,000 points and above
 SPEED_TARGETS = {"small": 10.0, "large": 5.0}
 COMPARABLE = 0.01  #: a peer counts for the speed target only if its mean test NLL is within this of ours
+#: multi-class: the logistic-softmax link's variants, each also fitted by ours (the gap to softmax with and without)
+LINK_VARIANTS = {
+    "ours, class scales": {"learn_class_scales": True},
+    "ours, bijective": {"bijective": True},
+    "ours, bijective + class scales": {"bijective": True, "learn_class_scales": True},
+}
 
 
 class Plateau:
@@ -162,8 +168,9 @@ class Model(gpytorch.models.ApproximateGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-def likelihood_for(kind: str, family: str, K: int) -> Any:
-    """Our likelihood (``family="ours"``, or a peer training it), or GPyTorch's where it has one."""
+def likelihood_for(kind: str, family: str, K: int, **options: Any) -> Any:
+    """Our likelihood (``family="ours"``, or a peer training it), or GPyTorch's where it has one; ``options`` go to
+    the logistic-softmax likelihood."""
     gpytorch_own = family in ("SVGP+Adam", "NGD+Adam", "BoTorch")
     if kind == "binary":
         return gpytorch.likelihoods.BernoulliLikelihood() if gpytorch_own else BernoulliLogitLikelihood()
@@ -180,7 +187,7 @@ def likelihood_for(kind: str, family: str, K: int) -> Any:
         return PoissonLogitLikelihood().double()
     if family.endswith("softmax"):
         return gpytorch.likelihoods.SoftmaxLikelihood(num_features=K, num_classes=K, mixing_weights=False).double()
-    return LogisticSoftmaxLikelihood(num_classes=K).double()
+    return LogisticSoftmaxLikelihood(num_classes=K, **options).double()
 
 
 def evaluator(kind: str, model: Model, lik: Any, data: dict[str, Any]) -> Callable[[], dict[str, float]]:
@@ -237,9 +244,10 @@ class Curve:
         self.excluded += time.perf_counter() - t0
 
 
-def run_ours(p: dict[str, Any], data: dict[str, Any], Z: Tensor) -> dict[str, Any]:
-    model = Model(Z, data["T"], gpytorch.variational.CholeskyVariationalDistribution, CAVIVariationalStrategy).double()
-    lik = likelihood_for(p["kind"], "ours", data["K"])
+def run_ours(p: dict[str, Any], data: dict[str, Any], Z: Tensor, **options: Any) -> dict[str, Any]:
+    lik = likelihood_for(p["kind"], "ours", data["K"], **options)
+    T = lik.num_latents if p["kind"] == "multiclass" else data["T"]
+    model = Model(Z, T, gpytorch.variational.CholeskyVariationalDistribution, CAVIVariationalStrategy).double()
     curve = Curve(evaluator(p["kind"], model, lik, data))
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -316,11 +324,13 @@ def methods(p: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, dict[str
                 out.append((f"{family} lr {lr}, batch {bs}", {"family": family, "lr": lr, "batch_size": bs, **extra}))
     if p["kind"] in ("binary", "student_t"):  # BoTorch fits GPyTorch's likelihoods
         out.append(("BoTorch fit_gpytorch_mll", {"family": "BoTorch"}))
+    if p["kind"] == "multiclass":
+        out += [(label, {"family": "ours", **options}) for label, options in LINK_VARIANTS.items()]
     return out
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def run_problem(name: str, splits: int, quick: bool) -> dict[str, Any]:
+def run_problem(name: str, splits: int, quick: bool, only: str | None = None) -> dict[str, Any]:
     p = dict(PROBLEMS[name])
     if quick:
         p["cap"] = 10.0
@@ -328,14 +338,14 @@ def run_problem(name: str, splits: int, quick: bool) -> dict[str, Any]:
     for seed in range(splits):
         data = load(name, p, seed, quick)
         Z = common.kmeans_inducing_points(data["x"], min(p["num_inducing"], data["y"].shape[-1]), seed=seed)
-        specs = methods(p, data)
+        specs = [m for m in methods(p, data) if only is None or m[0].startswith(only) or m[0] == "ours"]
         order = specs[seed % len(specs):] + specs[: seed % len(specs)]  # rotate: no method always runs first
         print(f"== {name} split {seed}: {tuple(data['x'].shape)} train, M = {Z.shape[0]}", flush=True)
         for label, cfg in order:
             torch.manual_seed(seed)
             family = cfg["family"]
-            result = run_ours(p, data, Z) if family == "ours" else run_peer(
-                p, data, Z, family, **{k: v for k, v in cfg.items() if k != "family"})  # fmt: skip
+            options = {k: v for k, v in cfg.items() if k != "family"}
+            result = run_ours(p, data, Z, **options) if family == "ours" else run_peer(p, data, Z, family, **options)
             runs.setdefault(label, []).append({"seed": seed, **result})
             print(f"   {label:34s} {result['time']:7.2f}s  nll {result['test_nll']:.4f}"
                   f"{'' if result['converged'] else '  (cap)'}", flush=True)  # fmt: skip
@@ -356,7 +366,9 @@ def summarise(name: str, p: dict[str, Any], runs: dict[str, list[dict[str, Any]]
         }  # fmt: skip
     ours = rows["ours"]
     # logistic-softmax: both targets against the same likelihood trained by SVGP + Adam; the softmax peer is shown
-    peers = {k: v for k, v in rows.items() if k != "ours" and "softmax" not in k}
+    peers = {k: v for k, v in rows.items() if not k.startswith("ours") and "softmax" not in k}
+    if not peers:  # a run of our variants only
+        return {"problem": name, "kind": p["kind"], "num_train": n, "rows": rows, "runs": runs}
     best = min(peers, key=lambda k: peers[k]["nll_mean"])
     comparable = {k: v for k, v in peers.items() if v["nll_mean"] <= ours["nll_mean"] + COMPARABLE}
     fastest = min(comparable, key=lambda k: comparable[k]["median_time"]) if comparable else None
@@ -383,7 +395,7 @@ def report_tables(results: list[dict[str, Any]]) -> list[_report.Table]:
           f"{r['nll_gap']:+.4f}", r["nll_target_met"], r["fastest_comparable_peer"],
           r["rows"][r["fastest_comparable_peer"]]["median_time"] if r["fastest_comparable_peer"] else None,
           r["speedup"], f"≥ {r['speed_target']:.0f}x: {'met' if r['speed_target_met'] else 'missed'}"]
-         for r in results],
+         for r in results if "best_peer" in r],
     )  # fmt: skip
     tables = [targets]
     for r in results:
@@ -417,6 +429,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default=None, help="run ours and the methods whose label starts with this")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--merge", type=Path, nargs="+", default=None,
                         help="combine the JSON files of separate runs into results/hyperparameters.{json,md}")
@@ -424,7 +437,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.merge:
         return merge(args.merge, common.output_dir(args.out, False))
     machine = common.start_run(threads=1, seed=0)
-    results = [run_problem(name, args.splits, args.quick) for name in args.problems]
+    results = [run_problem(name, args.splits, args.quick, args.only) for name in args.problems]
     machine = common.close_machine_info(machine)
     out = common.output_dir(args.out, args.quick)
     stem = "hyperparameters" if set(args.problems) == set(PROBLEMS) else "hyperparameters_" + "_".join(args.problems)
