@@ -54,6 +54,7 @@ from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
+import _report  # noqa: E402
 
 from gpytorch_augment import (  # noqa: E402
     CAVI,
@@ -377,107 +378,104 @@ def _metrics(p: Tensor, y: Tensor, seconds: float) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _ms(values: list[float], fmt: str = ".4f") -> str:
+def mean_sd(values: list[float | None], spec: str = ".4f") -> str | None:
+    """``"mean ± sd"`` (sd with ``ddof=1``, 0 for one value) of the values that are not ``None``; ``None`` (an
+    empty cell) where there are none.
+
+    >>> mean_sd([1.0, 2.0, None], ".2f"), mean_sd([3.0], ".1f"), mean_sd([None])
+    ('1.50 ± 0.71', '3.0 ± 0.0', None)
+    """
     v = np.asarray([x for x in values if x is not None], dtype=float)
     if v.size == 0:
-        return "never"
-    return f"{v.mean():{fmt}} ± {v.std(ddof=1) if v.size > 1 else 0.0:{fmt}}"
+        return None
+    return f"{v.mean():{spec}} ± {v.std(ddof=1) if v.size > 1 else 0.0:{spec}}"
 
 
-def write_markdown(path: Path, result: dict[str, Any]) -> None:
-    fs = result["folds"]
-    lines = [f"# Sparse sampling on KEEL magic ({len(fs)}-fold CV, M = {NUM_INDUCING})", ""]
-    lines += [
-        common.machine_sentence(result["machine"]),
-        f"* Every method capped at {result['config']['max_time']} s of its own wall clock per fold, one thread, "
-        "round-robin; mean ± sd over folds.",
-        f"* {result['config']['data']}",
-        "",
-    ]
+def _count(flags: list[bool]) -> str:
+    return f"{sum(flags)}/{len(flags)}"
+
+
+def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Table]]:
+    """Title, settings and tables of a result record (what :func:`_report.write_report` renders)."""
+    fs, cfg = result["folds"], result["config"]
+    tol, hmc = cfg["tolerance"], cfg.get("hmc", {})
+    methods = [m for m in METHODS if all(m in f["runs"] for f in fs)]
+    hmc_rows = [m for m in HMC_ROWS if all(m in f.get("hmc_acceptance", {}) for f in fs)]
+    alphas = [a for a in cfg.get("alphas", ALPHAS) if all(f"alpha={a:g}" in f["targets"] for f in fs)]
+    title = f"Sparse sampling on KEEL magic ({len(fs)}-fold CV, M = {cfg['num_inducing']})" + (
+        " (quick smoke run)" if cfg.get("quick") else ""
+    )
+    settings = {
+        "command": f"python benchmarks/sparse_sampling.py{' --quick' if cfg.get('quick') else ''}",
+        "data": cfg["data"],
+        "inducing points": f"M = {cfg['num_inducing']}, k-means++ of each fold's training inputs, fixed",
+        "hyper-parameters (fixed)": cfg.get("hypers_rule"),
+        "budget per method and fold (s)": cfg["max_time"],
+        "execution": "one torch thread, round-robin, each method on its own clock (evaluation excluded)",
+        "summary over folds": "mean ± sd (sd with ddof 1)",
+        "tolerance τ (nats)": tol,
+        "VI-HMC step size, leapfrog steps": f"{hmc.get('step_size')}, {hmc.get('leapfrog')}",
+        "VI-HMC (dual avg.) adaptation: iterations, target acceptance": (
+            f"{hmc['adapt']}, {hmc['target_accept']}" if "adapt" in hmc else None  # not recorded before
+        ),
+        "Gauss–Hermite nodes": cfg.get("gauss_hermite_nodes"),
+        "seed": cfg.get("seed"),
+        **_report.machine_settings(result["machine"]),
+    }
     rows = []
-    for name in METHODS:
+    for name in methods:
         runs = [f["runs"][name] for f in fs]
-        rows.append(
-            [
-                name,
-                _ms([r["final_test_nll"] for r in runs]),
-                _ms([r["final_test_error"] for r in runs]),
-                _ms([r["trace"]["iteration"][-1] for r in runs], ".0f"),
-                _ms([1e3 * r["median_step_time"] for r in runs], ".1f"),
-            ]
-        )
-    lines.append(
-        common.markdown_table(["method", "final test NLL", "final test error", "iterations", "ms / iteration"], rows)
-    )
-    lines += [
-        "",
-        "; ".join(
-            f"{name}: acceptance {_ms([f['hmc_acceptance'][name] for f in fs], '.3f')}, final step size "
-            f"{_ms([f['hmc_step_size'][name] for f in fs], '.4f')}"
-            for name in HMC_ROWS
-        )
-        + ".",
-        "",
-        "## Targets (per fold, then mean ± sd)",
-        "",
-        f"CAVI's converged NLL: {_ms([f['targets']['cavi_final_nll'] for f in fs])}; CAVI's time to it "
-        f"(+{TOLERANCE} nats): {_ms([f['targets']['cavi_time'] for f in fs], '.3f')} s.",
-        "",
-    ]
+        rows.append([
+            name,
+            mean_sd([r["final_test_nll"] for r in runs]),
+            mean_sd([r["final_test_error"] for r in runs]),
+            mean_sd([r["trace"]["iteration"][-1] for r in runs], ".0f"),
+            mean_sd([1e3 * r["median_step_time"] for r in runs], ".1f"),
+        ])  # fmt: skip
+    tables = [
+        _report.Table("Runs (mean ± sd over folds)",
+                      ["method", "final test NLL", "final test error", "iterations", "ms / iteration"], rows),
+    ]  # fmt: skip
+    if hmc_rows:
+        tables.append(_report.Table(
+            "VI-HMC samplers (mean ± sd over folds)", ["method", "acceptance rate", "final step size"],
+            [[name, mean_sd([f["hmc_acceptance"][name] for f in fs], ".3f"),
+              mean_sd([f["hmc_step_size"][name] for f in fs], ".4f")] for name in hmc_rows],
+        ))  # fmt: skip
+    tables.append(_report.Table(
+        "Targets: CAVI's level (mean ± sd over folds)",
+        ["CAVI's converged test NLL", f"CAVI's time to it (+{tol:g} nats) [s]"],
+        [[mean_sd([f["targets"]["cavi_final_nll"] for f in fs]),
+          mean_sd([f["targets"]["cavi_time"] for f in fs], ".3f")]],
+    ))  # fmt: skip
     rows = []
-    for a in ALPHAS:
+    for a in alphas:
         t = [f["targets"][f"alpha={a:g}"] for f in fs]
-        reached = sum(x["time"] is not None for x in t)
-        within = sum(x["time_over_cavi"] is not None and x["time_over_cavi"] <= 2 for x in t)
-        no_worse = sum(x["final_minus_cavi"] <= TOLERANCE for x in t)
-        fast = sum(x["hmc_over_gibbs"] is not None and x["hmc_over_gibbs"] >= 10 for x in t)
-        lb = any(x["hmc_ratio_is_lower_bound"] for x in t)
-        rows.append(
-            [
-                f"VI-Gibbs α={a:g}",
-                f"{reached}/{len(t)}",
-                _ms([x["time_over_cavi"] for x in t], ".2f"),
-                f"{within}/{len(t)}",
-                _ms([x["final_minus_cavi"] for x in t]),
-                f"{no_worse}/{len(t)}",
-                ("≥ " if lb else "") + _ms([x["hmc_over_gibbs"] for x in t], ".1f"),
-                f"{fast}/{len(t)}",
-            ]
-        )
-    lines.append(
-        common.markdown_table(
-            [
-                "method",
-                "reaches CAVI NLL",
-                "time / CAVI time",
-                "≤ 2×",
-                "final − CAVI (nats)",
-                "no worse (≤ τ)",
-                "VI-HMC time / its time",
-                "≥ 10×",
-            ],
-            rows,
-        )
-    )
+        rows.append([
+            f"VI-Gibbs α={a:g}",
+            _count([x["time"] is not None for x in t]),
+            mean_sd([x["time_over_cavi"] for x in t], ".2f"),
+            _count([x["time_over_cavi"] is not None and x["time_over_cavi"] <= 2 for x in t]),
+            mean_sd([x["final_minus_cavi"] for x in t]),
+            _count([x["final_minus_cavi"] <= tol for x in t]),
+            mean_sd([x["hmc_over_gibbs"] for x in t], ".1f"),
+            _count([x["hmc_ratio_is_lower_bound"] for x in t]),
+            _count([x["hmc_over_gibbs"] is not None and x["hmc_over_gibbs"] >= 10 for x in t]),
+        ])  # fmt: skip
+    tables.append(_report.Table(
+        "Targets per VI-Gibbs α (folds meeting each; ratios mean ± sd over the folds that reach CAVI's level)",
+        ["method", "reaches CAVI NLL", "time / CAVI time", "≤ 2×", "final − CAVI (nats)", "no worse (≤ τ)",
+         "VI-HMC time / its time", "folds where that is a lower bound", "≥ 10×"], rows,
+    ))  # fmt: skip
     ref = result.get("exact_reference")
     if ref:
-        lines += [
-            "",
-            f"## Quality reference ({ref['num_train']} training points of fold 1, {ref['sweeps']} "
-            "sweeps, same test set)",
-            "",
-        ]
         names = [k for k in ref if isinstance(ref[k], dict)]
-        lines.append(
-            common.markdown_table(
-                ["method", "test NLL", "test error", "seconds"],
-                [
-                    [k, f"{ref[k]['test_nll']:.4f}", f"{ref[k]['test_error']:.4f}", f"{ref[k]['seconds']:.1f}"]
-                    for k in names
-                ],
-            )
-        )
-    common.write_text(path, "\n".join(lines) + "\n")
+        tables.append(_report.Table(
+            f"Quality reference ({ref['num_train']} training points of fold 1, {ref['sweeps']} sweeps, same test set)",
+            ["method", "test NLL", "test error", "seconds"],
+            [[k, ref[k]["test_nll"], ref[k]["test_error"], ref[k]["seconds"]] for k in names],
+        ))  # fmt: skip
+    return title, settings, tables
 
 
 def plot(path: Path, result: dict[str, Any]) -> None:
@@ -524,7 +522,7 @@ def study(
     reference: bool = True,
     max_points: int | None = None,
 ) -> dict[str, Any]:
-    """The whole study; returns the result record (see :func:`write_markdown`)."""
+    """The whole study; returns the result record (rendered by :func:`report`)."""
     machine = common.start_run(1, seed)
     x, y = load_magic()
     if max_points is None and quick:
@@ -550,7 +548,12 @@ def study(
         "num_inducing": NUM_INDUCING,
         "alphas": ALPHAS,
         "tolerance": TOLERANCE,
-        "hmc": {"step_size": HMC_STEP, "leapfrog": HMC_LEAPFROG},
+        "hmc": {
+            "step_size": HMC_STEP,
+            "leapfrog": HMC_LEAPFROG,
+            "adapt": HMC_ADAPT,
+            "target_accept": HMC_TARGET_ACCEPT,
+        },
         "gauss_hermite_nodes": GH_NODES,
         "hypers_rule": "outputscale 2, mean 0, ARD median-heuristic lengthscales of the fold's training inputs",
         "seed": seed,
@@ -563,9 +566,8 @@ def study(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     result = study(args.quick, args.seed, args.folds, args.max_time, not args.no_reference)
-    common.write_results(
-        common.output_dir(args.output_dir, args.quick), "sparse_sampling", result, write_markdown, plot
-    )
+    out = common.output_dir(args.output_dir, args.quick)
+    _report.write_report(out, "sparse_sampling", result, *report(result), figure=plot)
     return result
 
 

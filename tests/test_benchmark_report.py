@@ -49,7 +49,8 @@ def test_the_renderer_writes_a_figure_link(report, tmp_path: Path) -> None:
 
 #: scripts that report through the renderer: each renders its committed result record (benchmarks/results/)
 CONVERTED = {name: name for name in ("regression", "classification", "multiclass", "scale", "sampler_choice",
-                                      "hyper_objective", "distributed")}
+                                      "hyper_objective", "distributed", "sparse_sampling",
+                                      "hyperparameters_large")}  # fmt: skip
 CONVERTED["_sampling_report"] = "sampling"
 
 
@@ -70,3 +71,38 @@ def test_a_converted_script_renders_its_result_record(report, name: str, tmp_pat
     ]  # fmt: skip
     assert not prose, f"{name}: prose in the report: {prose[:3]}"
     assert len(tables) >= 1 and all(t.rows for t in tables)
+
+
+def _script(name: str):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_sparse_sampling_renders_a_record_without_the_later_fields(report, tmp_path: Path) -> None:
+    """The committed record predates ``config.hmc.adapt``: that setting renders as an empty cell; a record without
+    the exact reference, or with only the default-α targets, renders the tables it has."""
+    pytest.importorskip("matplotlib")
+    script = _script("sparse_sampling")
+    result = json.loads((BENCHMARKS / "results" / "sparse_sampling.json").read_text())
+    _, settings, _ = script.report(result)
+    assert settings["VI-HMC (dual avg.) adaptation: iterations, target acceptance"] is None
+    result["config"]["hmc"].update(adapt=50, target_accept=0.65)
+    del result["exact_reference"]
+    for fold in result["folds"]:
+        del fold["targets"]["alpha=0"]
+    _, settings, tables = script.report(result)
+    assert settings["VI-HMC (dual avg.) adaptation: iterations, target acceptance"] == "50, 0.65"
+    assert not any(t.title.startswith("Quality reference") for t in tables)
+    by_title = {t.title.split(" (")[0]: t for t in tables}
+    assert [row[0] for row in by_title["Targets per VI-Gibbs α"].rows] == ["VI-Gibbs α=0.5", "VI-Gibbs α=1"]
+    assert all(t.rows for t in tables)
+
+
+def test_the_converted_scripts_doctests() -> None:
+    pytest.importorskip("matplotlib")
+    for name in ("sparse_sampling", "hyperparameters_large"):
+        failures, _ = doctest.testmod(_script(name), verbose=False)
+        assert not failures, name
