@@ -448,7 +448,9 @@ class GibbsSampler(BlockedGibbsKernel):
         aux: AuxDict = dict(state.aux) if state is not None else {}
         record = Recorder(self, num_chains, num_samples)
         start = time.perf_counter()
-        f, aux, v, constants = self._run_chains(f, constants, generator, warmup, thin, record, progress)
+        f, aux, v, constants, step_size = self._run_chains(
+            f, constants, generator, warmup, thin, record, progress, state
+        )
         elapsed = time.perf_counter() - start
 
         u_last = self._to_storage(self._u_from_v(v)).to(self.dtype) if v is not None and self.is_sparse else None
@@ -459,6 +461,7 @@ class GibbsSampler(BlockedGibbsKernel):
             rng_state=generator.get_state(),
             num_sweeps=(state.num_sweeps if state is not None else 0) + warmup + num_samples * thin,
             hyper=self._hyper_snapshot(constants),
+            step_size=step_size,
         )
         self.likelihood.aux = last.aux
         return record.samples(
@@ -494,6 +497,15 @@ class GibbsSampler(BlockedGibbsKernel):
                 expected = f"(chains, M), M = {M}" if T == 1 else f"(chains, T, M), T = {T}, M = {M}"
                 raise ValueError(f"init.u must have shape {expected}; got shape {tuple(u.shape)}")
             check_finite("init.u", u)
+        if state.step_size is not None:
+            step = state.step_size
+            if not isinstance(step, Tensor) or step.dim() != 1 or step.shape[0] not in (1, C):
+                raise ValueError(
+                    f"init.step_size must be a tensor of shape (chains,) with chains = 1 or {C}; got "
+                    f"{tuple(step.shape) if isinstance(step, Tensor) else type(step).__name__}"
+                )
+            if not bool((torch.isfinite(step) & (step > 0)).all()):
+                raise ValueError("init.step_size must hold positive finite step sizes")
         if state.hyper and self._samples_hyperparameters:
             current = self._hyper_snapshot({})
             for name, value in state.hyper.items():
@@ -528,9 +540,12 @@ class GibbsSampler(BlockedGibbsKernel):
         thin: int,
         record: Recorder,
         progress: bool,
-    ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor]]:
+        init: GibbsState | None = None,
+    ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor], Tensor | None]:
         """``warmup + num_samples * thin`` sweeps from the internal latents ``f`` and the chains' sampled
-        likelihood ``constants``, recording every kept sweep."""
+        likelihood ``constants``, recording every kept sweep; returns the final (f, Ω, v, constants) and the
+        kernel's step sizes (``None``: the Gibbs sweep has none). Everything a run depends on comes from its
+        arguments (``init``: the state it starts from, if any), never from an earlier run."""
         total = warmup + record.num_samples * thin
         v, aux = None, {}
         bar = _progress_bar(total, progress)
@@ -544,7 +559,7 @@ class GibbsSampler(BlockedGibbsKernel):
         finally:
             if bar is not None:
                 bar.close()
-        return f, aux, v, constants
+        return f, aux, v, constants, None
 
     @staticmethod
     def _chain_batched(value: Tensor, num_chains: int) -> Tensor:

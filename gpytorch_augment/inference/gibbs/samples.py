@@ -311,6 +311,11 @@ class GibbsSamples:
                 rng_state=None,
                 num_sweeps=first.last.num_sweeps,
                 hyper={},
+                step_size=(
+                    torch.cat([r.last.step_size for r in runs])
+                    if all(r.last.step_size is not None for r in runs)
+                    else None
+                ),
             )
             seed, sweeps = None, first.num_sweeps
         return cls(
