@@ -81,8 +81,8 @@ from torch import Tensor
 
 from .._validation import float_targets
 from ..core.linalg import add_to_diagonal, tri_solve
+from ..core.prior import with_linalg_advice
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
-from .gibbs.kernel import LINALG_DTYPE
 from .gibbs.sampler import GibbsSampler
 from .gibbs.state import GibbsState
 
@@ -229,7 +229,7 @@ class HMCSampler(GibbsSampler):
         f_lik = f.to(self.dtype)
         value, grad = self.likelihood.log_prob_and_grad(y, f_lik[0] if T == 1 else f_lik.permute(1, 2, 0))
         grad = grad.unsqueeze(0) if T == 1 else grad.permute(2, 0, 1)
-        return value.reshape(value.shape[0], -1).sum(-1).to(LINALG_DTYPE), grad.to(LINALG_DTYPE)
+        return value.reshape(value.shape[0], -1).sum(-1).to(self.linalg_dtype), grad.to(self.linalg_dtype)
 
     def _split(self, z: Tensor) -> Tensor:
         """Grouped coordinates (G, C, n) -> latent-major (T, C, N)."""
@@ -273,7 +273,7 @@ class HMCSampler(GibbsSampler):
                 T = self.num_latents
                 arg = f.unsqueeze(0).to(self.dtype)
                 arg = arg[:, 0] if T == 1 else arg.permute(0, 2, 1)
-                loss = 0.5 * (v * v).sum() - self.likelihood.log_prob_at(y, arg).sum().to(LINALG_DTYPE)
+                loss = 0.5 * (v * v).sum() - self.likelihood.log_prob_at(y, arg).sum().to(self.linalg_dtype)
                 loss.backward()
             return loss
 
@@ -294,13 +294,14 @@ class HMCSampler(GibbsSampler):
             for t in range(T):
                 (h,) = torch.autograd.grad(g[t].sum(), f_, retain_graph=t < T - 1, allow_unused=True)
                 if h is not None:
-                    H[:, t, :] = -h[:, 0].mT.to(LINALG_DTYPE)
+                    H[:, t, :] = -h[:, 0].mT.to(self.linalg_dtype)
         H = H.nan_to_num(0.0, 0.0, 0.0)
         if T == 1:
             return H.clamp_min(0.0)
         evals, evecs = torch.linalg.eigh((H + H.mT) / 2)
         return (evecs * evals.clamp_min(0.0).unsqueeze(-2)) @ evecs.mT
 
+    @with_linalg_advice("the HMC preconditioner (the Laplace approximation)")
     @torch.no_grad()
     def _build_preconditioner(self) -> LaplacePreconditioner:
         terms, T = self.terms, self.num_latents
@@ -373,8 +374,8 @@ class HMCSampler(GibbsSampler):
     def _chain_step_size(self, num_chains: int, step_size: Tensor | None = None) -> Tensor:
         """``step_size`` (one entry, or one per chain) for ``num_chains`` chains, else ``initial_step_size``."""
         if step_size is not None and step_size.shape[0] in (1, num_chains):
-            return step_size.to(device=self.device, dtype=LINALG_DTYPE).expand(num_chains).clone()
-        return torch.full((num_chains,), self.initial_step_size, dtype=LINALG_DTYPE, device=self.device)
+            return step_size.to(device=self.device, dtype=self.linalg_dtype).expand(num_chains).clone()
+        return torch.full((num_chains,), self.initial_step_size, dtype=self.linalg_dtype, device=self.device)
 
     def _run_chains(
         self,
@@ -397,7 +398,7 @@ class HMCSampler(GibbsSampler):
         eps_run = self._chain_step_size(C, init.step_size if init is not None else None)
         adapt = _DualAveraging(eps_run, self.target_accept) if warmup > 0 else None
         total = warmup + record.num_samples * thin
-        accept_sum, steps_sum = torch.zeros(C, dtype=LINALG_DTYPE), 0
+        accept_sum, steps_sum = torch.zeros(C, dtype=self.linalg_dtype), 0
         kept_z, k = torch.empty((record.num_samples, *z.shape), dtype=z.dtype, device=z.device), 0
         for it in range(total):
             eps = adapt.step_size if adapt is not None else eps_run
@@ -425,6 +426,7 @@ class HMCSampler(GibbsSampler):
         }
         return self._to_f(z), {}, None, constants, eps_run
 
+    @with_linalg_advice("the HMC transition")
     @torch.no_grad()
     def sweep(
         self,

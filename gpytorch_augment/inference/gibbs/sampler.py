@@ -24,6 +24,7 @@ from ..._validation import (
     squeezed_targets,
 )
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
+from ...core.prior import with_linalg_advice
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
 from .recorder import Recorder
@@ -146,10 +147,13 @@ class GibbsSampler(BlockedGibbsKernel):
     :param f_update: ``"auto"`` or ``"whitened"`` (exact model only; see above).
     :param overrelaxation: :math:`a \in (-1, 1)` of the over-relaxed :math:`f`-update (exact model only; default
         0, the plain Gibbs draw; see above).
-    :param linalg_dtype: dtype of every factorisation and of the chain state: ``torch.float64`` (default; the
-        factorisations of ill-conditioned kernel matrices need it) or ``torch.float32`` (about twice as fast on a GPU;
-        with a kernel matrix whose condition number approaches :math:`10^7` the factorisations fail with
-        ``NotPSDError``: use float64 then).
+    :param linalg_dtype: dtype of the prior's evaluation, of every factorisation and of the chain state:
+        ``torch.float64`` (default, whatever the data's dtype: the factorisations of ill-conditioned kernel matrices
+        need it) or ``torch.float32`` (about twice as fast on a GPU; with a kernel matrix whose condition number
+        approaches :math:`10^7` the factorisations fail with a :class:`~gpytorch_augment.core.FactorizationError`: use
+        float64 then). Where it is finer than the model's or the inputs' dtype, ``model.forward`` is evaluated with
+        the inputs and the model's parameters cast up (the model is not modified); the draws come back in the
+        inputs' dtype.
     :param kwargs: per-datum keyword data of the likelihood (e.g. binomial ``trials``), passed to
         ``likelihood.check_targets``; the engine works with the canonical targets it returns.
 
@@ -267,6 +271,7 @@ class GibbsSampler(BlockedGibbsKernel):
                 out[name] = param.detach().clone()
         return out
 
+    @with_linalg_advice("sampling")
     @torch.no_grad()
     def sample_latent(
         self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None
@@ -290,6 +295,7 @@ class GibbsSampler(BlockedGibbsKernel):
             out["v"] = self._to_storage(v).to(self.dtype)
             out["u"] = self._to_storage(self._u_from_v(v)).to(self.dtype)
         return out
+    @with_linalg_advice("sampling")
     @torch.no_grad()
     def inducing_distribution(self, h: Tensor, lam: Tensor) -> MultivariateNormal:
         r""":math:`q^*_\alpha(u)` of the inducing-point model for potentials and precisions ``h``, ``lam`` (the
@@ -312,6 +318,7 @@ class GibbsSampler(BlockedGibbsKernel):
             mean, covar = mean.squeeze(-2), covar.squeeze(-3)
         return MultivariateNormal(mean, covar)
 
+    @with_linalg_advice("sampling")
     @torch.no_grad()
     def sweep(
         self,
@@ -359,6 +366,7 @@ class GibbsSampler(BlockedGibbsKernel):
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         return int(value)
 
+    @with_linalg_advice("sampling")
     def sample(
         self,
         num_samples: int,
