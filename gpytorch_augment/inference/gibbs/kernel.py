@@ -18,9 +18,9 @@ protocol and to the model only through ``model.forward(x)`` (the prior). Chains 
 Cholesky factorisation and one pair of batched triangular solves per sweep serve every chain.
 
 Numerics: the prior is evaluated and factorised once, in
-``linalg_dtype`` (float64 unless the sampler was built with float32, whatever the data's dtype), and cached while the hyper-parameters are
-fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an explicit (batched) Cholesky / triangular
-solve; the exact model's :math:`f`-update uses the GPML-stable matrix
+``linalg_dtype`` (float64 unless the sampler was built with float32, whatever the data's dtype), and cached while
+the hyper-parameters are fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an explicit
+(batched) Cholesky / triangular solve; the exact model's :math:`f`-update uses the GPML-stable matrix
 :math:`B' = I + \Lambda^{1/2}(K + \epsilon I)\Lambda^{1/2}` when every :math:`\lambda_i > 0` and the whitened
 :math:`B = I + L^\top\Lambda L` otherwise (both have eigenvalues :math:`\ge 1`).
 """
