@@ -12,15 +12,26 @@ hyper-parameter objectives do to the latent GP happens here, once:
 """
 
 from .gaussian import NaturalParameters, SufficientStatistics, WhitenedGaussian, natural_gradient
-from .prior import PriorCache, PriorFactorizationError, PriorTerms, prior_cholesky, split_prior, whiten_prior
+from .prior import (
+    FactorizationError,
+    PriorCache,
+    PriorFactorizationError,
+    PriorTerms,
+    linalg_advice,
+    prior_cholesky,
+    split_prior,
+    whiten_prior,
+)
 
 __all__ = [
+    "FactorizationError",
     "NaturalParameters",
     "PriorCache",
     "PriorFactorizationError",
     "PriorTerms",
     "SufficientStatistics",
     "WhitenedGaussian",
+    "linalg_advice",
     "natural_gradient",
     "prior_cholesky",
     "split_prior",

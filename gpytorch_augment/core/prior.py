@@ -13,8 +13,10 @@ of everything it was computed from and hands it back only while all of it compar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky
@@ -23,14 +25,84 @@ from torch import Tensor
 
 from .linalg import tri_solve
 
-__all__ = ["PriorCache", "PriorFactorizationError", "PriorTerms", "prior_cholesky", "split_prior", "whiten_prior"]
+__all__ = [
+    "FactorizationError",
+    "PriorCache",
+    "PriorFactorizationError",
+    "PriorTerms",
+    "linalg_advice",
+    "prior_cholesky",
+    "split_prior",
+    "whiten_prior",
+]
 
 #: up to this many extra kernel entries, the prior at ``cat[Z, x]`` is evaluated as one dense block (one kernel call
 #: instead of two: cheaper for small batches, where the per-call overhead dominates)
 DENSE_PRIOR_ELEMENTS = 2**16
 
 
-class PriorFactorizationError(NotPSDError, ValueError):
+class FactorizationError(NotPSDError, ValueError):
+    """A factorisation failed (a matrix not positive definite in floating point, or holding NaN).
+
+    A ``NotPSDError`` (what GPyTorch raises) and a ``ValueError`` (bad settings or data, not a bug), whose message says
+    what failed and what to do. The public entry points of the samplers and of their predictions raise it (or its
+    subclass :class:`PriorFactorizationError`) in place of linear_operator's ``NotPSDError`` / ``NanError`` and torch's
+    ``LinAlgError``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import FactorizationError, linalg_advice
+        >>> try:
+        ...     with linalg_advice("the demo"):
+        ...         torch.linalg.cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]]))
+        ... except FactorizationError as err:
+        ...     print(str(err)[:25], isinstance(err, ValueError))
+        the demo failed: a matrix True
+    """
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@contextmanager
+def linalg_advice(what: str) -> Iterator[None]:
+    """Re-raise linear_operator's ``NotPSDError`` / ``NanError`` and torch's ``LinAlgError`` from the block as a
+    :class:`FactorizationError` saying what failed (``what``) and what to do; package errors pass through unchanged.
+    Also usable as a decorator, :func:`with_linalg_advice`."""
+    try:
+        yield
+    except FactorizationError:
+        raise
+    except NanError as err:
+        raise FactorizationError(
+            f"{what} failed: a matrix holds NaN. A kernel hyper-parameter, an input or a likelihood constant is NaN "
+            f"or infinite (an optimizer step too large?); check them. ({err})"
+        ) from err
+    except (NotPSDError, torch.linalg.LinAlgError) as err:
+        raise FactorizationError(
+            f"{what} failed: a matrix is not positive definite in floating point, even with GPyTorch's jitter. The "
+            f"samplers factorise in their linalg_dtype (float64 unless lowered: use float64 then); otherwise raise "
+            f"the jitter (jitter=), rescale the kernel (a large outputscale, a long lengthscale, nearly duplicate "
+            f"inputs), or check the data and hyper-parameters for extreme values. ({err})"
+        ) from err
+
+
+def with_linalg_advice(what: str) -> Callable[[_F], _F]:
+    """Decorator form of :func:`linalg_advice`."""
+
+    def decorate(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with linalg_advice(what):
+                return fn(*args, **kwargs)
+
+        return wrapped  # type: ignore[return-value]
+
+    return decorate
+
+
+class PriorFactorizationError(FactorizationError):
     """The prior covariance could not be factorised (not positive definite in floating point, even with jitter).
 
     A ``NotPSDError`` (what GPyTorch raises) and a ``ValueError`` (bad settings, not a bug), whose message says which

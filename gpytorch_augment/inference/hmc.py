@@ -37,9 +37,11 @@ posterior variance), Metropolis acceptance with probability :math:`\min(1, e^{H_
 rejected). Every transition leaves :math:`p(f \mid y)` invariant.
 
 **Adaptation** (warm-up only): the step size of each chain by dual averaging (Hoffman & Gelman 2014, §3.2) towards
-``target_accept``; after warm-up it is frozen at the averaged value and stored on the sampler (so
-:meth:`~gpytorch_augment.GibbsSampler.resume` continues with it; a run without warm-up and without a stored step size
-uses ``initial_step_size``). The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then the
+``target_accept``; after warm-up it is frozen at the averaged value and stored in the run's last state
+(``GibbsState.step_size``), so :meth:`~gpytorch_augment.GibbsSampler.resume` continues with it. A run adapts from
+(and, without warm-up, runs at) the step sizes of its ``init`` state, or ``initial_step_size`` without one: nothing
+carries over from an earlier run on the same sampler, so the same seed gives the same draws.
+The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then the
 per-point :math:`T \times T` curvature by double back-propagation) and cached with the prior; :meth:`refresh`
 recomputes both.
 
@@ -79,8 +81,8 @@ from torch import Tensor
 
 from .._validation import float_targets
 from ..core.linalg import add_to_diagonal, tri_solve
+from ..core.prior import with_linalg_advice
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
-from .gibbs.kernel import LINALG_DTYPE
 from .gibbs.sampler import GibbsSampler
 from .gibbs.state import GibbsState
 
@@ -166,8 +168,9 @@ class HMCSampler(GibbsSampler):
         HMC in the whitened prior coordinates; a baseline).
     :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
 
-    Attributes after a run: :attr:`step_size` (per chain, frozen after warm-up) and :attr:`last_run` (acceptance
-    rate, mean leapfrog steps, step sizes, number of gradient evaluations).
+    Attributes after a run (a report of the latest run; a later :meth:`sample` never reads them): :attr:`step_size`
+    (per chain, frozen after warm-up; :meth:`sweep` runs at it) and :attr:`last_run` (acceptance rate, mean leapfrog
+    steps, step sizes, number of gradient evaluations).
     """
 
     def __init__(
@@ -226,7 +229,7 @@ class HMCSampler(GibbsSampler):
         f_lik = f.to(self.dtype)
         value, grad = self.likelihood.log_prob_and_grad(y, f_lik[0] if T == 1 else f_lik.permute(1, 2, 0))
         grad = grad.unsqueeze(0) if T == 1 else grad.permute(2, 0, 1)
-        return value.reshape(value.shape[0], -1).sum(-1).to(LINALG_DTYPE), grad.to(LINALG_DTYPE)
+        return value.reshape(value.shape[0], -1).sum(-1).to(self.linalg_dtype), grad.to(self.linalg_dtype)
 
     def _split(self, z: Tensor) -> Tensor:
         """Grouped coordinates (G, C, n) -> latent-major (T, C, N)."""
@@ -270,7 +273,7 @@ class HMCSampler(GibbsSampler):
                 T = self.num_latents
                 arg = f.unsqueeze(0).to(self.dtype)
                 arg = arg[:, 0] if T == 1 else arg.permute(0, 2, 1)
-                loss = 0.5 * (v * v).sum() - self.likelihood.log_prob_at(y, arg).sum().to(LINALG_DTYPE)
+                loss = 0.5 * (v * v).sum() - self.likelihood.log_prob_at(y, arg).sum().to(self.linalg_dtype)
                 loss.backward()
             return loss
 
@@ -291,13 +294,14 @@ class HMCSampler(GibbsSampler):
             for t in range(T):
                 (h,) = torch.autograd.grad(g[t].sum(), f_, retain_graph=t < T - 1, allow_unused=True)
                 if h is not None:
-                    H[:, t, :] = -h[:, 0].mT.to(LINALG_DTYPE)
+                    H[:, t, :] = -h[:, 0].mT.to(self.linalg_dtype)
         H = H.nan_to_num(0.0, 0.0, 0.0)
         if T == 1:
             return H.clamp_min(0.0)
         evals, evecs = torch.linalg.eigh((H + H.mT) / 2)
         return (evecs * evals.clamp_min(0.0).unsqueeze(-2)) @ evecs.mT
 
+    @with_linalg_advice("the HMC preconditioner (the Laplace approximation)")
     @torch.no_grad()
     def _build_preconditioner(self) -> LaplacePreconditioner:
         terms, T = self.terms, self.num_latents
@@ -367,11 +371,11 @@ class HMCSampler(GibbsSampler):
         lo, hi = self.num_steps
         return int(torch.randint(lo, hi + 1, (1,), generator=generator, device=self.device).item())
 
-    def _chain_step_size(self, num_chains: int) -> Tensor:
-        """The frozen per-chain step size if one of the right length is stored, else ``initial_step_size``."""
-        if self.step_size is not None and self.step_size.shape[0] == num_chains:
-            return self.step_size.to(device=self.device, dtype=LINALG_DTYPE)
-        return torch.full((num_chains,), self.initial_step_size, dtype=LINALG_DTYPE, device=self.device)
+    def _chain_step_size(self, num_chains: int, step_size: Tensor | None = None) -> Tensor:
+        """``step_size`` (one entry, or one per chain) for ``num_chains`` chains, else ``initial_step_size``."""
+        if step_size is not None and step_size.shape[0] in (1, num_chains):
+            return step_size.to(device=self.device, dtype=self.linalg_dtype).expand(num_chains).clone()
+        return torch.full((num_chains,), self.initial_step_size, dtype=self.linalg_dtype, device=self.device)
 
     def _run_chains(
         self,
@@ -382,25 +386,28 @@ class HMCSampler(GibbsSampler):
         thin: int,
         record: Any,
         progress: bool,
-    ) -> tuple[Tensor, dict[str, Tensor], None, dict[str, Tensor]]:
+        init: GibbsState | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor], None, dict[str, Tensor], Tensor]:
         """Driver hook of ``GibbsSampler._sample``: ``warmup`` adapting transitions, then ``num_samples * thin``
         transitions at the frozen step sizes, recording every kept one (internal layout (C, T, N); the kept
-        coordinates are mapped to latents in one product at the end)."""
+        coordinates are mapped to latents in one product at the end). The step sizes start from ``init``'s (a
+        continued run), else from ``initial_step_size``; the frozen ones are returned for the run's last state."""
         C = f.shape[0]
         z = self._to_z(f)
         U, grad = self._potential(z, self.y)
-        adapt = _DualAveraging(self._chain_step_size(C), self.target_accept) if warmup > 0 else None
+        eps_run = self._chain_step_size(C, init.step_size if init is not None else None)
+        adapt = _DualAveraging(eps_run, self.target_accept) if warmup > 0 else None
         total = warmup + record.num_samples * thin
-        accept_sum, steps_sum = torch.zeros(C, dtype=LINALG_DTYPE), 0
+        accept_sum, steps_sum = torch.zeros(C, dtype=self.linalg_dtype), 0
         kept_z, k = torch.empty((record.num_samples, *z.shape), dtype=z.dtype, device=z.device), 0
         for it in range(total):
-            eps = adapt.step_size if adapt is not None else self._chain_step_size(C)
+            eps = adapt.step_size if adapt is not None else eps_run
             steps = self._draw_steps(generator)
             z, U, grad, prob = self._transition(z, U, grad, self.y, eps, steps, generator)
             if adapt is not None:
                 adapt.update(prob)
                 if it == warmup - 1:
-                    self.step_size, adapt = adapt.final, None
+                    eps_run, adapt = adapt.final, None
                 continue
             accept_sum += prob.cpu()
             steps_sum += steps
@@ -410,14 +417,16 @@ class HMCSampler(GibbsSampler):
         draws = self._to_f(kept_z.transpose(0, 1).reshape(G, S * C, n))  # (S * C, T, N)
         record.keep_block(draws.view(S, C, *draws.shape[1:]).transpose(0, 1))
         kept = max(total - warmup, 1)
+        self.step_size = eps_run  # reported, and read by sweep(); never read by a later run
         self.last_run = {
-            "step_size": self._chain_step_size(C).cpu(),
+            "step_size": eps_run.cpu(),
             "acceptance_rate": float(accept_sum.mean()) / kept,
             "mean_leapfrog_steps": steps_sum / kept,
             "gradients_after_warmup": steps_sum,
         }
-        return self._to_f(z), {}, None, constants
+        return self._to_f(z), {}, None, constants, eps_run
 
+    @with_linalg_advice("the HMC transition")
     @torch.no_grad()
     def sweep(
         self,
@@ -445,7 +454,7 @@ class HMCSampler(GibbsSampler):
         f_int = self._from_storage(f, None, name="f")
         z = self._to_z(f_int)
         U, grad = self._potential(z, y)
-        eps = self._chain_step_size(z.shape[1])
+        eps = self._chain_step_size(z.shape[1], self.step_size)
         z, _, _, _ = self._transition(z, U, grad, y, eps, self._draw_steps(generator), generator)
         return GibbsState(f=self._to_storage(self._to_f(z)).to(self.dtype))
 

@@ -18,16 +18,18 @@ protocol and to the model only through ``model.forward(x)`` (the prior). Chains 
 Cholesky factorisation and one pair of batched triangular solves per sweep serve every chain.
 
 Numerics: the prior is evaluated and factorised once, in
-``linalg_dtype`` (float64 unless the sampler was built with float32), and cached while the hyper-parameters are
-fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an explicit (batched) Cholesky / triangular
-solve; the exact model's :math:`f`-update uses the GPML-stable matrix
+``linalg_dtype`` (float64 unless the sampler was built with float32, whatever the data's dtype), and cached while
+the hyper-parameters are fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an explicit
+(batched) Cholesky / triangular solve; the exact model's :math:`f`-update uses the GPML-stable matrix
 :math:`B' = I + \Lambda^{1/2}(K + \epsilon I)\Lambda^{1/2}` when every :math:`\lambda_i > 0` and the whitened
 :math:`B = I + L^\top\Lambda L` otherwise (both have eigenvalues :math:`\ge 1`).
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import warnings
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
@@ -39,7 +41,7 @@ from torch import Tensor
 from ..._validation import check_finite
 from ...core import PriorCache, SufficientStatistics, WhitenedGaussian
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
-from ...core.prior import prior_cholesky, split_prior, whiten_prior
+from ...core.prior import prior_cholesky, split_prior, whiten_prior, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
 
 #: default dtype of every factorisation and of the chain state (``GibbsSampler(linalg_dtype=...)`` overrides it)
@@ -73,6 +75,11 @@ class GibbsPriorTerms(NamedTuple):
     K: Tensor | None = None
     mu_Z: Tensor | None = None
     d: Tensor | None = None
+
+
+def _coarser(t: Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``t`` is a floating tensor of a coarser dtype than ``dtype``."""
+    return t.is_floating_point() and torch.finfo(t.dtype).eps > torch.finfo(dtype).eps
 
 
 def conditional_variances(k_diag: Tensor, a_sq: Tensor, jitter: float) -> Tensor:
@@ -141,9 +148,37 @@ class BlockedGibbsKernel:
         return int(self.y.shape[-1])
 
     # ------------------------------------------------------------------ prior terms
+    def _forward(self, x: Tensor) -> Any:
+        """``model.forward(x)``, evaluated in ``linalg_dtype`` where that is finer than the inputs' dtype (inputs cast
+        up) or the model's (a copy of the model cast up at :meth:`refresh`, :attr:`_forward_model`; the model itself is
+        never modified), because a kernel matrix rounded to float32 is often not positive definite even with
+        jitter. A copy, not parameters swapped for the call: GPyTorch evaluates kernels lazily, after the call."""
+        if _coarser(x, self.linalg_dtype):
+            x = x.to(self.linalg_dtype)
+        model = getattr(self, "_forward_model", None)
+        return (model if model is not None else self.model).forward(x)
+
+    def _cast_model(self) -> Any:
+        """A copy of the model in ``linalg_dtype`` if some floating parameter or buffer of it is coarser, else
+        ``None`` (the model is used as it is)."""
+        dt, model = self.linalg_dtype, self.model
+        if not isinstance(model, torch.nn.Module) or not any(_coarser(t, dt) for t in self._model_tensors()):
+            return None
+        try:
+            copied = copy.deepcopy(model)
+        except (RuntimeError, TypeError) as err:  # e.g. non-leaf tensors cached on the model
+            warnings.warn(
+                f"the sampler could not copy the model to evaluate its prior in {dt} ({err}); it is evaluated in the "
+                f"model's dtype instead: cast the model (model.to({dt})) if the factorisation fails",
+                UserWarning,
+                stacklevel=4,
+            )
+            return None
+        return copied.to(dt)
+
     def _prior(self, x: Tensor) -> tuple[Tensor, Any]:
         """``model.forward(x)`` as (mean (T, n), covariance operator (T, n, n)), validated."""
-        prior = self.model.forward(x)
+        prior = self._forward(x)
         if not isinstance(prior, MultivariateNormal):
             raise TypeError(f"model.forward(x) must return a MultivariateNormal, got {type(prior).__name__}")
         mean, covar = prior.mean, prior.lazy_covariance_matrix
@@ -174,6 +209,7 @@ class BlockedGibbsKernel:
         """Whether the model's parameters or buffers changed since the prior was cached."""
         return not self._prior_cache.valid([], self._model_tensors())
 
+    @with_linalg_advice("the sampler's prior")
     @torch.no_grad()
     def refresh(self) -> None:
         r"""(Re)compute and cache the prior: :math:`\mu`, :math:`K + \epsilon I` and its Cholesky factor :math:`L`
@@ -184,6 +220,7 @@ class BlockedGibbsKernel:
         dt = self.linalg_dtype
         x = self.x
         self._workspace: dict[tuple, Any] = {}  # work buffers and per-block prior terms
+        self._forward_model = self._cast_model()
         if not self.is_sparse:
             mean, covar = self._prior(x)
             K = covar.to_dense().to(dt)
@@ -448,6 +485,7 @@ class BlockedGibbsKernel:
                     v_all[..., block, :] = v_b
         return f, aux, v_all, constants
 
+    @with_linalg_advice("the sampler's prior")
     @torch.no_grad()
     def conditional_terms(self, x_new: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         r"""For new inputs: prior mean :math:`\mu_*` (T, n), projection :math:`P` (T, n_cond, n) such that the

@@ -24,6 +24,7 @@ from ..._validation import (
     squeezed_targets,
 )
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
+from ...core.prior import with_linalg_advice
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
 from .recorder import Recorder
@@ -146,10 +147,13 @@ class GibbsSampler(BlockedGibbsKernel):
     :param f_update: ``"auto"`` or ``"whitened"`` (exact model only; see above).
     :param overrelaxation: :math:`a \in (-1, 1)` of the over-relaxed :math:`f`-update (exact model only; default
         0, the plain Gibbs draw; see above).
-    :param linalg_dtype: dtype of every factorisation and of the chain state: ``torch.float64`` (default; the
-        factorisations of ill-conditioned kernel matrices need it) or ``torch.float32`` (about twice as fast on a GPU;
-        with a kernel matrix whose condition number approaches :math:`10^7` the factorisations fail with
-        ``NotPSDError``: use float64 then).
+    :param linalg_dtype: dtype of the prior's evaluation, of every factorisation and of the chain state:
+        ``torch.float64`` (default, whatever the data's dtype: the factorisations of ill-conditioned kernel matrices
+        need it) or ``torch.float32`` (about twice as fast on a GPU; with a kernel matrix whose condition number
+        approaches :math:`10^7` the factorisations fail with a :class:`~gpytorch_augment.core.FactorizationError`: use
+        float64 then). Where it is finer than the model's or the inputs' dtype, ``model.forward`` is evaluated with
+        the inputs and the model's parameters cast up (the model is not modified); the draws come back in the
+        inputs' dtype.
     :param kwargs: per-datum keyword data of the likelihood (e.g. binomial ``trials``), passed to
         ``likelihood.check_targets``; the engine works with the canonical targets it returns.
 
@@ -267,6 +271,7 @@ class GibbsSampler(BlockedGibbsKernel):
                 out[name] = param.detach().clone()
         return out
 
+    @with_linalg_advice("sampling")
     @torch.no_grad()
     def sample_latent(
         self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None
@@ -290,6 +295,7 @@ class GibbsSampler(BlockedGibbsKernel):
             out["v"] = self._to_storage(v).to(self.dtype)
             out["u"] = self._to_storage(self._u_from_v(v)).to(self.dtype)
         return out
+    @with_linalg_advice("sampling")
     @torch.no_grad()
     def inducing_distribution(self, h: Tensor, lam: Tensor) -> MultivariateNormal:
         r""":math:`q^*_\alpha(u)` of the inducing-point model for potentials and precisions ``h``, ``lam`` (the
@@ -312,6 +318,7 @@ class GibbsSampler(BlockedGibbsKernel):
             mean, covar = mean.squeeze(-2), covar.squeeze(-3)
         return MultivariateNormal(mean, covar)
 
+    @with_linalg_advice("sampling")
     @torch.no_grad()
     def sweep(
         self,
@@ -359,6 +366,7 @@ class GibbsSampler(BlockedGibbsKernel):
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         return int(value)
 
+    @with_linalg_advice("sampling")
     def sample(
         self,
         num_samples: int,
@@ -448,7 +456,9 @@ class GibbsSampler(BlockedGibbsKernel):
         aux: AuxDict = dict(state.aux) if state is not None else {}
         record = Recorder(self, num_chains, num_samples)
         start = time.perf_counter()
-        f, aux, v, constants = self._run_chains(f, constants, generator, warmup, thin, record, progress)
+        f, aux, v, constants, step_size = self._run_chains(
+            f, constants, generator, warmup, thin, record, progress, state
+        )
         elapsed = time.perf_counter() - start
 
         u_last = self._to_storage(self._u_from_v(v)).to(self.dtype) if v is not None and self.is_sparse else None
@@ -459,6 +469,7 @@ class GibbsSampler(BlockedGibbsKernel):
             rng_state=generator.get_state(),
             num_sweeps=(state.num_sweeps if state is not None else 0) + warmup + num_samples * thin,
             hyper=self._hyper_snapshot(constants),
+            step_size=step_size,
         )
         self.likelihood.aux = last.aux
         return record.samples(
@@ -494,6 +505,15 @@ class GibbsSampler(BlockedGibbsKernel):
                 expected = f"(chains, M), M = {M}" if T == 1 else f"(chains, T, M), T = {T}, M = {M}"
                 raise ValueError(f"init.u must have shape {expected}; got shape {tuple(u.shape)}")
             check_finite("init.u", u)
+        if state.step_size is not None:
+            step = state.step_size
+            if not isinstance(step, Tensor) or step.dim() != 1 or step.shape[0] not in (1, C):
+                raise ValueError(
+                    f"init.step_size must be a tensor of shape (chains,) with chains = 1 or {C}; got "
+                    f"{tuple(step.shape) if isinstance(step, Tensor) else type(step).__name__}"
+                )
+            if not bool((torch.isfinite(step) & (step > 0)).all()):
+                raise ValueError("init.step_size must hold positive finite step sizes")
         if state.hyper and self._samples_hyperparameters:
             current = self._hyper_snapshot({})
             for name, value in state.hyper.items():
@@ -528,9 +548,12 @@ class GibbsSampler(BlockedGibbsKernel):
         thin: int,
         record: Recorder,
         progress: bool,
-    ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor]]:
+        init: GibbsState | None = None,
+    ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor], Tensor | None]:
         """``warmup + num_samples * thin`` sweeps from the internal latents ``f`` and the chains' sampled
-        likelihood ``constants``, recording every kept sweep."""
+        likelihood ``constants``, recording every kept sweep; returns the final (f, Ω, v, constants) and the
+        kernel's step sizes (``None``: the Gibbs sweep has none). Everything a run depends on comes from its
+        arguments (``init``: the state it starts from, if any), never from an earlier run."""
         total = warmup + record.num_samples * thin
         v, aux = None, {}
         bar = _progress_bar(total, progress)
@@ -544,7 +567,7 @@ class GibbsSampler(BlockedGibbsKernel):
         finally:
             if bar is not None:
                 bar.close()
-        return f, aux, v, constants
+        return f, aux, v, constants, None
 
     @staticmethod
     def _chain_batched(value: Tensor, num_chains: int) -> Tensor:

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..._validation import check_finite, check_finite_state, check_state_keys
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
+from ...core.prior import linalg_advice, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..diagnostics import bulk_ess, rank_normalized_rhat
 from .state import GibbsState
@@ -311,6 +312,11 @@ class GibbsSamples:
                 rng_state=None,
                 num_sweeps=first.last.num_sweeps,
                 hyper={},
+                step_size=(
+                    torch.cat([r.last.step_size for r in runs])
+                    if all(r.last.step_size is not None for r in runs)
+                    else None
+                ),
             )
             seed, sweeps = None, first.num_sweeps
         return cls(
@@ -392,6 +398,7 @@ class GibbsSamples:
         return idata
 
     # ------------------------------------------------------------------ prediction
+    @with_linalg_advice("prediction")
     @torch.no_grad()
     def predict(
         self,
@@ -410,8 +417,11 @@ class GibbsSamples:
 
         :param x_new: ``(N*, D)`` inputs.
         :param generator: for the draws of :math:`f_*`.
-        :param joint: draw :math:`f_*` jointly over ``x_new`` (Cholesky of the conditional covariance) or
-            independently per point.
+        :param joint: draw :math:`f_*` jointly over ``x_new`` (a Cholesky factorisation of the
+            :math:`N_* \times N_*` conditional covariance, in the sampler's ``linalg_dtype``) or independently per
+            point (``False``: nothing is factorised). Only ``f_draws`` depends on it: ``f_mean``, ``f_var``,
+            ``y_mean`` and ``y_probs`` are computed from the per-point conditionals either way, so pass
+            ``joint=False`` when only they are wanted (cheaper for large :math:`N_*`, and it cannot fail).
         :param chunk_size: draws per call of ``likelihood.marginal`` (default: about :math:`2^{20}/N_*`); one draw
             per call when the likelihood's constants were sampled (:attr:`hyper`), each draw with its own values.
         :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
@@ -424,9 +434,10 @@ class GibbsSamples:
         f_var = var + means.var(0, unbiased=False)
         eps = torch.randn(means.shape, generator=generator, dtype=means.dtype, device=means.device)
         if joint:
-            with warnings.catch_warnings():  # the conditional covariance is singular where x_new repeats or meets
-                warnings.simplefilter("ignore", NumericalWarning)  # the data: GPyTorch's added jitter is expected
-                Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))
+            advice = "the joint draws of predict (joint=False draws f_* per point and factorises nothing)"
+            with warnings.catch_warnings(), linalg_advice(advice):  # the conditional covariance is singular where
+                warnings.simplefilter("ignore", NumericalWarning)  # x_new repeats or meets the data: GPyTorch's
+                Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))  # added jitter is expected
             f_draws = means + vecmat(eps, Lc.mT)
         else:
             f_draws = means + var.sqrt() * eps
@@ -516,14 +527,16 @@ class GibbsSamples:
             mvn = MultitaskMultivariateNormal.from_batch_mvn(
                 MultivariateNormal(m, DiagLinearOperator(v_)), task_dim=-1
             )
-        dist = likelihood.marginal(mvn, **kwargs)
-        if has_mean:
-            try:
-                part = dist.mean.sum(0)
-                y_mean_sum = part if y_mean_sum is None else y_mean_sum + part
-            except NotImplementedError:
-                has_mean = False
-        probs = getattr(dist, "probs", None)
+        with warnings.catch_warnings():  # the conditional variance is ~0 where x_new meets the data; GPyTorch rounds
+            warnings.filterwarnings("ignore", "Negative variance", NumericalWarning)  # it up to its floor, as meant
+            dist = likelihood.marginal(mvn, **kwargs)
+            if has_mean:
+                try:
+                    part = dist.mean.sum(0)
+                    y_mean_sum = part if y_mean_sum is None else y_mean_sum + part
+                except NotImplementedError:
+                    has_mean = False
+            probs = getattr(dist, "probs", None)
         if probs is not None:
             part = probs.sum(0)
             y_probs_sum = part if y_probs_sum is None else y_probs_sum + part

@@ -24,6 +24,9 @@ class GibbsState:
     :ivar num_sweeps: sweeps run so far (warm-up included).
     :ivar hyper: the likelihood's sampled hyper-parameters after the sweep (empty unless the likelihood
         implements ``sample_hyperparameters``); restored into the likelihood when the state is used as ``init``.
+    :ivar step_size: the per-chain leapfrog step sizes ``(chains,)`` of an
+        :class:`~gpytorch_augment.HMCSampler` run (frozen after its warm-up; ``None`` for Gibbs runs). A run started
+        from this state continues with them; a run started without it adapts from ``initial_step_size``.
 
     Example::
 
@@ -40,6 +43,7 @@ class GibbsState:
     rng_state: Tensor | None = None
     num_sweeps: int = 0
     hyper: dict[str, Tensor] = field(default_factory=dict)
+    step_size: Tensor | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +53,7 @@ class GibbsState:
             "rng_state": self.rng_state,
             "num_sweeps": self.num_sweeps,
             "hyper": dict(self.hyper),
+            "step_size": self.step_size,
         }
 
     @classmethod
@@ -60,4 +65,5 @@ class GibbsState:
             rng_state=state.get("rng_state"),
             num_sweeps=int(state.get("num_sweeps", 0)),
             hyper=dict(state.get("hyper") or {}),
+            step_size=state.get("step_size"),
         )
