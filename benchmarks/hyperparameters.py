@@ -330,7 +330,7 @@ def methods(p: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, dict[str
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def run_problem(name: str, splits: int, quick: bool, only: str | None = None) -> dict[str, Any]:
+def run_problem(name: str, splits: int, quick: bool, only: list[str] | None = None) -> dict[str, Any]:
     p = dict(PROBLEMS[name])
     if quick:
         p["cap"] = 10.0
@@ -338,7 +338,7 @@ def run_problem(name: str, splits: int, quick: bool, only: str | None = None) ->
     for seed in range(splits):
         data = load(name, p, seed, quick)
         Z = common.kmeans_inducing_points(data["x"], min(p["num_inducing"], data["y"].shape[-1]), seed=seed)
-        specs = [m for m in methods(p, data) if only is None or m[0].startswith(only) or m[0] == "ours"]
+        specs = [m for m in methods(p, data) if only is None or m[0] == "ours" or m[0].startswith(tuple(only))]
         order = specs[seed % len(specs):] + specs[: seed % len(specs)]  # rotate: no method always runs first
         print(f"== {name} split {seed}: {tuple(data['x'].shape)} train, M = {Z.shape[0]}", flush=True)
         for label, cfg in order:
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default=None, help="run ours and the methods whose label starts with this")
+    parser.add_argument("--only", nargs="+", default=None, help="run ours and the methods whose labels start so")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--merge", type=Path, nargs="+", default=None,
                         help="combine the JSON files of separate runs into results/hyperparameters.{json,md}")
