@@ -28,6 +28,7 @@ Run ``python benchmarks/hyperparameters.py [--problems heart pima ...] [--splits
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -345,24 +346,33 @@ def run_problem(name: str, splits: int, quick: bool, only: list[str] | None = No
             torch.manual_seed(seed)
             family = cfg["family"]
             options = {k: v for k, v in cfg.items() if k != "family"}
-            result = run_ours(p, data, Z, **options) if family == "ours" else run_peer(p, data, Z, family, **options)
+            start = time.perf_counter()
+            try:
+                result = run_ours(p, data, Z, **options) if family == "ours" else run_peer(
+                    p, data, Z, family, **options)  # fmt: skip
+            except (RuntimeError, ValueError, FloatingPointError) as error:  # e.g. NGD's q(u) stops being PD
+                result = {"time": time.perf_counter() - start, "test_nll": math.nan, "converged": False,
+                          "failed": f"{type(error).__name__}: {str(error)[:200]}"}  # fmt: skip
             runs.setdefault(label, []).append({"seed": seed, **result})
-            print(f"   {label:34s} {result['time']:7.2f}s  nll {result['test_nll']:.4f}"
-                  f"{'' if result['converged'] else '  (cap)'}", flush=True)  # fmt: skip
+            note = f"  (failed: {result['failed'][:60]})" if "failed" in result else (
+                "" if result["converged"] else "  (cap)")  # fmt: skip
+            print(f"   {label:34s} {result['time']:7.2f}s  nll {result['test_nll']:.4f}{note}", flush=True)
     return summarise(name, p, runs, data["y"].shape[-1])
 
 
 def summarise(name: str, p: dict[str, Any], runs: dict[str, list[dict[str, Any]]], n: int) -> dict[str, Any]:
     error_key = "test_error" if p["kind"] in ("binary", "multiclass") else "test_rmse"
     rows = {}
-    for label, rs in runs.items():
-        nll = [r["test_nll"] for r in rs]
-        err = [r[error_key] for r in rs]
+    for label, runs_of_method in runs.items():
+        rs = [r for r in runs_of_method if "failed" not in r]  # a failed run has no model to compare
+        nll = [r["test_nll"] for r in rs] or [math.inf]
+        err = [r[error_key] for r in rs] or [math.nan]
         rows[label] = {
-            "median_time": statistics.median(r["time"] for r in rs), "nll_mean": statistics.fmean(nll),
+            "median_time": statistics.median(r["time"] for r in runs_of_method), "nll_mean": statistics.fmean(nll),
             "nll_sd": statistics.stdev(nll) if len(nll) > 1 else 0.0, "error_mean": statistics.fmean(err),
             "error_sd": statistics.stdev(err) if len(err) > 1 else 0.0,
-            "capped": sum(not r["converged"] for r in rs), "splits": len(rs),
+            "capped": sum(not r["converged"] for r in rs), "failed": len(runs_of_method) - len(rs),
+            "splits": len(runs_of_method),
         }  # fmt: skip
     ours = rows["ours"]
     # logistic-softmax: both targets against the same likelihood trained by SVGP + Adam; the softmax peer is shown
@@ -401,9 +411,10 @@ def report_tables(results: list[dict[str, Any]]) -> list[_report.Table]:
     for r in results:
         tables.append(_report.Table(
             f"{r['problem']} ({r['kind']}, N = {r['num_train']})",
-            ["method", "splits", "median time (s)", "test NLL", "error / RMSE", "stopped on its cap"],
+            ["method", "splits", "median time (s)", "test NLL", "error / RMSE", "stopped on its cap", "failed"],
             [[k, v["splits"], v["median_time"], f"{v['nll_mean']:.4f} ± {v['nll_sd']:.4f}",
-              f"{v['error_mean']:.4f} ± {v['error_sd']:.4f}", v["capped"]] for k, v in r["rows"].items()],
+              f"{v['error_mean']:.4f} ± {v['error_sd']:.4f}", v["capped"], v.get("failed", 0)]
+             for k, v in r["rows"].items()],
         ))  # fmt: skip
     return tables
 
@@ -437,13 +448,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.merge:
         return merge(args.merge, common.output_dir(args.out, False))
     machine = common.start_run(threads=1, seed=0)
-    results = [run_problem(name, args.splits, args.quick, args.only) for name in args.problems]
-    machine = common.close_machine_info(machine)
     out = common.output_dir(args.out, args.quick)
     stem = "hyperparameters" if set(args.problems) == set(PROBLEMS) else "hyperparameters_" + "_".join(args.problems)
-    record = {"machine": machine, "arguments": list(argv or sys.argv[1:]), "grid": GRID, "problems": PROBLEMS,
-              "results": results}  # fmt: skip
-    write_results(out, stem, record)
+    results: list[dict[str, Any]] = []
+    for name in args.problems:  # the record is rewritten after every problem: a crash keeps what was measured
+        results.append(run_problem(name, args.splits, args.quick, args.only))
+        record = {"machine": common.close_machine_info(dict(machine)), "arguments": list(argv or sys.argv[1:]),
+                  "grid": GRID, "problems": PROBLEMS, "results": results}  # fmt: skip
+        write_results(out, stem, record)
     return results
 
 
