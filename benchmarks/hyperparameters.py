@@ -217,7 +217,8 @@ def evaluator(kind: str, model: Model, lik: Any, data: dict[str, Any]) -> Callab
         model.eval()
         with torch.no_grad():
             q = model(xt)
-            probs = lik.forward(q.mean + q.variance.sqrt() * eps).probs.mean(0)
+            T = q.mean.shape[-1]  # K latents, or K - 1 for the bijective link (the same first K - 1 draws)
+            probs = lik.forward(q.mean + q.variance.sqrt() * eps[..., :T]).probs.mean(0)
         model.train()
         p = probs.gather(-1, yt.long().unsqueeze(-1)).squeeze(-1).clamp_min(1e-12)
         error = (probs.argmax(-1) != yt.long()).double().mean()
