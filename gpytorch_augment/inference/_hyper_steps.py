@@ -10,15 +10,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.variational import IndependentMultitaskVariationalStrategy, UnwhitenedVariationalStrategy
-from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
 from ..core import PriorTerms, WhitenedGaussian
 from ..core.distributed import all_reduce_gradients, all_reduce_sum
 from ..mlls.augmented_elbo import AugmentedELBO
+from .nested import marginal_distribution
 
 
 class HyperStepMixin:
@@ -54,11 +53,7 @@ class HyperStepMixin:
         value and gradient as ``-mll(model(x), y)`` without a second kernel evaluation and Cholesky."""
         mean, var = q.marginals(graph_terms)
         dtype = x.dtype
-        mean, var = mean.to(dtype), var.to(dtype)
-        if self.likelihood.num_latents > 1:
-            f_dist = MultitaskMultivariateNormal(mean.mT, DiagLinearOperator(var.mT.reshape(*var.shape[:-2], -1)))
-        else:
-            f_dist = MultivariateNormal(mean, DiagLinearOperator(var))
+        f_dist = marginal_distribution(self.likelihood, mean.to(dtype), var.to(dtype))
         # q(v) is fixed and p(v) = N(0, I): the whitened KL carries no gradient, so hand over its value instead of
         # letting GPyTorch rebuild q(u) from its parameters to evaluate it
         kl = q.kl().to(dtype)

@@ -128,7 +128,7 @@ class NestedObjective:
         mean, var = q.marginals(terms)
         mean, var = mean.to(self.x.dtype).requires_grad_(True), var.to(self.x.dtype).requires_grad_(True)
         with torch.enable_grad():
-            f_dist = _marginal_distribution(self.cavi, mean, var)
+            f_dist = marginal_distribution(self.cavi.likelihood, mean, var)
             ell = self.cavi.likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
             d_mean, d_var = torch.autograd.grad(ell, (mean, var))
         lam = (-2 * d_var).clamp_min(0)
@@ -141,7 +141,7 @@ class NestedObjective:
     def true_elbo(self, terms: Any, q: Any) -> float:
         """GPyTorch's true ELBO per datum at the whitened ``q`` (no graph)."""
         mean, var = q.marginals(terms)
-        f_dist = _marginal_distribution(self.cavi, mean.to(self.x.dtype), var.to(self.x.dtype))
+        f_dist = marginal_distribution(self.cavi.likelihood, mean.to(self.x.dtype), var.to(self.x.dtype))
         ell = self.cavi.likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
         return float((ell - q.kl().sum().to(ell.dtype)) / self.num_data)
 
@@ -162,14 +162,14 @@ class NestedObjective:
             q = self.strategy.whitened_q(graph_terms.detach())
         with cavi._frozen_q():
             mean, var = q.marginals(graph_terms)
-            f_dist = _marginal_distribution(cavi, mean.to(self.x.dtype), var.to(self.x.dtype))
+            f_dist = marginal_distribution(cavi.likelihood, mean.to(self.x.dtype), var.to(self.x.dtype))
             return -self._true_elbo(f_dist, self.y, **self.kwargs)
 
 
-def _marginal_distribution(cavi: Any, mean: Tensor, var: Tensor) -> MultivariateNormal:
+def marginal_distribution(likelihood: Any, mean: Tensor, var: Tensor) -> MultivariateNormal:
     """The diagonal :math:`q(f)` with latent-major marginals ``mean``, ``var`` (``(*batch, T, N)`` for ``T > 1``
     latents), in GPyTorch's layout for the likelihood."""
-    if cavi.likelihood.num_latents > 1:
+    if likelihood.num_latents > 1:
         return MultitaskMultivariateNormal(mean.mT, DiagLinearOperator(var.mT.reshape(*var.shape[:-2], -1)))
     return MultivariateNormal(mean, DiagLinearOperator(var))
 
