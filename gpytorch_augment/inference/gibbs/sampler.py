@@ -26,6 +26,7 @@ from ..._validation import (
 from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
 from ...core.prior import with_linalg_advice
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
+from ._arguments import check_alpha, check_seed, initial_state
 from .kernel import LINALG_DTYPE, BlockedGibbsKernel
 from .recorder import Recorder
 from .samples import GibbsSamples
@@ -238,7 +239,7 @@ class GibbsSampler(BlockedGibbsKernel):
                 "overrelaxation is implemented for the exact model only (the inducing-point chain state holds f, "
                 "not the inducing values v it would need); use overrelaxation=0 with inducing_points"
             )
-        self.alpha = _check_alpha(alpha, inducing_points is not None)
+        self.alpha = check_alpha(alpha, inducing_points is not None)
         self.model = model
         self.likelihood = likelihood
         self.x = x
@@ -398,7 +399,7 @@ class GibbsSampler(BlockedGibbsKernel):
             rank 0 returns every rank's draws joined along the chain dimension (the other ranks return their own).
         :return: :class:`GibbsSamples`.
         """
-        _check_seed(seed)
+        check_seed(seed)
         if not is_distributed(process_group):
             return self._sample(num_samples, warmup, thin, num_chains, seed, init, progress)
         if seed is None or init is not None:
@@ -432,10 +433,10 @@ class GibbsSampler(BlockedGibbsKernel):
         warmup = self._check_count("warmup", warmup, 0)
         thin = self._check_count("thin", thin, 1)
         num_chains = self._check_count("num_chains", num_chains, 1)
-        _check_seed(seed)
+        check_seed(seed)
         if self._params_changed():
             self.refresh()
-        state = _initial_state(init)
+        state = initial_state(init)
         if state is not None:
             self._check_init_state(state, num_chains)
         generator = torch.Generator(device=self.device)
@@ -596,30 +597,6 @@ class GibbsSampler(BlockedGibbsKernel):
         return GibbsSamples.cat([samples, more], dim="draw")
 
 
-def _check_seed(seed: Any) -> None:
-    """``ValueError`` naming ``seed`` unless it is ``None`` or an integer a ``torch.Generator`` takes."""
-    if seed is None:
-        return
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer or None, got {seed!r}")
-    if not 0 <= int(seed) < 2**64:
-        raise ValueError(f"seed must be an integer in [0, 2**64) (a torch.Generator seed) or None, got {seed!r}")
-
-
-def _check_alpha(alpha: Any, sparse: bool) -> float:
-    """``alpha`` as a float in [0, 1], or a ``ValueError`` naming it."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
-    if not 0.0 <= float(alpha) <= 1.0:  # NaN fails too
-        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
-    if float(alpha) != 0.0 and not sparse:
-        raise ValueError(
-            f"alpha = {alpha!r} needs inducing_points: the Power-EP alpha of the VI-Gibbs sampler exists only for the "
-            "inducing-point model (the exact sampler has no approximation to tune)"
-        )
-    return float(alpha)
-
-
 def _warn_exact_gp(model: Any) -> None:
     """Warn that an ``ExactGP`` only lends its prior to the sampler (its own calls give a Gaussian posterior)."""
     if isinstance(model, gpytorch.models.ExactGP):
@@ -633,9 +610,6 @@ def _warn_exact_gp(model: Any) -> None:
         )
 
 
-
-
-
 def _progress_bar(total: int, enabled: bool):
     if not enabled:
         return None
@@ -644,17 +618,6 @@ def _progress_bar(total: int, enabled: bool):
     except ImportError:
         return None
     return tqdm(total=total, desc="Gibbs", leave=False)
-
-
-def _initial_state(init: GibbsState | Mapping[str, Any] | Tensor | None) -> GibbsState | None:
-    """``init`` of :meth:`GibbsSampler.sample` as a :class:`GibbsState` (``None``: start from the prior)."""
-    if init is None or isinstance(init, GibbsState):
-        return init
-    if isinstance(init, Mapping):
-        if "f" not in init:
-            raise ValueError(f"init must contain the latents under key 'f'; got keys {sorted(init)}")
-        return GibbsState.from_state_dict(init)
-    return GibbsState(f=init)
 
 
 def rank_seed(seed: int, rank: int, world_size: int) -> int:
