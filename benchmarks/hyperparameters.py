@@ -332,12 +332,14 @@ def methods(p: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, dict[str
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def run_problem(name: str, splits: int, quick: bool, only: list[str] | None = None) -> dict[str, Any]:
+def run_problem(
+    name: str, splits: int, quick: bool, only: list[str] | None = None, first_seed: int = 0
+) -> dict[str, Any]:
     p = dict(PROBLEMS[name])
     if quick:
         p["cap"] = 10.0
     runs: dict[str, list[dict[str, Any]]] = {}
-    for seed in range(splits):
+    for seed in range(first_seed, first_seed + splits):
         data = load(name, p, seed, quick)
         Z = common.kmeans_inducing_points(data["x"], min(p["num_inducing"], data["y"].shape[-1]), seed=seed)
         specs = [m for m in methods(p, data) if only is None or m[0] == "ours" or m[0].startswith(tuple(only))]
@@ -440,6 +442,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     parser.add_argument("--splits", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="splits are seeds first-seed, first-seed + 1, ...")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="+", default=None, help="run ours and the methods whose labels start so")
     parser.add_argument("--out", type=Path, default=None)
@@ -451,9 +454,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     machine = common.start_run(threads=1, seed=0)
     out = common.output_dir(args.out, args.quick)
     stem = "hyperparameters" if set(args.problems) == set(PROBLEMS) else "hyperparameters_" + "_".join(args.problems)
+    stem += f"_seeds{args.first_seed}-{args.first_seed + args.splits - 1}" if args.first_seed else ""
     results: list[dict[str, Any]] = []
     for name in args.problems:  # the record is rewritten after every problem: a crash keeps what was measured
-        results.append(run_problem(name, args.splits, args.quick, args.only))
+        results.append(run_problem(name, args.splits, args.quick, args.only, args.first_seed))
         record = {"machine": common.close_machine_info(dict(machine)), "arguments": list(argv or sys.argv[1:]),
                   "grid": GRID, "problems": PROBLEMS, "results": results}  # fmt: skip
         write_results(out, stem, record)
@@ -461,11 +465,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 def merge(paths: list[Path], out: Path) -> list[dict[str, Any]]:
-    """One report from runs made separately (e.g. the small and the large problems in two processes)."""
+    """One report from runs made separately (e.g. the small and the large problems in two processes, or more
+    splits of a problem run later with ``--first-seed``: their runs are pooled and summarised again)."""
     import json
 
     records = [json.loads(Path(p).read_text()) for p in paths]
-    results = [r for record in records for r in record["results"]]
+    pooled: dict[str, dict[str, Any]] = {}
+    for r in (r for record in records for r in record["results"]):
+        runs = pooled.setdefault(r["problem"], {"kind": r["kind"], "num_train": r["num_train"], "runs": {}})["runs"]
+        for label, of_label in r["runs"].items():
+            seen = {run["seed"] for run in runs.get(label, [])}
+            runs.setdefault(label, []).extend(run for run in of_label if run["seed"] not in seen)
+    results = [summarise(name, {"kind": v["kind"]}, v["runs"], v["num_train"]) for name, v in pooled.items()]
     machine = dict(records[0]["machine"])
     machine["load_average_end"] = max((rec["machine"]["load_average_end"] for rec in records), key=lambda v: v[0])
     record = {"machine": machine, "runs_merged": [Path(p).name for p in paths],
