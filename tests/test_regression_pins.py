@@ -1,4 +1,4 @@
-r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs draws, to 1e-6 relative in float64.
+r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs and HMC draws, to 1e-6 relative in float64.
 
 The reference values in ``tests/data/regression_pins.pt`` were computed by this module; any refactoring of the
 numerics must reproduce them. Regenerate them only for an intended change of behaviour::
@@ -6,7 +6,7 @@ numerics must reproduce them. Regenerate them only for an intended change of beh
     python -m tests.test_regression_pins --write
 
 Every registered likelihood is pinned under full-batch CAVI (whitened, Cholesky q(u)) and under the exact,
-over-relaxed and inducing-point Gibbs samplers; the Bernoulli case also under every variational distribution, the
+over-relaxed and inducing-point (α = 0 and 0.5) Gibbs samplers and by HMC (joint and diagonal curvature); the Bernoulli case also under every variational distribution, the
 unwhitened strategy, mini-batch schedules and the fused hyper-parameter step.
 """
 
@@ -19,7 +19,7 @@ import gpytorch
 import pytest
 import torch
 
-from gpytorch_augment import CAVI, BernoulliLogitLikelihood, GibbsSampler, UnwhitenedCAVIVariationalStrategy
+from gpytorch_augment import CAVI, BernoulliLogitLikelihood, GibbsSampler, HMCSampler, UnwhitenedCAVIVariationalStrategy
 from gpytorch_augment.testing import gp_data
 from gpytorch_augment.testing.models import make_cavi_model as _make_model
 from tests.inference.test_gibbs import PlainGP
@@ -101,11 +101,13 @@ def _bernoulli_variants() -> dict[str, dict[str, torch.Tensor]]:
     return out
 
 
-def _gibbs_run(case, **sampler_kwargs) -> dict[str, torch.Tensor]:
+def _gibbs_run(case, sampler_class=GibbsSampler, **sampler_kwargs) -> dict[str, torch.Tensor] | None:
     data = gp_data(case, n=20)
+    if sampler_class is HMCSampler and getattr(data.likelihood, "samples_constants", False):
+        return None  # HMC keeps the constants fixed and refuses a prior on them
     T = case.num_latents
     model = PlainGP(mean_constant=0.3, batch_shape=torch.Size([T]) if T > 1 else torch.Size()).double()
-    sampler = GibbsSampler(model, data.likelihood, data.x, data.y, **sampler_kwargs, **data.kwargs)
+    sampler = sampler_class(model, data.likelihood, data.x, data.y, **sampler_kwargs, **data.kwargs)
     samples = sampler.sample(6, warmup=3, num_chains=3, seed=11, progress=False)
     out = {"f": samples.f.clone()}
     if samples.u is not None:
@@ -128,6 +130,11 @@ def compute_pins() -> dict[str, dict[str, torch.Tensor]]:
         pins[f"gibbs/{case.name}/whitened"] = _gibbs_run(case, f_update="whitened")
         Z = torch.linspace(-3, 3, 6, dtype=torch.float64).unsqueeze(-1)
         pins[f"gibbs/{case.name}/sparse"] = _gibbs_run(case, inducing_points=Z)
+        pins[f"gibbs/{case.name}/sparse-alpha"] = _gibbs_run(case, inducing_points=Z, alpha=0.5)
+        for curvature in ("joint", "diagonal") if case.num_latents > 1 else ("joint",):
+            hmc = _gibbs_run(case, HMCSampler, curvature=curvature)
+            if hmc is not None:
+                pins[f"hmc/{case.name}/{curvature}"] = hmc
     pins.update(_bernoulli_variants())
     return pins
 
