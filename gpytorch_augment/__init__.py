@@ -1,16 +1,19 @@
 """gpytorch-augment: augmented (conditionally conjugate) likelihoods for GPyTorch, with closed-form CAVI
 updates and blocked Gibbs sampling."""
 
+from typing import Any
+
 from . import core, distributions, likelihoods
 from .distributions import PolyaGamma
 from .inference import (
     CAVI,
     CAVITrace,
+    ChainState,
     Convergence,
     GibbsSampler,
-    GibbsSamples,
     HeldOut,
     HMCSampler,
+    PosteriorSamples,
     RelativeChange,
     posterior_sampler,
 )
@@ -45,8 +48,8 @@ __all__ = [
     "CollapsedAugmentedELBO",
     "CAVIVariationalStrategy",
     "Convergence",
+    "ChainState",
     "GibbsSampler",
-    "GibbsSamples",
     "GPPrior",
     "HMCSampler",
     "HeldOut",
@@ -55,6 +58,7 @@ __all__ = [
     "NegativeBinomialLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGamma",
+    "PosteriorSamples",
     "RelativeChange",
     "StudentTLikelihood",
     "UnwhitenedCAVIVariationalStrategy",
@@ -65,3 +69,9 @@ __all__ = [
     "likelihoods",
     "posterior_sampler",
 ]
+
+
+def __getattr__(name: str) -> Any:  # the names renamed in 0.3, for one release
+    from .inference._deprecated import deprecated_attribute
+
+    return deprecated_attribute(__name__, name)

@@ -23,7 +23,7 @@ class GPPrior(gpytorch.Module):
     :meth:`forward` returns the prior :math:`\mathcal N(\mu(x), k(x, x))` (the one member the Gibbs sampler calls).
     Calling the model, ``model(x)``, returns the same prior in training mode; in eval mode it raises
     ``RuntimeError``, because an evaluated model is usually asked for a posterior, and this one holds none:
-    posterior predictions come from :meth:`GibbsSamples.predict <gpytorch_augment.GibbsSamples.predict>`.
+    posterior predictions come from :meth:`PosteriorSamples.predict <gpytorch_augment.PosteriorSamples.predict>`.
 
     :param mean_module: a ``gpytorch.means.Mean`` (batched, ``batch_shape=[T]``, for ``T`` independent latents).
     :param covar_module: a ``gpytorch.kernels.Kernel`` (same batch shape).

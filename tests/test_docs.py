@@ -66,6 +66,8 @@ PUBLIC_MODULES = [
     "gpytorch_augment.distributions",
     "gpytorch_augment.inference",
     "gpytorch_augment.inference.gibbs",
+    "gpytorch_augment.inference.hmc",
+    "gpytorch_augment.inference.mcmc",
     "gpytorch_augment.inference.diagnostics",
     "gpytorch_augment.variational",
     "gpytorch_augment.mlls",

@@ -359,7 +359,7 @@ for _lik in LIKELIHOODS:
 for _lik in ("bernoulli", "softmax", "hetero_gauss", "poisson"):
     for _entry in ("predict", "summary"):
         for _dt in (torch.float64, torch.float32):
-            add(f"GibbsSamples.{_entry}-{_lik}-{str(_dt)[6:]}", _gibbs(_entry, _lik, "ok", _dt), isolate=True)
+            add(f"PosteriorSamples.{_entry}-{_lik}-{str(_dt)[6:]}", _gibbs(_entry, _lik, "ok", _dt), isolate=True)
 
 
 def _gibbs_option(option: str) -> Callable[[], Any]:
@@ -622,17 +622,17 @@ def _gibbs_other_n(entry: str) -> Callable[[], Any]:
         small, large = sampler(N), sampler(N + 3)
         samples = small.sample(2, warmup=1, seed=0, progress=False)
         if entry == "from_state_dict":
-            return ga.GibbsSamples.from_state_dict(samples.state_dict(), sampler=large).predict(torch.zeros(2, 1))[:2]
+            return ga.PosteriorSamples.from_state_dict(samples.state_dict(), sampler=large).predict(torch.zeros(2, 1))[:2]
         if entry == "resume":
             return large.resume(samples, 2, progress=False).f
         other = large.sample(2, warmup=1, seed=0, progress=False)
-        return ga.GibbsSamples.cat([samples, other], dim=entry).summary()
+        return ga.PosteriorSamples.cat([samples, other], dim=entry).summary()
 
     return run
 
 
 for _e in ("from_state_dict", "resume", "draw", "chain"):
-    add(f"GibbsSamples-{_e} of another N", _gibbs_other_n(_e), ("sampler", "run"), must_fail=True, isolate=True)
+    add(f"PosteriorSamples-{_e} of another N", _gibbs_other_n(_e), ("sampler", "run"), must_fail=True, isolate=True)
 
 
 def _cavi_dtype_mismatch(entry: str) -> Callable[[], Any]:
@@ -674,8 +674,8 @@ def _gibbs_init_field(field: str) -> Callable[[], Any]:
 
 
 for _field in ("aux nan", "aux short", "aux chains", "u nan", "u short", "rng_state", "num_sweeps", "hyper nan"):
-    add(f"Gibbs-init GibbsState {_field}", _gibbs_init_field(_field), ("init",), must_fail=True, isolate=True)
-add("Gibbs-init GibbsState hyper shape", _gibbs_init_field("hyper shape"), ("init",), must_fail=True, isolate=True)
+    add(f"Gibbs-init ChainState {_field}", _gibbs_init_field(_field), ("init",), must_fail=True, isolate=True)
+add("Gibbs-init ChainState hyper shape", _gibbs_init_field("hyper shape"), ("init",), must_fail=True, isolate=True)
 
 
 def _softmax_two_bijective(entry: str) -> Callable[[], Any]:

@@ -68,5 +68,5 @@ def test_the_package_root_re_exports_its_subpackages_names() -> None:
     root: ModuleType = gpytorch_augment
     for sub in ("distributions", "likelihoods"):
         assert getattr(root, sub) is importlib.import_module(f"gpytorch_augment.{sub}")
-    for name in ("CAVI", "CAVITrace", "GibbsSampler", "GibbsSamples"):
+    for name in ("CAVI", "CAVITrace", "GibbsSampler", "PosteriorSamples"):
         assert getattr(root, name) is getattr(gpytorch_augment.inference, name)

@@ -1,10 +1,14 @@
 """Inference engines: closed-form CAVI (full-batch or stochastic, with step-size schedules and convergence
-criteria) blocked Gibbs sampling and Laplace-preconditioned HMC (:func:`posterior_sampler` picks between them)."""
+criteria), and the samplers -- kernels (blocked Gibbs, Laplace-preconditioned HMC) run by one driver
+(:mod:`~gpytorch_augment.inference.mcmc`); :func:`posterior_sampler` picks between them."""
+
+from typing import Any
 
 from .cavi import CAVI
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
-from .gibbs import GibbsSampler, GibbsSamples
-from .hmc import HMCSampler
+from .gibbs import GibbsKernel, GibbsSampler
+from .hmc import HMCKernel, HMCSampler
+from .mcmc import MCMC, ChainState, MCMCKernel, PosteriorPrediction, PosteriorSamples, PosteriorSummary, PosteriorTarget
 from .sampler_choice import posterior_sampler
 from .schedules import AdaptiveStep, ConstantStep, RobbinsMonro, StepSchedule, make_schedule
 
@@ -12,15 +16,29 @@ __all__ = [
     "AdaptiveStep",
     "CAVI",
     "CAVITrace",
+    "ChainState",
     "ConstantStep",
     "Convergence",
+    "GibbsKernel",
     "GibbsSampler",
-    "GibbsSamples",
+    "HMCKernel",
     "HMCSampler",
     "HeldOut",
+    "MCMC",
+    "MCMCKernel",
+    "PosteriorPrediction",
+    "PosteriorSamples",
+    "PosteriorSummary",
+    "PosteriorTarget",
     "RelativeChange",
     "RobbinsMonro",
     "StepSchedule",
     "make_schedule",
     "posterior_sampler",
 ]
+
+
+def __getattr__(name: str) -> Any:  # the names renamed in 0.3, for one release
+    from ._deprecated import deprecated_attribute
+
+    return deprecated_attribute(__name__, name)

@@ -1,7 +1,7 @@
 r"""One entry point for the exact-posterior samplers: :func:`posterior_sampler` builds the sampler that was measured
-best for the likelihood (``kernel="auto"``) or the one named.
+best for the likelihood (``method="auto"``) or the one named.
 
-The kernels, all under the same ``sample`` / ``resume`` / :class:`~gpytorch_augment.GibbsSamples` API (ArviZ export,
+The methods, all under the same ``sample`` / ``resume`` / :class:`~gpytorch_augment.PosteriorSamples` API (ArviZ export,
 :math:`\hat R` / ESS, ``predict``):
 
 * ``"gibbs"`` -- :class:`~gpytorch_augment.GibbsSampler`, the blocked sampler of the augmented model
@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torch import Tensor
@@ -43,22 +44,23 @@ from torch import Tensor
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from .gibbs import GibbsSampler
 from .hmc import HMCSampler
+from .mcmc import MCMC
 
-__all__ = ["KERNELS", "choose_kernel", "posterior_sampler"]
+__all__ = ["METHODS", "choose_method", "posterior_sampler"]
 
-#: the samplers :func:`posterior_sampler` builds, by name
-KERNELS: dict[str, type[GibbsSampler]] = {"gibbs": GibbsSampler, "hmc": HMCSampler}
+#: the samplers :func:`posterior_sampler` builds, by method name
+METHODS: dict[str, type[MCMC]] = {"gibbs": GibbsSampler, "hmc": HMCSampler}
 
 
-def choose_kernel(likelihood: AugmentedLikelihood, inducing_points: Tensor | None = None) -> str:
-    """The kernel ``"auto"`` stands for (see the module docstring): ``"gibbs"`` with ``inducing_points`` or a
+def choose_method(likelihood: AugmentedLikelihood, inducing_points: Tensor | None = None) -> str:
+    """The method ``"auto"`` stands for (see the module docstring): ``"gibbs"`` with ``inducing_points`` or a
     likelihood whose constants are sampled, else ``likelihood.preferred_sampler``."""
     if inducing_points is not None or getattr(likelihood, "samples_constants", False):
         return "gibbs"
     preferred = getattr(likelihood, "preferred_sampler", "gibbs")
-    if preferred not in KERNELS:
+    if preferred not in METHODS:
         name = type(likelihood).__name__
-        raise ValueError(f"{name}.preferred_sampler must be one of {tuple(KERNELS)}, got {preferred!r}")
+        raise ValueError(f"{name}.preferred_sampler must be one of {tuple(METHODS)}, got {preferred!r}")
     return preferred
 
 
@@ -68,25 +70,38 @@ def posterior_sampler(
     x: Tensor,
     y: Tensor,
     *,
-    kernel: str = "auto",
+    method: str = "auto",
     inducing_points: Tensor | None = None,
+    kernel: str | None = None,
     **kwargs: Any,
-) -> GibbsSampler:
-    """Build the sampler of the posterior :math:`p(f \\mid y)` named by ``kernel``.
+) -> MCMC:
+    """Build the sampler of the posterior :math:`p(f \\mid y)` named by ``method``.
 
     :param model: the prior, as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)``).
     :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood`.
     :param x: training inputs ``(N, D)``.
     :param y: training targets ``(N,)``.
-    :param kernel: ``"auto"`` (default: :func:`choose_kernel`), ``"gibbs"`` or ``"hmc"``.
+    :param method: ``"auto"`` (default: :func:`choose_method`), ``"gibbs"`` or ``"hmc"``.
     :param inducing_points: optional inducing inputs (Gibbs only).
+    :param kernel: the old name of ``method`` (deprecated: "kernel" is the covariance function to a GPyTorch user).
     :param kwargs: options of the chosen sampler (e.g. ``overrelaxation`` for Gibbs, ``num_steps`` for HMC, both:
         ``jitter``) and per-datum keyword data of the likelihood.
-    :return: a :class:`~gpytorch_augment.GibbsSampler` or :class:`~gpytorch_augment.HMCSampler` (a subclass).
-    :raises ValueError: on an unknown ``kernel`` or an option the chosen sampler rejects.
+    :return: a :class:`~gpytorch_augment.GibbsSampler` or :class:`~gpytorch_augment.HMCSampler` (both
+        :class:`~gpytorch_augment.inference.mcmc.MCMC` drivers).
+    :raises ValueError: on an unknown ``method`` or an option the chosen sampler rejects.
     """
-    if kernel != "auto" and kernel not in KERNELS:
-        raise ValueError(f"kernel must be 'auto' or one of {tuple(KERNELS)}, got {kernel!r}")
-    name = choose_kernel(likelihood, inducing_points) if kernel == "auto" else kernel
+    if kernel is not None:
+        warnings.warn(
+            "posterior_sampler(kernel=...) is deprecated and will be removed in the next release: use method=... "
+            "(the same values)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if method != "auto" and method != kernel:
+            raise ValueError(f"method={method!r} and the deprecated kernel={kernel!r} disagree; pass method only")
+        method = kernel
+    if method != "auto" and method not in METHODS:
+        raise ValueError(f"method must be 'auto' or one of {tuple(METHODS)}, got {method!r}")
+    name = choose_method(likelihood, inducing_points) if method == "auto" else method
     options = {} if inducing_points is None else {"inducing_points": inducing_points}
-    return KERNELS[name](model, likelihood, x, y, **options, **kwargs)
+    return METHODS[name](model, likelihood, x, y, **options, **kwargs)

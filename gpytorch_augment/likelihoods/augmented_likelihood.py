@@ -97,7 +97,7 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: option would otherwise be passed on and silently ignored).
     target_keywords: tuple[str, ...] = ()
 
-    #: The exact-model sampler :func:`~gpytorch_augment.posterior_sampler` builds with ``kernel="auto"``: ``"hmc"``
+    #: The exact-model sampler :func:`~gpytorch_augment.posterior_sampler` builds with ``method="auto"``: ``"hmc"``
     #: (:class:`~gpytorch_augment.HMCSampler`) where it gives the larger worst-case effective sample size per second
     #: on this likelihood's posteriors, else ``"gibbs"`` (:class:`~gpytorch_augment.GibbsSampler`; also the default
     #: for a new likelihood). The figures behind each choice: the user guide's "Which engine, when".

@@ -51,7 +51,7 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
         True
     """
 
-    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
+    #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:

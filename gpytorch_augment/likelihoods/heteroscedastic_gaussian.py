@@ -68,7 +68,7 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
-    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
+    #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Normal:

@@ -85,7 +85,7 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of the constants.
     """
 
-    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
+    #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

@@ -227,7 +227,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         noise of GPyTorch's 10-sample Monte-Carlo estimate, at 1/32 of the points of the predictive's rule).
     """
 
-    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
+    #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

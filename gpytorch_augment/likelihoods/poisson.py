@@ -79,7 +79,7 @@ class PoissonLogitLikelihood(CountPredictive, AugmentedLikelihood):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
-    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
+    #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 
     def __init__(

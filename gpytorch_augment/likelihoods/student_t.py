@@ -73,7 +73,7 @@ class StudentTLikelihood(ContinuousPredictive, AugmentedLikelihood):
     :param batch_shape: batch shape of the constants.
     """
 
-    #: what ``posterior_sampler(kernel="auto")`` builds (the guide's "Which engine, when" gives the evidence)
+    #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
     real_valued_targets = True
 

@@ -21,7 +21,7 @@ import torch
 
 from gpytorch_augment import CAVI, BernoulliLogitLikelihood, GibbsSampler, PoissonLogitLikelihood
 from gpytorch_augment.core.distributed import DistributedError
-from gpytorch_augment.inference.gibbs.sampler import rank_seed
+from gpytorch_augment.inference.mcmc import rank_seed
 from gpytorch_augment.inference.schedules import RobbinsMonro
 from tests.inference.test_gibbs import PlainGP
 from tests.models import SVGP

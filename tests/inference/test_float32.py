@@ -100,7 +100,7 @@ def test_nan_hyper_parameter_is_a_package_error():
 
 
 def test_failed_joint_prediction_advises_joint_false(monkeypatch):
-    import gpytorch_augment.inference.gibbs.samples as samples_module
+    import gpytorch_augment.inference.mcmc.samples as samples_module
 
     prior, x, y = _line(n=20)
     samples = GibbsSampler(prior, BernoulliLogitLikelihood(), x, y).sample(5, warmup=5, seed=0, progress=False)
@@ -125,7 +125,7 @@ def test_failed_sweep_factorisation_is_a_package_error(monkeypatch, error):
     def fail(*args, **kwargs):
         raise error("raw")
 
-    monkeypatch.setattr(kernel_module.BlockedGibbsKernel, "_cholesky_", staticmethod(lambda mat: None))
+    monkeypatch.setattr(kernel_module.GibbsKernel, "_cholesky_", staticmethod(lambda mat: None))
     monkeypatch.setattr(kernel_module, "psd_safe_cholesky", fail)
     with pytest.raises(FactorizationError, match="sampling failed"):
         sampler.sample(3, warmup=0, seed=0, progress=False)

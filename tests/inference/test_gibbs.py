@@ -17,9 +17,10 @@ import torch
 from linear_operator import to_linear_operator
 from torch.distributions import Normal
 
-from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GibbsSamples, PoissonLogitLikelihood
+from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, PosteriorSamples, PoissonLogitLikelihood
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
-from gpytorch_augment.inference.gibbs import GibbsState
+from gpytorch_augment.inference.mcmc import ChainState
+from gpytorch_augment.inference.gibbs import GibbsKernel
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from tests.models import SVGP, make_gaussian_tilt_likelihood
 
@@ -428,7 +429,7 @@ def test_rhat_on_heart():
     model.covar_module.outputscale = 1.0
     sampler = GibbsSampler(model, BernoulliLogitLikelihood(), data.x_train, data.y_train)
     runs = [sampler.sample(400, warmup=50, num_chains=2, seed=seed, progress=False) for seed in (11, 12)]
-    samples = GibbsSamples.cat(runs, dim="chain")
+    samples = PosteriorSamples.cat(runs, dim="chain")
     assert samples.f.shape == (4, 400, 100)
     summary = samples.summary()
     assert summary.rhat.max() < 1.01, summary.rhat.max()
@@ -502,7 +503,7 @@ def test_resume_continues_exactly_and_state_dict_roundtrip():
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
-    loaded = GibbsSamples.from_state_dict(torch.load(buffer, weights_only=False), sampler)
+    loaded = PosteriorSamples.from_state_dict(torch.load(buffer, weights_only=False), sampler)
     assert torch.equal(loaded.f, first.f) and loaded.seed == 9
     assert torch.equal(sampler.resume(loaded, 10, progress=False).f, full.f)
     # starting from a user tensor broadcasts it over chains
@@ -517,7 +518,7 @@ def test_float32_model_keeps_its_dtype():
     sampler = GibbsSampler(model, BernoulliLogitLikelihood(), x.float(), y.float())
     samples = sampler.sample(8, warmup=2, num_chains=2, seed=0, progress=False)
     assert samples.f.dtype == torch.float32 and samples.aux["omega"].dtype == torch.float32
-    assert sampler._terms.L.dtype == torch.float64
+    assert sampler.terms.L.dtype == torch.float64
     pred = samples.predict(torch.linspace(0, 4, 3).unsqueeze(-1).float())
     assert pred.f_mean.dtype == torch.float32 and pred.y_probs.dtype == torch.float32
     reference = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y).sample(
@@ -539,19 +540,19 @@ def test_refresh_after_hyperparameter_change():
     x, y = classification_data(10)
     model = PlainGP()
     sampler = GibbsSampler(model, BernoulliLogitLikelihood(), x, y)
-    L_old = sampler._terms.L.clone()
+    L_old = sampler.terms.L.clone()
     samples = sampler.sample(5, warmup=0, seed=0, progress=False)
     model.covar_module.outputscale = 3.0  # changes the prior
     with pytest.raises(ValueError, match="hyper-parameters changed"):
         samples.predict(x[:2])
     sampler.sample(2, warmup=0, seed=0, progress=False)  # detects the change and refreshes
-    assert not torch.allclose(sampler._terms.L, L_old)
+    assert not torch.allclose(sampler.terms.L, L_old)
     with torch.no_grad():
         K = model.forward(x).covariance_matrix + sampler.jitter * torch.eye(10)
-    assert torch.allclose(sampler._terms.L[0] @ sampler._terms.L[0].T, K, atol=1e-12)
+    assert torch.allclose(sampler.terms.L[0] @ sampler.terms.L[0].T, K, atol=1e-12)
     model.covar_module.outputscale = 1.5
     sampler.refresh()
-    assert torch.allclose(sampler._terms.L, L_old, atol=1e-12)
+    assert torch.allclose(sampler.terms.L, L_old, atol=1e-12)
 
 
 def test_two_latents_layout_and_blocks():
@@ -693,7 +694,7 @@ def test_overrelaxed_f_conditional_matches_closed_form(f_update):
     m = model.mu + Sigma @ (h - lam * model.mu)
     mean, cov_ref = m + a * (f_old - m), (1 - a * a) * Sigma
     shape = (S, 1, n)
-    f, _ = sampler._latent_draw(
+    f, _ = sampler.kernel._latent_draw(
         h.double().expand(shape), lam.double().expand(shape), g, f_old=f_old.expand(shape).clone()
     )
     f = f.squeeze(1)
@@ -712,12 +713,12 @@ def test_failed_in_place_cholesky_falls_back_to_jittered_factorisation(monkeypat
     reference = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5).sample(
         20, warmup=5, num_chains=2, seed=0, progress=False
     )
-    monkeypatch.setattr(GibbsSampler, "_cholesky_", staticmethod(lambda mat: None))
+    monkeypatch.setattr(GibbsKernel, "_cholesky_", staticmethod(lambda mat: None))
     fallback = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5).sample(
         20, warmup=5, num_chains=2, seed=0, progress=False
     )
     torch.testing.assert_close(fallback.f, reference.f, rtol=1e-8, atol=1e-8)
-    assert GibbsSampler._cholesky_(torch.tensor([[[1.0, 2.0], [2.0, 1.0]]], dtype=torch.float64)) is None
+    assert GibbsKernel._cholesky_(torch.tensor([[[1.0, 2.0], [2.0, 1.0]]], dtype=torch.float64)) is None
 
 
 def test_overrelaxation_anticorrelates_draws_and_is_validated():
@@ -798,8 +799,8 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="labels y"):
         sampler.sweep(torch.zeros(6), y=torch.full((6,), 3.0))
     with pytest.raises(ValueError, match="dim must be"):
-        GibbsSamples.cat([samples], dim="latent")
-    assert isinstance(samples.last_state(), GibbsState)
+        PosteriorSamples.cat([samples], dim="latent")
+    assert isinstance(samples.last_state(), ChainState)
 
 
 def test_a_likelihood_used_by_the_sampler_keeps_its_shapes_and_works_as_a_gpytorch_likelihood():

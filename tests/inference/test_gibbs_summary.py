@@ -1,15 +1,15 @@
-"""``GibbsSummary`` prints as a table (one row per coordinate, ArviZ's columns where available), truncated."""
+"""``PosteriorSummary`` prints as a table (one row per coordinate, ArviZ's columns where available), truncated."""
 
 from __future__ import annotations
 
 import torch
 
-from gpytorch_augment.inference.gibbs.samples import SUMMARY_ROWS, GibbsSummary
+from gpytorch_augment.inference.mcmc.samples import SUMMARY_ROWS, PosteriorSummary
 
 
-def _summary(shape: tuple[int, ...], name: str = "f") -> GibbsSummary:
+def _summary(shape: tuple[int, ...], name: str = "f") -> PosteriorSummary:
     values = torch.arange(torch.Size(shape).numel(), dtype=torch.float64).reshape(shape)
-    return GibbsSummary(
+    return PosteriorSummary(
         mean=values / 10, sd=values / 100 + 0.5, rhat=torch.ones(shape), ess_bulk=400 + values,
         q05=values / 10 - 1, q95=values / 10 + 1, name=name,
     )  # fmt: skip
@@ -33,7 +33,7 @@ def test_a_long_summary_is_truncated_with_a_count() -> None:
 
 
 def test_a_scalar_and_missing_columns() -> None:
-    summary = GibbsSummary(mean=torch.tensor(2.0), sd=torch.tensor(0.1), rhat=torch.tensor(float("nan")),
+    summary = PosteriorSummary(mean=torch.tensor(2.0), sd=torch.tensor(0.1), rhat=torch.tensor(float("nan")),
                            ess_bulk=torch.tensor(12.0), name="max_precision")  # fmt: skip
     lines = repr(summary).splitlines()
     assert lines[0].split() == ["mean", "sd", "ess_bulk", "r_hat"]

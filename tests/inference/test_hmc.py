@@ -4,7 +4,7 @@ Exactness, over every registered likelihood (``tests/likelihoods/registry.py``):
 ``log_prob_and_grad`` equals autograd of ``log_prob_at``; the Geweke joint-distribution test with the HMC transition;
 the brute-force posterior test (HMC means of f and f² against importance sampling from the prior, N = 3). Each can
 fail: a likelihood whose log-density is halved (the wrong posterior) must fail both sampler tests. API: the same
-``sample`` / ``resume`` / ``GibbsSamples`` interface as ``GibbsSampler``.
+``sample`` / ``resume`` / ``PosteriorSamples`` interface as ``GibbsSampler``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_joint_curvature_is_the_projected_hessian(case):
     y = case.sample_targets(f.mT, g, **kwargs)
     sampler = HMCSampler(_GP().double(), likelihood, torch.randn(N, 1, generator=g, dtype=torch.float64), y,
                          **kwargs)
-    W = sampler._curvature(f, sampler.y)
+    W = sampler.kernel._curvature(f, sampler.y)
     for i in range(N):
         kw = {k: v[i : i + 1] for k, v in kwargs.items()}
         H = torch.autograd.functional.hessian(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior, HMCSampler, posterior_sampler
-from gpytorch_augment.inference.gibbs.state import GibbsState
+from gpytorch_augment.inference.mcmc.state import ChainState
 
 
 def _data():
@@ -67,7 +67,7 @@ def test_hmc_last_state_carries_the_adapted_step_sizes():
     run = sampler.sample(5, warmup=20, num_chains=3, seed=4, progress=False)
     assert run.last_state().step_size.shape == (3,) and torch.equal(run.last_state().step_size, sampler.step_size)
     assert not torch.equal(run.last_state().step_size, torch.ones(3, dtype=torch.float64))
-    restored = GibbsState.from_state_dict(run.last_state().state_dict())
+    restored = ChainState.from_state_dict(run.last_state().state_dict())
     assert torch.equal(restored.step_size, run.last_state().step_size)
     # a run from a state without step sizes (a tensor init) adapts from initial_step_size, like a fresh sampler
     a = sampler.sample(5, warmup=0, num_chains=3, seed=6, init=run.last_state().f, progress=False)
@@ -76,11 +76,11 @@ def test_hmc_last_state_carries_the_adapted_step_sizes():
 
 
 def test_chain_concatenation_keeps_step_sizes():
-    from gpytorch_augment import GibbsSamples
+    from gpytorch_augment import PosteriorSamples
 
     sampler = _make("hmc")
     runs = [sampler.sample(4, warmup=10, num_chains=2, seed=s, progress=False) for s in (1, 2)]
-    joined = GibbsSamples.cat(runs, dim="chain")
+    joined = PosteriorSamples.cat(runs, dim="chain")
     expected = torch.cat([r.last_state().step_size for r in runs])
     assert torch.equal(joined.last_state().step_size, expected)
 

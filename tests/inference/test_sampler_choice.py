@@ -1,4 +1,4 @@
-"""Tests of :func:`~gpytorch_augment.posterior_sampler`: ``kernel="auto"`` follows the one declared rule (Gibbs where
+"""Tests of :func:`~gpytorch_augment.posterior_sampler`: ``method="auto"`` follows the one declared rule (Gibbs where
 only it applies, else the likelihood's measured ``preferred_sampler``), a named kernel is built as named, and bad
 choices fail with a ``ValueError`` naming the argument."""
 
@@ -20,7 +20,7 @@ from gpytorch_augment import (
     StudentTLikelihood,
     posterior_sampler,
 )
-from gpytorch_augment.inference.sampler_choice import KERNELS, choose_kernel
+from gpytorch_augment.inference.sampler_choice import METHODS, choose_method
 from tests.likelihoods.registry import CASES
 
 X = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
@@ -55,9 +55,9 @@ def test_auto_falls_back_to_gibbs_where_only_gibbs_applies():
 
 def test_named_kernel_and_options():
     y = (X.squeeze(-1) > 0).double()
-    gibbs = posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, kernel="gibbs", overrelaxation=-0.5)
+    gibbs = posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, method="gibbs", overrelaxation=-0.5)
     assert type(gibbs) is GibbsSampler and gibbs.overrelaxation == -0.5
-    hmc = posterior_sampler(_prior(), PoissonLogitLikelihood(), X, X.squeeze(-1).abs().round(), kernel="hmc",
+    hmc = posterior_sampler(_prior(), PoissonLogitLikelihood(), X, X.squeeze(-1).abs().round(), method="hmc",
                             num_steps=(2, 3))
     assert type(hmc) is HMCSampler and hmc.num_steps == (2, 3)
     samples = hmc.sample(5, warmup=5, num_chains=2, seed=0, progress=False)
@@ -66,13 +66,13 @@ def test_named_kernel_and_options():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_every_likelihood_declares_a_known_sampler(case):
-    assert choose_kernel(case.make()) in KERNELS
+    assert choose_method(case.make()) in METHODS
 
 
 def test_bad_choices_raise():
     y = (X.squeeze(-1) > 0).double()
-    with pytest.raises(ValueError, match="kernel"):
-        posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, kernel="nuts")
+    with pytest.raises(ValueError, match="method"):
+        posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, method="nuts")
     with pytest.raises(ValueError, match="overrelaxation"):
         posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, overrelaxation=-0.5)  # auto -> HMC
     labels = torch.arange(8, dtype=torch.float64) % 3
@@ -80,7 +80,7 @@ def test_bad_choices_raise():
     with pytest.raises(ValueError, match="prior on its constants"):
         HMCSampler(_prior(), with_prior, X, labels)
     with pytest.raises(ValueError, match="exact posterior"):
-        posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, kernel="hmc", inducing_points=X[::2].clone())
+        posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, method="hmc", inducing_points=X[::2].clone())
 
     class Odd(BernoulliLogitLikelihood):
         preferred_sampler = "nuts"

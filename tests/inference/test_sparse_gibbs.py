@@ -8,7 +8,7 @@ r"""The VI-Gibbs sampler (``GibbsSampler(..., inducing_points=Z, alpha=α)``).
 * (c) :math:`\alpha = 0` is the CAVI :math:`q(v)` of the sampled statistics (the previous inducing-point u-draw);
 * (d) a bad ``alpha`` raises a ``ValueError`` naming it;
 * every registered likelihood (multi-latent and ``latent_blocks`` included) runs with ``alpha = 0.5`` through the
-  unchanged ``GibbsSamples`` API (u and f draws, summary, predict, ArviZ, resume).
+  unchanged ``PosteriorSamples`` API (u and f draws, summary, predict, ArviZ, resume).
 
 What a test can check for :math:`\alpha > 0` and :math:`Z \ne X`: the chain targets an approximation, not a known
 joint, so there is no joint-distribution (Geweke) test; every step is checked against its own closed form instead

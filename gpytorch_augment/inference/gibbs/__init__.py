@@ -1,15 +1,21 @@
-r"""Blocked Gibbs sampling for GP models with augmented likelihoods, split as NumPyro splits MCMC:
+r"""Blocked Gibbs sampling for GP models with augmented likelihoods:
 
-* :mod:`~gpytorch_augment.inference.gibbs.kernel` -- the sweep (:math:`\Omega \mid f`, then :math:`f \mid \Omega`);
-* :mod:`~gpytorch_augment.inference.gibbs.sampler` -- the driver :class:`GibbsSampler` (``sample``, ``resume``);
-* :mod:`~gpytorch_augment.inference.gibbs.state` and :mod:`~gpytorch_augment.inference.gibbs.samples` -- the
-  containers (:class:`GibbsState`, :class:`GibbsSamples` with prediction and ArviZ export);
-* R̂/ESS live in :mod:`gpytorch_augment.inference.diagnostics`.
+* :mod:`~gpytorch_augment.inference.gibbs.kernel` -- :class:`GibbsKernel`, the sweep (:math:`\Omega \mid f`, then
+  :math:`f \mid \Omega`; exact, over-relaxed or inducing-point VI-Gibbs), an
+  :class:`~gpytorch_augment.inference.mcmc.MCMCKernel`;
+* :mod:`~gpytorch_augment.inference.gibbs.sampler` -- :class:`GibbsSampler`, the driver
+  :class:`~gpytorch_augment.inference.mcmc.MCMC` holding it (``sample``, ``resume``).
+
+The draws, their state and diagnostics are the framework's: :mod:`gpytorch_augment.inference.mcmc`.
 """
 
-from .kernel import BlockedGibbsKernel
+from .kernel import GibbsChains, GibbsKernel
 from .sampler import GibbsSampler
-from .samples import GibbsPrediction, GibbsSamples, GibbsSummary
-from .state import GibbsState
 
-__all__ = ["BlockedGibbsKernel", "GibbsPrediction", "GibbsSampler", "GibbsSamples", "GibbsState", "GibbsSummary"]
+__all__ = ["GibbsChains", "GibbsKernel", "GibbsSampler"]
+
+
+def __getattr__(name: str):  # the names renamed in 0.3, for one release
+    from .._deprecated import deprecated_attribute
+
+    return deprecated_attribute(__name__, name)

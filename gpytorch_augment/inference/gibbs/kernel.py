@@ -17,9 +17,9 @@ The kernel talks to the likelihood only through the :class:`~gpytorch_augment.li
 protocol and to the model only through ``model.forward(x)`` (the prior). Chains are a batch dimension: one batched
 Cholesky factorisation and one pair of batched triangular solves per sweep serve every chain.
 
-Numerics: the prior is evaluated and factorised once, in
-``linalg_dtype`` (float64 unless the sampler was built with float32, whatever the data's dtype), and cached while
-the hyper-parameters are fixed (one :class:`~gpytorch_augment.core.PriorCache`); every solve is an explicit
+:class:`GibbsKernel` implements the :class:`~gpytorch_augment.inference.mcmc.MCMCKernel` protocol on a
+:class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (which caches the prior, in ``linalg_dtype``);
+:class:`~gpytorch_augment.GibbsSampler` is the driver holding one. Numerics: every solve is an explicit
 (batched) Cholesky / triangular solve; the exact model's :math:`f`-update uses the GPML-stable matrix
 :math:`B' = I + \Lambda^{1/2}(K + \epsilon I)\Lambda^{1/2}` when every :math:`\lambda_i > 0` and the whitened
 :math:`B = I + L^\top\Lambda L` otherwise (both have eigenvalues :math:`\ge 1`).
@@ -27,271 +27,242 @@ the hyper-parameters are fixed (one :class:`~gpytorch_augment.core.PriorCache`);
 
 from __future__ import annotations
 
-import copy
 import math
-import warnings
-from contextlib import nullcontext
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from gpytorch.distributions import MultivariateNormal
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
-from ..._validation import check_finite
-from ...core import PriorCache, SufficientStatistics, WhitenedGaussian
+from ...core import SufficientStatistics, WhitenedGaussian
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
-from ...core.prior import prior_cholesky, split_prior, whiten_prior, with_linalg_advice
-from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict
+from ...core.prior import with_linalg_advice
+from ...likelihoods.augmented_likelihood import AuxDict
+from ..mcmc.kernel import MCMCKernel
+from ..mcmc.state import ChainState
+from ..mcmc.target import PosteriorTarget, PriorTerms
 
-#: default dtype of every factorisation and of the chain state (``GibbsSampler(linalg_dtype=...)`` overrides it)
-LINALG_DTYPE = torch.float64
+__all__ = ["F_UPDATES", "GibbsChains", "GibbsKernel"]
 
-
-class GibbsPriorTerms(NamedTuple):
-    r"""The cached prior, latent-major with an explicit latent dimension ``T`` (``T = 1`` for one latent).
-
-    Exact model: ``mu`` (T, N), ``K`` = K + jitter I (T, N, N), ``L`` = chol(K) (T, N, N), ``A`` = Lᵀ
-    (contiguous: ``v @ A`` is :math:`Lv` for every chain at once).
-    Sparse model: ``mu`` = μ_X (T, N), ``mu_Z`` (T, M), ``L`` = chol(K_ZZ + jitter I) (T, M, M),
-    ``A`` = L⁻¹ K_ZX (T, M, N) (the core's whitened prior terms), ``d`` the variances of :math:`p(f_i \mid u)`
-    (T, N) (:func:`conditional_variances`); ``K`` is ``None``.
-
-    Example::
-
-        >>> import gpytorch, torch
-        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
-        >>> x = torch.linspace(-2, 2, 5, dtype=torch.float64).unsqueeze(-1)
-        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
-        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
-        >>> terms = sampler.terms                            # exact model, one latent: T = 1, N = 5
-        >>> terms.mu.shape, terms.L.shape, terms.K.shape, terms.d is None
-        (torch.Size([1, 5]), torch.Size([1, 5, 5]), torch.Size([1, 5, 5]), True)
-    """
-
-    mu: Tensor
-    L: Tensor
-    A: Tensor
-    K: Tensor | None = None
-    mu_Z: Tensor | None = None
-    d: Tensor | None = None
+#: the ``f_update`` options of :class:`GibbsKernel`
+F_UPDATES = ("auto", "whitened")
 
 
-def _coarser(t: Tensor, dtype: torch.dtype) -> bool:
-    """Whether ``t`` is a floating tensor of a coarser dtype than ``dtype``."""
-    return t.is_floating_point() and torch.finfo(t.dtype).eps > torch.finfo(dtype).eps
+class GibbsChains(NamedTuple):
+    """The chains of a Gibbs run between sweeps: latents ``f`` (C, T, N, internal layout), the last Ω draw ``aux``,
+    the whitened inducing values ``v`` of the sparse model (else ``None``) and the chains' sampled likelihood
+    ``constants`` (empty unless the likelihood samples them)."""
+
+    f: Tensor
+    aux: AuxDict
+    v: Tensor | None
+    constants: dict[str, Tensor]
 
 
-def conditional_variances(k_diag: Tensor, a_sq: Tensor, jitter: float) -> Tensor:
-    r"""The variances :math:`d_i = k_{ii} - q_{ii}` of :math:`p(f_i \mid u)`, computed as
-    :math:`\max(k_{ii} - \lVert a_i\rVert^2 - \epsilon, 0)`.
+class GibbsKernel(MCMCKernel):
+    r"""One sweep of the blocked Gibbs sampler over a batch of chains (see the module docstring and
+    :class:`~gpytorch_augment.GibbsSampler` for the maths of each option).
 
-    Rule: factorising :math:`K_{ZZ} + \epsilon I` makes :math:`\lVert a_i\rVert^2` fall short of the Nyström diagonal
-    :math:`q_{ii}` by at most :math:`\epsilon`, so the shifted value is within :math:`\epsilon` of the exact
-    :math:`d_i`, never negative, and 0 where :math:`x_i` is an inducing input (:math:`d_i = 0` in exact arithmetic):
-    with :math:`Z = X` the sparse sweep is the exact (whitened) sweep, draw for draw.
-
-    Example::
-
-        >>> import torch
-        >>> from gpytorch_augment.inference.gibbs.kernel import conditional_variances
-        >>> k_diag, a_sq = torch.tensor([1.0, 1.0, 2.0]), torch.tensor([0.5, 1.0, 2.5])
-        >>> conditional_variances(k_diag, a_sq, jitter=1e-6)  # never negative
-        tensor([0.5000, 0.0000, 0.0000])
-    """
-    return (k_diag - a_sq - jitter).clamp_min(0.0)
-
-
-class BlockedGibbsKernel:
-    """One sweep of the blocked Gibbs sampler over a batch of chains (see the module docstring): the prior terms,
-    the chain layouts and the :math:`f \\mid \\Omega` draws. :class:`~gpytorch_augment.GibbsSampler` drives it.
-
-    Attributes set by the driver before :meth:`refresh`: ``model``, ``likelihood``, ``x``, ``y`` (canonical
-    targets), ``inducing_points``, ``jitter``, ``alpha``, ``f_update``, ``overrelaxation``, ``num_latents``, ``dtype``,
-    ``device`` and ``_blocks``.
+    :param target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (with ``inducing_points``: the
+        VI-Gibbs sampler).
+    :param f_update: ``"auto"`` or ``"whitened"`` (exact model).
+    :param overrelaxation: :math:`a \in (-1, 1)` of the over-relaxed :math:`f`-update (exact model; 0: plain Gibbs).
+    :param alpha: the Power-EP :math:`\alpha \in [0, 1]` of the inducing-point sampler (0: Titsias).
 
     Example::
 
         >>> import gpytorch, torch
-        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior
+        >>> from gpytorch_augment.inference.gibbs import GibbsKernel
+        >>> from gpytorch_augment.inference.mcmc import PosteriorTarget
         >>> x = torch.linspace(-2, 2, 5, dtype=torch.float64).unsqueeze(-1)
         >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
-        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
-        >>> from gpytorch_augment.inference.gibbs.kernel import BlockedGibbsKernel
-        >>> isinstance(sampler, BlockedGibbsKernel), sampler.is_sparse, sampler.num_data
-        (True, False, 5)
+        >>> kernel = GibbsKernel(PosteriorTarget(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double()))
+        >>> kernel.sweep(torch.zeros(3, 5), generator=torch.Generator().manual_seed(0)).f.shape
+        torch.Size([3, 5])
     """
 
-    model: Any
-    likelihood: AugmentedLikelihood
-    x: Tensor
-    y: Tensor
-    inducing_points: Tensor | None
-    jitter: float
-    alpha: float
-    f_update: str
-    overrelaxation: float
-    num_latents: int
-    dtype: torch.dtype
-    device: torch.device
-    #: dtype of every factorisation and of the chain state
-    linalg_dtype: torch.dtype = LINALG_DTYPE
-    _blocks: list[list[int]] | None
-
-    @property
-    def is_sparse(self) -> bool:
-        """Whether the sampler uses inducing points."""
-        return self.inducing_points is not None
-
-    @property
-    def num_data(self) -> int:
-        return int(self.y.shape[-1])
-
-    # ------------------------------------------------------------------ prior terms
-    def _forward(self, x: Tensor) -> Any:
-        """``model.forward(x)``, evaluated in ``linalg_dtype`` where that is finer than the inputs' dtype (inputs cast
-        up) or the model's (a copy of the model cast up at :meth:`refresh`, :attr:`_forward_model`; the model itself is
-        never modified), because a kernel matrix rounded to float32 is often not positive definite even with
-        jitter. A copy, not parameters swapped for the call: GPyTorch evaluates kernels lazily, after the call."""
-        if _coarser(x, self.linalg_dtype):
-            x = x.to(self.linalg_dtype)
-        model = getattr(self, "_forward_model", None)
-        return (model if model is not None else self.model).forward(x)
-
-    def _cast_model(self) -> Any:
-        """A copy of the model in ``linalg_dtype`` if some floating parameter or buffer of it is coarser, else
-        ``None`` (the model is used as it is)."""
-        dt, model = self.linalg_dtype, self.model
-        if not isinstance(model, torch.nn.Module) or not any(_coarser(t, dt) for t in self._model_tensors()):
-            return None
-        try:
-            copied = copy.deepcopy(model)
-        except (RuntimeError, TypeError) as err:  # e.g. non-leaf tensors cached on the model
-            warnings.warn(
-                f"the sampler could not copy the model to evaluate its prior in {dt} ({err}); it is evaluated in the "
-                f"model's dtype instead: cast the model (model.to({dt})) if the factorisation fails",
-                UserWarning,
-                stacklevel=4,
-            )
-            return None
-        return copied.to(dt)
-
-    def _prior(self, x: Tensor) -> tuple[Tensor, Any]:
-        """``model.forward(x)`` as (mean (T, n), covariance operator (T, n, n)), validated."""
-        prior = self._forward(x)
-        if not isinstance(prior, MultivariateNormal):
-            raise TypeError(f"model.forward(x) must return a MultivariateNormal, got {type(prior).__name__}")
-        mean, covar = prior.mean, prior.lazy_covariance_matrix
-        T, n = self.num_latents, x.shape[-2]
-        if mean.shape[-1] != n:
-            raise ValueError(f"model.forward(x) returned a prior over {mean.shape[-1]} points for {n} inputs")
-        if T == 1:
-            if mean.dim() != 1:
-                raise ValueError(
-                    f"the likelihood has one latent but model.forward(x) returned a batch of priors "
-                    f"(mean shape {tuple(mean.shape)}); use an un-batched model"
-                )
-        elif mean.dim() == 1:
-            mean, covar = mean.expand(T, n), covar.expand(T, n, n)
-        elif tuple(mean.shape[:-1]) != (T,):
+    def __init__(
+        self, target: PosteriorTarget, f_update: str = "auto", overrelaxation: float = 0.0, alpha: float = 0.0
+    ) -> None:
+        if f_update not in F_UPDATES:
+            raise ValueError(f"f_update must be one of {F_UPDATES}, got {f_update!r}")
+        if isinstance(overrelaxation, bool) or not isinstance(overrelaxation, (int, float)) or not (
+            -1.0 < overrelaxation < 1.0
+        ):
+            raise ValueError(f"overrelaxation must be a number in (-1, 1), got {overrelaxation!r}")
+        if overrelaxation != 0.0 and target.is_sparse:
             raise ValueError(
-                f"the likelihood has {T} latents: model.forward(x) must return batch_shape [{T}] "
-                f"(independent latent GPs); got mean shape {tuple(mean.shape)}"
+                "overrelaxation is implemented for the exact model only (the inducing-point chain state holds f, "
+                "not the inducing values v it would need); use overrelaxation=0 with inducing_points"
             )
-        if T == 1:
-            mean, covar = mean.unsqueeze(0), covar.unsqueeze(0)
-        return mean, covar
-
-    def _model_tensors(self) -> list[Tensor]:
-        return list(self.model.parameters()) + list(self.model.buffers())
-
-    def _params_changed(self) -> bool:
-        """Whether the model's parameters or buffers changed since the prior was cached."""
-        return not self._prior_cache.valid([], self._model_tensors())
-
-    @with_linalg_advice("the sampler's prior")
-    @torch.no_grad()
-    def refresh(self) -> None:
-        r"""(Re)compute and cache the prior: :math:`\mu`, :math:`K + \epsilon I` and its Cholesky factor :math:`L`
-        (exact), or :math:`\mu_X`, :math:`\mu_Z`, :math:`L = \mathrm{chol}(K_{ZZ} + \epsilon I)`, :math:`A` (sparse).
-
-        Call after changing the model's hyper-parameters; the cached factor is otherwise reused by every sweep.
-        """
-        dt = self.linalg_dtype
-        x = self.x
-        self._workspace: dict[tuple, Any] = {}  # work buffers and per-block prior terms
-        self._forward_model = self._cast_model()
-        if not self.is_sparse:
-            mean, covar = self._prior(x)
-            K = covar.to_dense().to(dt)
-            K = add_to_diagonal((K + K.mT) / 2, self.jitter)  # exactly symmetric (the f-draw reads either triangle)
-            L = prior_cholesky(K, "K + jitter I of the sampler", source_dtype=covar.dtype)
-            self._terms = GibbsPriorTerms(mu=mean.to(dt), L=L, A=L.mT.contiguous(), K=K)
-        else:
-            Z = self.inducing_points
-            if Z.shape[:-2] != x.shape[:-2]:
-                batch = torch.broadcast_shapes(Z.shape[:-2], x.shape[:-2])
-                Z, x = Z.expand(*batch, *Z.shape[-2:]), x.expand(*batch, *x.shape[-2:])
-            M = Z.shape[-2]
-            mean, covar = self._prior(torch.cat([Z, x], dim=-2))
-            terms = whiten_prior(*split_prior(mean, covar, M, dense=False), self.jitter, dt)
-            d = conditional_variances(terms.k_diag, terms.a_sq, self.jitter)
-            self._terms = GibbsPriorTerms(mu=terms.mu_X, L=terms.L, A=terms.A, mu_Z=terms.mu_Z, d=d)
-        if not hasattr(self, "_prior_cache"):
-            self._prior_cache = PriorCache()
-        self._prior_cache.put([], self._model_tensors(), (), ())
+        self.alpha = check_alpha(alpha, target.is_sparse)
+        self.target = target
+        self.f_update = f_update
+        self.overrelaxation = float(overrelaxation)
+        self._workspace: dict[tuple, Any] = {}
+        self._version = target.version
 
     @property
-    def terms(self) -> GibbsPriorTerms:
-        """The cached prior terms (see :class:`GibbsPriorTerms`)."""
-        return self._terms
+    def name(self) -> str:  # type: ignore[override]
+        return "sparse" if self.target.is_sparse else self.f_update
 
-    def _to_likelihood(self, f: Tensor) -> Tensor:
-        """internal (C, T, N) float64 -> the likelihood's layout (C, N) / (C, N, T) in the model dtype."""
-        f = f.to(self.dtype)
-        return f[..., 0, :] if self.num_latents == 1 else f.mT
+    @property
+    def samples_constants(self) -> bool:
+        """Whether the likelihood draws its constants given (Ω, f) in every sweep (``sample_hyperparameters``)."""
+        return self.target.has_constant_sampler
 
-    def _from_likelihood(self, t: Tensor, shape: torch.Size) -> Tensor:
-        """(h or λ) in the likelihood's layout (..., N) / (..., T, N) -> internal (C, T, N) float64."""
-        t = t.to(self.linalg_dtype)
-        if self.num_latents == 1:
-            t = t.unsqueeze(-2)
-        return t.expand(shape)
+    @property
+    def workspace(self) -> dict[tuple, Any]:
+        """Work buffers and per-block prior terms, valid for the target's current prior (emptied on a refresh)."""
+        if self._version != self.target.version:
+            self._workspace, self._version = {}, self.target.version
+        return self._workspace
 
-    def _to_storage(self, t: Tensor) -> Tensor:
-        """internal (..., T, n) -> (..., n) for one latent, unchanged otherwise."""
-        return t.squeeze(-2) if self.num_latents == 1 else t
+    # ------------------------------------------------------------------ the MCMCKernel protocol
+    def init(self, f: Tensor, state: ChainState | None, num_warmup: int) -> GibbsChains:
+        constants = self.target.initial_constants(state) if self.samples_constants else {}
+        return GibbsChains(f, {}, None, constants)
 
-    def _from_storage(self, t: Tensor, num_chains: int | None, name: str = "init f") -> Tensor:
-        """User/storage layout (n,), (T, n), (C, n), (C, T, n) -> internal (C, T, n) float64."""
-        T, n = self.num_latents, self.num_data
-        given = tuple(torch.as_tensor(t).shape)
-        t = torch.as_tensor(t).to(device=self.device, dtype=self.linalg_dtype)
-        check_finite(name, t)
-        if T == 1 and t.dim() >= 1:
-            t = t.unsqueeze(-2)
-        if t.dim() not in (2, 3) or t.shape[-2:] != (T, n):
-            expected = f"(N,) or (chains, N), N = {n}" if T == 1 else f"(T, N) or (chains, T, N), T = {T}, N = {n}"
-            raise ValueError(f"{name} must have shape {expected}; got shape {given}")
-        if t.dim() == 2:
-            t = t.unsqueeze(0)
-        if num_chains is not None and t.shape[0] not in (1, num_chains):
-            raise ValueError(f"{name} holds {t.shape[0]} chains but num_chains = {num_chains}")
-        C = num_chains if num_chains is not None else t.shape[0]
-        return t.expand(C, T, n).clone()
+    def step(self, chains: GibbsChains, generator: torch.Generator, adapt: bool) -> GibbsChains:
+        return GibbsChains(*self._sweep(chains.f, self.target.y, generator, chains.constants))
+
+    def kept(self, chains: GibbsChains) -> dict[str, Tensor]:
+        target, C = self.target, chains.f.shape[0]
+        out = {"f": chains.f.to(target.dtype)}
+        if target.is_sparse:
+            out["u"] = target.u_from_v(chains.v).to(target.dtype)
+        for name, value in chains.aux.items():
+            out["aux/" + name] = target.chain_batched(value, C)
+        for name, value in self._constants_snapshot(chains.constants).items():
+            per_chain = value.dim() >= 1 and value.shape[0] == C
+            out["hyper/" + name] = value if per_chain else value.expand((C,) + value.shape)
+        return out
+
+    def draws(self, kept: dict[str, Tensor]) -> dict[str, Any]:
+        to_storage = self.target.to_storage
+        return {
+            "f": to_storage(kept["f"]),
+            "u": to_storage(kept["u"]) if "u" in kept else None,
+            "aux": {k.removeprefix("aux/"): v for k, v in kept.items() if k.startswith("aux/")},
+            "hyper": {k.removeprefix("hyper/"): v for k, v in kept.items() if k.startswith("hyper/")},
+        }
+
+    def last_state(self, chains: GibbsChains) -> ChainState:
+        target, C = self.target, chains.f.shape[0]
+        u = None
+        if chains.v is not None and target.is_sparse:
+            u = target.to_storage(target.u_from_v(chains.v)).to(target.dtype)
+        return ChainState(
+            f=target.to_storage(chains.f).to(target.dtype),
+            aux={k: target.chain_batched(val, C) for k, val in chains.aux.items()},
+            u=u,
+            hyper=self._constants_snapshot(chains.constants),
+        )
+
+    def _constants_snapshot(self, constants: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """The likelihood's constants at the chains' values, if the chains sample them (else empty)."""
+        return self.target.constants_snapshot(constants) if self.samples_constants else {}
+
+    # ------------------------------------------------------------------ public building blocks
+    @with_linalg_advice("sampling")
+    @torch.no_grad()
+    def sample_latent(
+        self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        r"""One draw of the latents given potentials and precisions (the :math:`f \mid \Omega` step).
+
+        :param h: potentials in the likelihood's layout, ``(..., N)`` (``(..., T, N)`` for ``T`` latents);
+            leading dimensions are chains.
+        :param lam: precisions, same shape.
+        :return: ``{"f": f}`` in storage layout, plus ``{"u": u, "v": v}`` for the sparse model
+            (:math:`v \sim q^*_\alpha(v)`, for ``alpha = 0`` the CAVI :math:`q(v)` of these :math:`(h,\lambda)`,
+            and :math:`f_i \sim p(f_i \mid u)`).
+        """
+        target = self.target
+        T, N = target.num_latents, target.num_data
+        batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
+        shape = torch.Size(batch) + (T, N)
+        h_, lam_ = target.from_likelihood(h, shape), target.from_likelihood(lam, shape)
+        f, v = self._latent_draw(h_, lam_, generator)
+        out = {"f": target.to_storage(f).to(target.dtype)}
+        if target.is_sparse:
+            out["v"] = target.to_storage(v).to(target.dtype)
+            out["u"] = target.to_storage(target.u_from_v(v)).to(target.dtype)
+        return out
+
+    @with_linalg_advice("sampling")
+    @torch.no_grad()
+    def inducing_distribution(self, h: Tensor, lam: Tensor) -> MultivariateNormal:
+        r""":math:`q^*_\alpha(u)` of the inducing-point model for potentials and precisions ``h``, ``lam`` (the
+        likelihood's layout, leading dimensions batch): the distribution the sparse sweep draws :math:`u` from.
+
+        :return: a ``MultivariateNormal`` over :math:`u`, batch ``(*batch)`` / ``(*batch, T)``, in float64.
+        """
+        target = self.target
+        if not target.is_sparse:
+            raise ValueError("inducing_distribution needs inducing_points")
+        target.ensure_fresh()
+        T, N = target.num_latents, target.num_data
+        batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
+        shape = torch.Size(batch) + (T, N)
+        q = self._q_alpha(target.terms, target.from_likelihood(h, shape), target.from_likelihood(lam, shape))
+        root = target.terms.L @ q.chol_covariance  # u = mu_Z + L v
+        mean, covar = target.u_from_v(q.mean), root @ root.mT
+        if T == 1:
+            mean, covar = mean.squeeze(-2), covar.squeeze(-3)
+        return MultivariateNormal(mean, covar)
+
+    @with_linalg_advice("sampling")
+    @torch.no_grad()
+    def sweep(
+        self,
+        f: Tensor,
+        y: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        hyper: Mapping[str, Tensor] | None = None,
+    ) -> ChainState:
+        r"""One full sweep (:math:`\Omega \mid f`, then the latents :math:`\mid \Omega`) for a batch of chains.
+
+        A low-level building block (Geweke tests, custom schemes that also update hyper-parameters).
+
+        :param f: current latents in storage layout, ``(chains, N)`` / ``(chains, T, N)`` (or without the chain
+            dimension).
+        :param y: targets to condition on (default: the training targets); may carry a chain dimension,
+            ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
+        :param generator: a ``torch.Generator`` for reproducible draws.
+        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
+            previous sweep; default: the likelihood's own values). The likelihood itself is never modified.
+        :return: a :class:`~gpytorch_augment.inference.mcmc.ChainState` (``rng_state`` is ``None``; ``hyper`` holds the
+            constants after the sweep).
+        """
+        target = self.target
+        target.ensure_fresh()
+        y = target.checked_targets(y)
+        f_int = target.from_storage(f, None, name="f")
+        f_int, aux, v, constants = self._sweep(f_int, y, generator, dict(hyper or {}))
+        u = target.to_storage(target.u_from_v(v)).to(target.dtype) if target.is_sparse else None
+        return ChainState(
+            f=target.to_storage(f_int).to(target.dtype), aux=aux, u=u, hyper=self._constants_snapshot(constants)
+        )
+
+    # ------------------------------------------------------------------ the f | Omega draws
     def _buffer(
         self, name: str, shape: torch.Size, dtype: torch.dtype | None = None, column_major: bool = False
     ) -> Tensor:
         """A work tensor reused across sweeps (a fresh multi-megabyte tensor per sweep costs page faults)."""
-        dtype = dtype or self.linalg_dtype
+        dtype = dtype or self.target.linalg_dtype
         key = (name, tuple(shape), dtype, column_major)
-        buf = self._workspace.get(key)
+        buf = self.workspace.get(key)
         if buf is None:
             if column_major:
-                buf = torch.empty(*shape[:-2], shape[-1], shape[-2], dtype=dtype, device=self.device).mT
+                buf = torch.empty(*shape[:-2], shape[-1], shape[-2], dtype=dtype, device=self.target.device).mT
             else:
-                buf = torch.empty(shape, dtype=dtype, device=self.device)
-            self._workspace[key] = buf
+                buf = torch.empty(shape, dtype=dtype, device=self.target.device)
+            self.workspace[key] = buf
         return buf
 
     @staticmethod
@@ -345,7 +316,7 @@ class BlockedGibbsKernel:
 
     def _gpml_draw(
         self,
-        terms: GibbsPriorTerms,
+        terms: PriorTerms,
         h: Tensor,
         lam: Tensor,
         generator: torch.Generator | None,
@@ -388,21 +359,21 @@ class BlockedGibbsKernel:
         """Internal (C, T', N) potentials -> (f, v) for the latents ``latents`` (all if ``None``); over-relaxed
         around the conditional mean (``overrelaxation != 0``, exact model) when the current latents ``f_old`` are
         given (``v`` is then ``None``)."""
-        terms = self._terms
+        terms = self.target.terms
         if latents is not None:
             key = ("terms", tuple(latents))
-            if key not in self._workspace:
+            if key not in self.workspace:
                 idx = torch.as_tensor(latents, device=terms.L.device)
                 picked = (t.index_select(0, idx) if t is not None else None for t in terms)
-                self._workspace[key] = GibbsPriorTerms(*picked)
-            terms = self._workspace[key]
-        if self.is_sparse:
+                self.workspace[key] = PriorTerms(*picked)
+            terms = self.workspace[key]
+        if self.target.is_sparse:
             return self._sparse_draw(terms, h, lam, generator, tuple(latents) if latents is not None else None)
         if self.f_update == "auto" and bool((lam >= torch.finfo(lam.dtype).tiny).all()):
             return self._gpml_draw(terms, h, lam, generator, f_old), None
         return self._whitened_draw(terms.A, terms.mu, h, lam, generator, f_old)
 
-    def _q_alpha(self, terms: GibbsPriorTerms, h: Tensor, lam: Tensor) -> WhitenedGaussian:
+    def _q_alpha(self, terms: PriorTerms, h: Tensor, lam: Tensor) -> WhitenedGaussian:
         r""":math:`q^*_\alpha(v)`, the Power-EP fixed point of the Gaussian problem with tilts :math:`(h, \lambda)`:
         the core's optimal whitened Gaussian for the statistics of the pseudo-observations
         :math:`(h_i, \lambda_i) / (1 + \alpha\lambda_i d_i)` (``alpha = 0``: Titsias's :math:`q(v)`)."""
@@ -413,7 +384,7 @@ class BlockedGibbsKernel:
 
     def _sparse_draw(
         self,
-        terms: GibbsPriorTerms,
+        terms: PriorTerms,
         h: Tensor,
         lam: Tensor,
         generator: torch.Generator | None,
@@ -426,53 +397,37 @@ class BlockedGibbsKernel:
         eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
         v = q.draw(eps)
         f = terms.mu + vecmat(v, terms.A)
-        noisy = self._workspace.get(("noisy", key))
+        noisy = self.workspace.get(("noisy", key))
         if noisy is None:
-            noisy = self._workspace[("noisy", key)] = bool((terms.d > 0).any())
+            noisy = self.workspace[("noisy", key)] = bool((terms.d > 0).any())
         if noisy:
             eps_f = torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device)
             f = f.addcmul_(terms.d.sqrt(), eps_f)
         return f, v
 
-    def _u_from_v(self, v: Tensor) -> Tensor:
-        return self._terms.mu_Z + vecmat(v, self._terms.L.mT)
-
-    def _initial_f(self, num_chains: int, generator: torch.Generator) -> Tensor:
-        """A prior draw per chain (over-dispersed starting points for R-hat)."""
-        terms = self._terms
-        T, n = terms.L.shape[0], terms.L.shape[-1]
-        eps = torch.randn((num_chains, T, n), generator=generator, dtype=terms.L.dtype, device=terms.L.device)
-        f = terms.mu + vecmat(eps, terms.A)  # sparse: mu + A^T eps; exact: mu + L eps
-        if self.is_sparse and bool((terms.d > 0).any()):  # f ~ p(f | u), u ~ p(u)
-            f = f.addcmul_(terms.d.sqrt(), torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device))
-        return f
-
     # ------------------------------------------------------------------ one sweep
-    def _constants(self, values: dict[str, Tensor]) -> Any:
-        """The likelihood evaluated at per-chain sampled constants (nothing to do without any)."""
-        return self.likelihood.constants(values) if values else nullcontext()
-
     def _sweep(
         self, f: Tensor, y: Tensor, generator: torch.Generator | None, constants: dict[str, Tensor]
     ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor]]:
         """internal f (C, T, N) -> (f, Ω, v, constants) after Ω | f, y (then the likelihood's sampled constants
         | Ω, f) and f | Ω, y. ``constants`` are the per-chain values of the likelihood's sampled constants: they
         live in the chain state and are handed to the likelihood for each call, never written into it."""
-        likelihood = self.likelihood
-        blocks = self._blocks or [None]
+        target = self.target
+        likelihood = target.likelihood
+        blocks = target.blocks or [None]
         v_all = None
         for block in blocks:
-            f_lik = self._to_likelihood(f)
-            with self._constants(constants):
+            f_lik = target.to_likelihood(f)
+            with self.target.constants(constants):
                 aux = likelihood.sample_aux(y, f_lik, generator=generator)
-                if self._samples_hyperparameters:
+                if self.samples_constants:
                     new, fresh = likelihood.sample_hyperparameters(y, aux, f_lik, generator=generator)
                     constants = {**constants, **new}
                     if fresh is not None:  # Ω redrawn under the new constants
                         aux = fresh
-            with self._constants(constants):
+            with self.target.constants(constants):
                 h, lam = likelihood.potential_and_precision(y, aux, f_lik)
-            h, lam = self._from_likelihood(h, f.shape), self._from_likelihood(lam, f.shape)
+            h, lam = target.from_likelihood(h, f.shape), target.from_likelihood(lam, f.shape)
             if block is None:
                 f, v_all = self._latent_draw(h, lam, generator, f_old=f)
             else:
@@ -485,24 +440,16 @@ class BlockedGibbsKernel:
                     v_all[..., block, :] = v_b
         return f, aux, v_all, constants
 
-    @with_linalg_advice("the sampler's prior")
-    @torch.no_grad()
-    def conditional_terms(self, x_new: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        r"""For new inputs: prior mean :math:`\mu_*` (T, n), projection :math:`P` (T, n_cond, n) such that the
-        conditional mean is :math:`\mu_* + P^\top w` (:math:`w = f - \mu_0`, or :math:`w = v`), the conditional
-        covariance (T, n, n) and its diagonal."""
-        dt = self.linalg_dtype
-        terms = self._terms
-        cond_x = self.inducing_points if self.is_sparse else self.x
-        if cond_x.shape[:-2] != x_new.shape[:-2]:
-            batch = torch.broadcast_shapes(cond_x.shape[:-2], x_new.shape[:-2])
-            cond_x, x_new = cond_x.expand(*batch, *cond_x.shape[-2:]), x_new.expand(*batch, *x_new.shape[-2:])
-        n_c = cond_x.shape[-2]
-        mean, covar = self._prior(torch.cat([cond_x, x_new], dim=-2))
-        mu_new = mean[..., n_c:].to(dt)
-        K_cn = covar[..., :n_c, n_c:].to_dense().to(dt)
-        K_nn = covar[..., n_c:, n_c:].to_dense().to(dt)
-        W = tri_solve(terms.L, K_cn)  # L^{-1} K_{c,new}
-        cov = K_nn - W.mT @ W
-        P = W if self.is_sparse else tri_solve(terms.L.mT, W, upper=True)  # sparse: A_*; exact: K^{-1} K_{X,new}
-        return mu_new, P, cov, cov.diagonal(dim1=-1, dim2=-2).clamp_min(0)
+
+def check_alpha(alpha: Any, sparse: bool) -> float:
+    """``alpha`` as a float in [0, 1], or a ``ValueError`` naming it."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    if not 0.0 <= float(alpha) <= 1.0:  # NaN fails too
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    if float(alpha) != 0.0 and not sparse:
+        raise ValueError(
+            f"alpha = {alpha!r} needs inducing_points: the Power-EP alpha of the VI-Gibbs sampler exists only for the "
+            "inducing-point model (the exact sampler has no approximation to tune)"
+        )
+    return float(alpha)

@@ -1,44 +1,26 @@
-r"""The Gibbs driver: :class:`GibbsSampler` runs vectorised chains of the blocked sweep
-(:class:`~gpytorch_augment.inference.gibbs.kernel.BlockedGibbsKernel`), records the draws, and resumes runs."""
+r"""The Gibbs sampler: :class:`GibbsSampler`, the driver :class:`~gpytorch_augment.inference.mcmc.MCMC` running the
+blocked sweep :class:`~gpytorch_augment.inference.gibbs.GibbsKernel` on a
+:class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`."""
 
 from __future__ import annotations
 
-import math
-import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import gpytorch
-import numpy as np
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
-from ..._validation import (
-    check_finite,
-    check_inputs_targets,
-    check_nonempty,
-    check_target_keywords,
-    float_targets,
-    squeezed_targets,
-)
-from ...core.distributed import all_gather_objects, is_distributed, rank, world_size
-from ...core.prior import with_linalg_advice
-from ...likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
-from ._arguments import check_alpha, check_seed, initial_state
-from .kernel import LINALG_DTYPE, BlockedGibbsKernel
-from .recorder import Recorder
-from .samples import GibbsSamples
-from .state import GibbsState
+from ...likelihoods.augmented_likelihood import AugmentedLikelihood
+from ..mcmc.driver import MCMC
+from ..mcmc.state import ChainState
+from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
+from .kernel import GibbsKernel
 
 __all__ = ["GibbsSampler"]
 
-#: the ``f_update`` options of :class:`GibbsSampler`
-_F_UPDATES = ("auto", "whitened")
 
-
-class GibbsSampler(BlockedGibbsKernel):
+class GibbsSampler(MCMC):
     r"""Blocked Gibbs sampler for a GP prior and an augmented likelihood.
 
     **Exact model** (no ``inducing_points``): the chain targets the exact posterior
@@ -129,6 +111,11 @@ class GibbsSampler(BlockedGibbsKernel):
     attribute that also orders the CAVI updates), a sequence of lists of
     latent indices; :math:`\Omega` is then redrawn before each block.
 
+    **Structure.** The sampler is the driver :class:`~gpytorch_augment.inference.mcmc.MCMC` holding a
+    :class:`~gpytorch_augment.inference.gibbs.GibbsKernel` (the sweep) on a
+    :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (model, likelihood, data, cached prior); the draws come
+    back as :class:`~gpytorch_augment.inference.mcmc.PosteriorSamples`.
+
     **Caching.** The prior (mean, kernel matrix, Cholesky factor) is computed once. :meth:`sample` compares the
     model's parameters and buffers with a snapshot and calls :meth:`refresh` itself when they changed in place;
     call :meth:`refresh` explicitly after any other change of the prior (e.g. a replaced module).
@@ -136,7 +123,7 @@ class GibbsSampler(BlockedGibbsKernel):
     :param model: a GPyTorch model or module whose ``forward(x)`` returns the prior ``MultivariateNormal``:
         preferably a :class:`~gpytorch_augment.GPPrior` (a mean and a kernel), or an ``ApproximateGP``; only
         ``model.forward`` is called, never ``model(x)``. An ``ExactGP`` works but warns: its own ``model(x)`` is a
-        Gaussian-regression posterior unrelated to the draws (predict with :meth:`GibbsSamples.predict`).
+        Gaussian-regression posterior unrelated to the draws (predict with :meth:`PosteriorSamples.predict`).
     :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood`.
     :param x: training inputs ``(N, D)``.
     :param y: training targets ``(N,)`` (a column ``(N, 1)`` is accepted and squeezed).
@@ -161,7 +148,7 @@ class GibbsSampler(BlockedGibbsKernel):
     **Likelihood hyper-parameters.** After every :math:`\Omega` draw the engine calls
     ``likelihood.sample_hyperparameters(y, Ω, f, generator)`` (a no-op by default). A likelihood that implements
     it must keep one value per chain (e.g. shape ``(chains, 1)``); the draws are recorded in
-    :attr:`GibbsSamples.hyper` under the parameter names (constrained values, ``raw_`` stripped). If it returns a
+    :attr:`PosteriorSamples.hyper` under the parameter names (constrained values, ``raw_`` stripped). If it returns a
     new :math:`\Omega` (a dict; e.g. because :math:`\Omega \mid f` depends on the hyper-parameter just drawn), that
     draw replaces the old one for the :math:`f`-step and in the record.
 
@@ -197,441 +184,34 @@ class GibbsSampler(BlockedGibbsKernel):
         linalg_dtype: torch.dtype = LINALG_DTYPE,
         **kwargs: Any,
     ) -> None:
-        if linalg_dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"linalg_dtype must be torch.float32 or torch.float64, got {linalg_dtype!r}")
-        self.linalg_dtype = linalg_dtype
-        if not isinstance(likelihood, AugmentedLikelihood):
-            raise TypeError(f"GibbsSampler needs an AugmentedLikelihood, got {type(likelihood).__name__}")
-        if not callable(getattr(model, "forward", None)):
-            raise TypeError(f"model must define forward(x) returning the prior; got {type(model).__name__}")
-        check_target_keywords(likelihood, kwargs, "GibbsSampler")
-        y = squeezed_targets(x, y)
-        check_inputs_targets(x, y)
-        check_nonempty(x, "GibbsSampler")
-        _warn_exact_gp(model)
-        if y.dim() != 1:
-            raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
-        if x.dim() != 2 and not (x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents):
-            raise ValueError(f"x must have shape (N, D); got shape {tuple(x.shape)}")
-        if x.is_floating_point():  # integer targets (counts) converted exactly to the data's dtype
-            y = float_targets(y, kwargs, x.dtype)
-        self.target_kwargs = kwargs
-        self.y = likelihood.check_targets(y, **kwargs)
-        if inducing_points is not None:
-            check_finite("inducing_points", inducing_points)
-            if inducing_points.dim() < 2 or inducing_points.shape[-1] != x.shape[-1]:
-                raise ValueError(
-                    f"inducing_points must have shape (M, D) with D = {x.shape[-1]} (the inputs' dimension); "
-                    f"got shape {tuple(inducing_points.shape)}"
-                )
-        if jitter is None:
-            jitter = gpytorch.settings.variational_cholesky_jitter.value(linalg_dtype)
-        if not (isinstance(jitter, (int, float)) and math.isfinite(jitter) and jitter >= 0):
-            raise ValueError(f"jitter must be a finite non-negative number, got {jitter!r}")
-        if f_update not in _F_UPDATES:
-            raise ValueError(f"f_update must be one of {_F_UPDATES}, got {f_update!r}")
-        if isinstance(overrelaxation, bool) or not isinstance(overrelaxation, (int, float)) or not (
-            -1.0 < overrelaxation < 1.0
-        ):
-            raise ValueError(f"overrelaxation must be a number in (-1, 1), got {overrelaxation!r}")
-        if overrelaxation != 0.0 and inducing_points is not None:
-            raise ValueError(
-                "overrelaxation is implemented for the exact model only (the inducing-point chain state holds f, "
-                "not the inducing values v it would need); use overrelaxation=0 with inducing_points"
-            )
-        self.alpha = check_alpha(alpha, inducing_points is not None)
-        self.model = model
-        self.likelihood = likelihood
-        self.x = x
-        self.inducing_points = inducing_points
-        self.jitter = float(jitter)
-        self.f_update = f_update
-        self.overrelaxation = float(overrelaxation)
-        self.num_latents = int(likelihood.num_latents)
-        self.dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
-        self.device = x.device
-        hook = getattr(type(likelihood), "sample_hyperparameters", None)
-        base_hook = getattr(AugmentedLikelihood, "sample_hyperparameters", None)
-        self._samples_hyperparameters = hook is not None and hook is not base_hook
-        self._blocks = validated_latent_blocks(likelihood)
-        self.refresh()
+        target = PosteriorTarget(
+            model, likelihood, x, y, inducing_points, jitter, linalg_dtype, caller=type(self).__name__, **kwargs
+        )
+        super().__init__(GibbsKernel(target, f_update=f_update, overrelaxation=overrelaxation, alpha=alpha))
 
-    # ------------------------------------------------------------------ likelihood constants
-    def _hyper_snapshot(self, constants: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """The likelihood's parameters at the chains' sampled ``constants``, constrained (``raw_`` stripped), if it
-        samples its constants (else empty)."""
-        if not self._samples_hyperparameters:
-            return {}
-        out = {}
-        with self._constants(dict(constants)):
-            for name, param, constraint in self.likelihood.named_parameters_and_constraints():
-                head, _, leaf = name.rpartition(".")
-                if constraint is not None and leaf.startswith("raw_"):
-                    name = (head + "." if head else "") + leaf[len("raw_") :]
-                    param = constraint.transform(param)
-                out[name] = param.detach().clone()
-        return out
+    # ------------------------------------------------------------------ the kernel's settings
+    f_update = property(lambda self: self.kernel.f_update, doc="The exact model's f-update.")
+    overrelaxation = property(lambda self: self.kernel.overrelaxation, doc="The over-relaxation coefficient.")
+    alpha = property(lambda self: self.kernel.alpha, doc="The Power-EP alpha of the inducing-point sampler.")
 
-    @with_linalg_advice("sampling")
-    @torch.no_grad()
-    def sample_latent(
-        self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None
-    ) -> dict[str, Tensor]:
-        r"""One draw of the latents given potentials and precisions (the :math:`f \mid \Omega` step).
-
-        :param h: potentials in the likelihood's layout, ``(..., N)`` (``(..., T, N)`` for ``T`` latents);
-            leading dimensions are chains.
-        :param lam: precisions, same shape.
-        :return: ``{"f": f}`` in storage layout, plus ``{"u": u, "v": v}`` for the sparse model
-            (:math:`v \sim q^*_\alpha(v)`, for ``alpha = 0`` the CAVI :math:`q(v)` of these :math:`(h,\lambda)`,
-            and :math:`f_i \sim p(f_i \mid u)`).
-        """
-        T, N = self.num_latents, self.num_data
-        batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
-        shape = torch.Size(batch) + (T, N)
-        h_, lam_ = self._from_likelihood(h, shape), self._from_likelihood(lam, shape)
-        f, v = self._latent_draw(h_, lam_, generator)
-        out = {"f": self._to_storage(f).to(self.dtype)}
-        if self.is_sparse:
-            out["v"] = self._to_storage(v).to(self.dtype)
-            out["u"] = self._to_storage(self._u_from_v(v)).to(self.dtype)
-        return out
-    @with_linalg_advice("sampling")
-    @torch.no_grad()
-    def inducing_distribution(self, h: Tensor, lam: Tensor) -> MultivariateNormal:
-        r""":math:`q^*_\alpha(u)` of the inducing-point model for potentials and precisions ``h``, ``lam`` (the
-        likelihood's layout, leading dimensions batch): the distribution the sparse sweep draws :math:`u` from.
-
-        :return: a ``MultivariateNormal`` over :math:`u`, batch ``(*batch)`` / ``(*batch, T)``, in float64.
-        """
-        if not self.is_sparse:
-            raise ValueError("inducing_distribution needs inducing_points")
-        if self._params_changed():
-            self.refresh()
-        T, N = self.num_latents, self.num_data
-        batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
-        shape = torch.Size(batch) + (T, N)
-        q = self._q_alpha(self._terms, self._from_likelihood(h, shape), self._from_likelihood(lam, shape))
-        L = self._terms.L
-        root = L @ q.chol_covariance  # u = mu_Z + L v
-        mean, covar = self._u_from_v(q.mean), root @ root.mT
-        if T == 1:
-            mean, covar = mean.squeeze(-2), covar.squeeze(-3)
-        return MultivariateNormal(mean, covar)
-
-    @with_linalg_advice("sampling")
-    @torch.no_grad()
+    # ------------------------------------------------------------------ the kernel's building blocks
     def sweep(
         self,
         f: Tensor,
         y: Tensor | None = None,
         generator: torch.Generator | None = None,
         hyper: Mapping[str, Tensor] | None = None,
-    ) -> GibbsState:
-        r"""One full sweep (:math:`\Omega \mid f`, then the latents :math:`\mid \Omega`) for a batch of chains.
+    ) -> ChainState:
+        """One full sweep for a batch of chains (:meth:`GibbsKernel.sweep
+        <gpytorch_augment.inference.gibbs.GibbsKernel.sweep>`)."""
+        return self.kernel.sweep(f, y, generator, hyper)
 
-        A low-level building block (Geweke tests, custom schemes that also update hyper-parameters).
+    def sample_latent(self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """One draw of the latents given potentials and precisions (:meth:`GibbsKernel.sample_latent
+        <gpytorch_augment.inference.gibbs.GibbsKernel.sample_latent>`)."""
+        return self.kernel.sample_latent(h, lam, generator)
 
-        :param f: current latents in storage layout, ``(chains, N)`` / ``(chains, T, N)`` (or without the chain
-            dimension).
-        :param y: targets to condition on (default: the training targets); may carry a chain dimension,
-            ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
-        :param generator: a ``torch.Generator`` for reproducible draws.
-        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
-            previous sweep; default: the likelihood's own values). The likelihood itself is never modified.
-        :return: a :class:`GibbsState` (``rng_state`` is ``None``; ``hyper`` holds the constants after the sweep).
-        """
-        if self._params_changed():
-            self.refresh()
-        if y is None:
-            y = self.y
-        else:
-            check_finite("y", y)
-            if y.shape[-1] != self.num_data:
-                raise ValueError(
-                    f"y must have {self.num_data} points in its last dimension; got shape {tuple(y.shape)}"
-                )
-            y = float_targets(y, dict(self.target_kwargs), self.dtype)
-            y = self.likelihood.check_targets(y, **self.target_kwargs)
-        f_int = self._from_storage(f, None, name="f")
-        f_int, aux, v, constants = self._sweep(f_int, y, generator, dict(hyper or {}))
-        u = self._to_storage(self._u_from_v(v)).to(self.dtype) if self.is_sparse else None
-        return GibbsState(
-            f=self._to_storage(f_int).to(self.dtype), aux=aux, u=u, hyper=self._hyper_snapshot(constants)
-        )
-
-    # ------------------------------------------------------------------ sampling
-    @staticmethod
-    def _check_count(name: str, value: Any, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-        return int(value)
-
-    @with_linalg_advice("sampling")
-    def sample(
-        self,
-        num_samples: int,
-        warmup: int = 200,
-        thin: int = 1,
-        num_chains: int = 1,
-        seed: int | None = None,
-        init: GibbsState | Mapping[str, Any] | Tensor | None = None,
-        progress: bool = True,
-        process_group: Any = None,
-    ) -> GibbsSamples:
-        r"""Run ``num_chains`` vectorised chains for ``warmup + num_samples * thin`` sweeps.
-
-        :param num_samples: draws kept per chain.
-        :param warmup: sweeps discarded at the start.
-        :param thin: keep every ``thin``-th sweep after warm-up.
-        :param num_chains: chains, run as one batch.
-        :param seed: seed of the ``torch.Generator`` driving every draw (Ω, f and the initial state). ``None``
-            continues the generator state stored in ``init`` (a :class:`GibbsState`), or draws a fresh seed
-            from torch's global RNG (recorded in the result).
-        :param init: starting point: a :class:`GibbsState` (e.g. ``samples.last_state()``), a dict with key
-            ``"f"``, or a tensor of latents, ``(N,)`` / ``(chains, N)`` (``(T, N)`` / ``(chains, T, N)``).
-            Default: one prior draw per chain.
-        :param progress: show a ``tqdm`` progress bar (silently none if ``tqdm`` is not installed).
-        :param process_group: with ``torch.distributed`` initialised (this group, default: the default group), the
-            ``num_chains`` chains are spread over the ranks (rank :math:`r` runs chains
-            ``[r C / R, (r + 1) C / R)``), each rank seeded with its own seed derived from ``seed`` and its rank
-            (``numpy.random.SeedSequence(seed).spawn(R)[r]``, so a run is reproducible for a given world size), and
-            rank 0 returns every rank's draws joined along the chain dimension (the other ranks return their own).
-        :return: :class:`GibbsSamples`.
-        """
-        check_seed(seed)
-        if not is_distributed(process_group):
-            return self._sample(num_samples, warmup, thin, num_chains, seed, init, progress)
-        if seed is None or init is not None:
-            raise ValueError("sampling over several processes needs an integer seed and no init")
-        world, me = world_size(process_group), rank(process_group)
-        bounds = [num_chains * r // world for r in range(world + 1)]
-        local = bounds[me + 1] - bounds[me]
-        if local < 1:
-            raise ValueError(f"num_chains = {num_chains} is fewer than the {world} processes")
-        local_seed = rank_seed(seed, me, world)
-        samples = self._sample(num_samples, warmup, thin, local, local_seed, None, progress)
-        gathered = all_gather_objects(samples.state_dict(), process_group)
-        if me != 0:
-            return samples
-        runs = [GibbsSamples.from_state_dict(state, sampler=self) for state in gathered]
-        return GibbsSamples.cat(runs, dim="chain")
-
-    @torch.no_grad()
-    def _sample(
-        self,
-        num_samples: int,
-        warmup: int,
-        thin: int,
-        num_chains: int,
-        seed: int | None,
-        init: GibbsState | Mapping[str, Any] | Tensor | None,
-        progress: bool,
-    ) -> GibbsSamples:
-        """:meth:`sample` in this process alone."""
-        num_samples = self._check_count("num_samples", num_samples, 1)
-        warmup = self._check_count("warmup", warmup, 0)
-        thin = self._check_count("thin", thin, 1)
-        num_chains = self._check_count("num_chains", num_chains, 1)
-        check_seed(seed)
-        if self._params_changed():
-            self.refresh()
-        state = initial_state(init)
-        if state is not None:
-            self._check_init_state(state, num_chains)
-        generator = torch.Generator(device=self.device)
-        if seed is None and state is not None and state.rng_state is not None:
-            try:
-                generator.set_state(state.rng_state)
-            except (RuntimeError, TypeError) as err:
-                raise ValueError(
-                    f"init.rng_state is not a generator state of this sampler's device ({self.device}): {err}; "
-                    "pass seed= to start a fresh stream"
-                ) from err
-        else:
-            if seed is None:
-                seed = int(torch.randint(0, 2**62, (1,)).item())
-            generator.manual_seed(int(seed))
-        f = self._from_storage(state.f, num_chains) if state is not None else self._initial_f(num_chains, generator)
-        constants = self._initial_constants(state)
-        aux: AuxDict = dict(state.aux) if state is not None else {}
-        record = Recorder(self, num_chains, num_samples)
-        start = time.perf_counter()
-        f, aux, v, constants, step_size = self._run_chains(
-            f, constants, generator, warmup, thin, record, progress, state
-        )
-        elapsed = time.perf_counter() - start
-
-        u_last = self._to_storage(self._u_from_v(v)).to(self.dtype) if v is not None and self.is_sparse else None
-        last = GibbsState(
-            f=self._to_storage(f).to(self.dtype),
-            aux={k: self._chain_batched(val, num_chains) for k, val in aux.items()},
-            u=u_last,
-            rng_state=generator.get_state(),
-            num_sweeps=(state.num_sweeps if state is not None else 0) + warmup + num_samples * thin,
-            hyper=self._hyper_snapshot(constants),
-            step_size=step_size,
-        )
-        self.likelihood.aux = last.aux
-        return record.samples(
-            seed=seed, warmup=warmup, thin=thin, elapsed=elapsed, num_sweeps=warmup + num_samples * thin, last=last
-        )
-
-    def _check_init_state(self, state: GibbsState, num_chains: int) -> None:
-        """Every field of an ``init`` state checked up front (shape, finiteness), not only ``f``: a clear
-        ``ValueError`` naming the field rather than a raw error (or a silent start) later."""
-        T, n, C = self.num_latents, self.num_data, num_chains
-        self._from_storage(state.f, num_chains)
-        if not isinstance(state.num_sweeps, int) or isinstance(state.num_sweeps, bool) or state.num_sweeps < 0:
-            raise ValueError(f"init.num_sweeps must be a non-negative integer; got {state.num_sweeps!r}")
-        if not isinstance(state.aux, Mapping):
-            raise ValueError(f"init.aux must be a dict of tensors; got {type(state.aux).__name__}")
-        for name, value in state.aux.items():
-            if not isinstance(value, Tensor):
-                raise ValueError(f"init.aux[{name!r}] must be a tensor; got {type(value).__name__}")
-            if value.dim() < 2 or value.shape[0] not in (1, C) or value.shape[1] != n:
-                raise ValueError(
-                    f"init.aux[{name!r}] must have shape (chains, N, ...) with chains = 1 or {C} and N = {n}; "
-                    f"got shape {tuple(value.shape)}"
-                )
-            if bool(torch.isnan(value).any()):
-                raise ValueError(f"init.aux[{name!r}] holds NaN")
-        if state.u is not None:
-            if not self.is_sparse:
-                raise ValueError("init.u holds inducing values but this sampler has no inducing points")
-            M = int(self.inducing_points.shape[-2])
-            u = torch.as_tensor(state.u)
-            layout = u.unsqueeze(-2) if T == 1 and u.dim() >= 1 else u
-            if layout.dim() != 3 or layout.shape[0] not in (1, C) or layout.shape[-2:] != (T, M):
-                expected = f"(chains, M), M = {M}" if T == 1 else f"(chains, T, M), T = {T}, M = {M}"
-                raise ValueError(f"init.u must have shape {expected}; got shape {tuple(u.shape)}")
-            check_finite("init.u", u)
-        if state.step_size is not None:
-            step = state.step_size
-            if not isinstance(step, Tensor) or step.dim() != 1 or step.shape[0] not in (1, C):
-                raise ValueError(
-                    f"init.step_size must be a tensor of shape (chains,) with chains = 1 or {C}; got "
-                    f"{tuple(step.shape) if isinstance(step, Tensor) else type(step).__name__}"
-                )
-            if not bool((torch.isfinite(step) & (step > 0)).all()):
-                raise ValueError("init.step_size must hold positive finite step sizes")
-        if state.hyper and self._samples_hyperparameters:
-            current = self._hyper_snapshot({})
-            for name, value in state.hyper.items():
-                value = torch.as_tensor(value)
-                check_finite(f"init.hyper[{name!r}]", value)
-                shape = current.get(name, value).shape
-                per_chain = value.dim() >= 1 and value.shape[1:] == shape and value.shape[0] in (1, C)
-                if value.shape != shape and not per_chain:
-                    raise ValueError(
-                        f"init.hyper[{name!r}] must have the parameter's shape {tuple(shape)} or (chains, "
-                        f"*{tuple(shape)}) with chains = 1 or {C}; got shape {tuple(value.shape)}"
-                    )
-
-    def _initial_constants(self, state: GibbsState | None) -> dict[str, Tensor]:
-        """The sampled constants a run starts from: those of ``init`` (validated names), else the likelihood's."""
-        if state is None or not state.hyper or not self._samples_hyperparameters:
-            return {}
-        constants = dict(state.hyper)
-        try:
-            with self._constants(constants):
-                pass
-        except ValueError as err:
-            raise ValueError(f"init holds hyper-parameters the likelihood does not have: {err}") from err
-        return constants
-
-    def _run_chains(
-        self,
-        f: Tensor,
-        constants: dict[str, Tensor],
-        generator: torch.Generator,
-        warmup: int,
-        thin: int,
-        record: Recorder,
-        progress: bool,
-        init: GibbsState | None = None,
-    ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor], Tensor | None]:
-        """``warmup + num_samples * thin`` sweeps from the internal latents ``f`` and the chains' sampled
-        likelihood ``constants``, recording every kept sweep; returns the final (f, Ω, v, constants) and the
-        kernel's step sizes (``None``: the Gibbs sweep has none). Everything a run depends on comes from its
-        arguments (``init``: the state it starts from, if any), never from an earlier run."""
-        total = warmup + record.num_samples * thin
-        v, aux = None, {}
-        bar = _progress_bar(total, progress)
-        try:
-            for it in range(total):
-                f, aux, v, constants = self._sweep(f, self.y, generator, constants)
-                if it >= warmup and (it - warmup + 1) % thin == 0:
-                    record.keep(f, aux, v, constants)
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
-        return f, aux, v, constants, None
-
-    @staticmethod
-    def _chain_batched(value: Tensor, num_chains: int) -> Tensor:
-        """Give an auxiliary draw a leading chain dimension if the likelihood returned it without one."""
-        if value.dim() == 0 or value.shape[0] != num_chains:
-            value = value.expand((num_chains,) + value.shape)
-        return value
-
-    def resume(self, samples: GibbsSamples, num_samples: int, progress: bool = True) -> GibbsSamples:
-        """Continue the chains of ``samples`` for ``num_samples`` more draws (same thinning, no warm-up).
-
-        The random stream continues from the stored generator state, so ``sample(n1)`` followed by
-        ``resume(·, n2)`` gives exactly the draws of ``sample(n1 + n2)``. Returns all draws, concatenated.
-        (Runs joined with ``GibbsSamples.cat(..., dim="chain")`` have no single generator state; they continue
-        with a fresh seed.)
-        """
-        samples._check_fits(self, "samples")
-        more = self.sample(
-            num_samples,
-            warmup=0,
-            thin=samples.thin,
-            num_chains=samples.num_chains,
-            init=samples.last_state(),
-            progress=progress,
-        )
-        return GibbsSamples.cat([samples, more], dim="draw")
-
-
-def _warn_exact_gp(model: Any) -> None:
-    """Warn that an ``ExactGP`` only lends its prior to the sampler (its own calls give a Gaussian posterior)."""
-    if isinstance(model, gpytorch.models.ExactGP):
-        warnings.warn(
-            f"GibbsSampler got a gpytorch ExactGP ({type(model).__name__}): only its prior, model.forward(x), is "
-            "used. The ExactGP's own posterior, model(x) in eval mode and likelihood(model(x)), is a Gaussian-"
-            "regression posterior that ignores this sampler's likelihood and draws. Hold the prior in "
-            "gpytorch_augment.GPPrior(mean_module, covar_module) and predict with samples.predict(x_new).",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _progress_bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc="Gibbs", leave=False)
-
-
-def rank_seed(seed: int, rank: int, world_size: int) -> int:
-    """The seed of rank ``rank`` of ``world_size`` processes sampling with ``seed``
-    (``numpy.random.SeedSequence(seed).spawn(world_size)[rank]``, as a 62-bit integer).
-
-    Example::
-
-        >>> from gpytorch_augment.inference.gibbs.sampler import rank_seed
-        >>> seeds = [rank_seed(0, r, world_size=4) for r in range(4)]
-        >>> len(set(seeds)), all(0 <= s < 2**62 for s in seeds)   # distinct, 62-bit
-        (4, True)
-        >>> rank_seed(0, 2, world_size=4) == seeds[2]              # reproducible
-        True
-    """
-    child = np.random.SeedSequence(int(seed)).spawn(int(world_size))[int(rank)]
-    return int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(2))
+    def inducing_distribution(self, h: Tensor, lam: Tensor) -> MultivariateNormal:
+        r""":math:`q^*_\alpha(u)` for potentials and precisions (:meth:`GibbsKernel.inducing_distribution
+        <gpytorch_augment.inference.gibbs.GibbsKernel.inducing_distribution>`)."""
+        return self.kernel.inducing_distribution(h, lam)

@@ -1,4 +1,4 @@
-"""Where a chain stands after a sweep: the state a Gibbs run can be continued from."""
+"""Where the chains stand after a transition: the state a run can be continued from, whatever its kernel."""
 
 from __future__ import annotations
 
@@ -10,30 +10,32 @@ from torch import Tensor
 
 from ...likelihoods.augmented_likelihood import AuxDict
 
-__all__ = ["GibbsState"]
+__all__ = ["ChainState"]
 
 
 @dataclass
-class GibbsState:
-    r"""Where a chain stands after a sweep: enough to continue it exactly.
+class ChainState:
+    r"""Where the chains stand after a transition: enough to continue them exactly (a plain container: the driver
+    :class:`~gpytorch_augment.inference.mcmc.MCMC` writes it, any kernel reads it back as ``init``).
 
     :ivar f: latent values, ``(chains, N)`` (``(chains, T, N)`` for ``T`` latents).
-    :ivar aux: the last :math:`\Omega` draw, one tensor per auxiliary variable.
+    :ivar aux: the last :math:`\Omega` draw, one tensor per auxiliary variable (empty for a kernel without one,
+        e.g. HMC).
     :ivar u: inducing values ``(chains, M)`` / ``(chains, T, M)`` of the sparse model, else ``None``.
     :ivar rng_state: state of the sampler's ``torch.Generator`` after the sweep (``None`` if unknown).
-    :ivar num_sweeps: sweeps run so far (warm-up included).
+    :ivar num_sweeps: transitions run so far (warm-up included).
     :ivar hyper: the likelihood's sampled hyper-parameters after the sweep (empty unless the likelihood
         implements ``sample_hyperparameters``); restored into the likelihood when the state is used as ``init``.
     :ivar step_size: the per-chain leapfrog step sizes ``(chains,)`` of an
-        :class:`~gpytorch_augment.HMCSampler` run (frozen after its warm-up; ``None`` for Gibbs runs). A run started
-        from this state continues with them; a run started without it adapts from ``initial_step_size``.
+        :class:`~gpytorch_augment.HMCSampler` run (frozen after its warm-up; ``None`` for kernels without one). A run
+        started from this state continues with them; a run started without it adapts from ``initial_step_size``.
 
     Example::
 
         >>> import torch
-        >>> from gpytorch_augment.inference.gibbs.state import GibbsState
-        >>> state = GibbsState(f=torch.zeros(2, 5), num_sweeps=10)
-        >>> GibbsState.from_state_dict(state.state_dict()).num_sweeps
+        >>> from gpytorch_augment.inference.mcmc import ChainState
+        >>> state = ChainState(f=torch.zeros(2, 5), num_sweeps=10)
+        >>> ChainState.from_state_dict(state.state_dict()).num_sweeps
         10
     """
 
@@ -57,7 +59,7 @@ class GibbsState:
         }
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> GibbsState:
+    def from_state_dict(cls, state: Mapping[str, Any]) -> ChainState:
         return cls(
             f=state["f"],
             aux=dict(state.get("aux") or {}),

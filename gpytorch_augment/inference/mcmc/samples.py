@@ -1,4 +1,5 @@
-r"""The draws of a Gibbs run: :class:`GibbsSamples` (storage, resume, diagnostics, ArviZ export, prediction)."""
+r"""The draws of a run, whatever its kernel: :class:`PosteriorSamples` (storage, resume, diagnostics, ArviZ export,
+prediction through the public interface of the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -17,24 +18,22 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from ..._validation import check_finite, check_finite_state, check_state_keys
-from ...core.linalg import add_to_diagonal, tri_solve, vecmat
+from ...core.linalg import add_to_diagonal, vecmat
 from ...core.prior import linalg_advice, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..diagnostics import bulk_ess, rank_normalized_rhat
-from .state import GibbsState
+from .state import ChainState
+from .target import PosteriorTarget
 
-if TYPE_CHECKING:
-    from .sampler import GibbsSampler
-
-__all__ = ["GibbsPrediction", "GibbsSamples", "GibbsSummary"]
+__all__ = ["PosteriorPrediction", "PosteriorSamples", "PosteriorSummary"]
 
 
-class GibbsPrediction(NamedTuple):
-    r"""Posterior predictive at new inputs, from :meth:`GibbsSamples.predict`.
+class PosteriorPrediction(NamedTuple):
+    r"""Posterior predictive at new inputs, from :meth:`PosteriorSamples.predict`.
 
     The latent predictive is the mixture :math:`\frac1S\sum_s p(f_* \mid f^{(s)})` of GP conditionals.
 
-    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)`` (latent-major, as :attr:`GibbsSamples.f`;
+    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)`` (latent-major, as :attr:`PosteriorSamples.f`;
         :meth:`to_multitask` gives GPyTorch's multitask layout ``(N*, T)``).
     :ivar f_var: mixture variance (conditional variance plus the spread of the conditional means).
     :ivar f_draws: one draw of :math:`f_*` per stored draw, ``(chains, draws, N*)`` / ``(chains, draws, T, N*)``.
@@ -62,17 +61,17 @@ class GibbsPrediction(NamedTuple):
     y_mean: Tensor | None
     y_probs: Tensor | None
 
-    def to_multitask(self) -> GibbsPrediction:
+    def to_multitask(self) -> PosteriorPrediction:
         r"""The latent fields in GPyTorch's multitask layout: ``f_mean``, ``f_var`` of shape ``(N*, T)`` and
         ``f_draws`` of shape ``(chains, draws, N*, T)`` (as a ``MultitaskMultivariateNormal``'s mean); ``y_mean`` and
-        ``y_probs`` are unchanged. The fields of :meth:`GibbsSamples.predict` itself stay latent-major, ``(T, N*)``,
-        the layout of :attr:`GibbsSamples.f`. A single-latent prediction is returned as it is.
+        ``y_probs`` are unchanged. The fields of :meth:`PosteriorSamples.predict` itself stay latent-major, ``(T, N*)``,
+        the layout of :attr:`PosteriorSamples.f`. A single-latent prediction is returned as it is.
 
         Example::
 
             >>> import torch
-            >>> from gpytorch_augment.inference.gibbs.samples import GibbsPrediction
-            >>> p = GibbsPrediction(torch.zeros(2, 5), torch.ones(2, 5), torch.zeros(1, 3, 2, 5), None, None)
+            >>> from gpytorch_augment.inference.mcmc.samples import PosteriorPrediction
+            >>> p = PosteriorPrediction(torch.zeros(2, 5), torch.ones(2, 5), torch.zeros(1, 3, 2, 5), None, None)
             >>> p.to_multitask().f_mean.shape, p.to_multitask().f_draws.shape
             (torch.Size([5, 2]), torch.Size([1, 3, 5, 2]))
         """
@@ -81,7 +80,7 @@ class GibbsPrediction(NamedTuple):
         return self._replace(f_mean=self.f_mean.mT, f_var=self.f_var.mT, f_draws=self.f_draws.mT)
 
 
-class GibbsSummary(NamedTuple):
+class PosteriorSummary(NamedTuple):
     """Per-coordinate posterior summary and convergence diagnostics (Vehtari et al., 2021).
 
     Example::
@@ -131,7 +130,7 @@ class GibbsSummary(NamedTuple):
     __str__ = __repr__
 
 
-#: the rows a printed :class:`GibbsSummary` shows before it counts the rest
+#: the rows a printed :class:`PosteriorSummary` shows before it counts the rest
 SUMMARY_ROWS = 20
 
 
@@ -156,17 +155,21 @@ def _format_cell(column: str, value: float) -> str:
 
 
 @dataclass
-class GibbsSamples:
-    r"""Draws of a :class:`GibbsSampler` run.
+class PosteriorSamples:
+    r"""Draws of a sampler run (:class:`~gpytorch_augment.GibbsSampler`, :class:`~gpytorch_augment.HMCSampler` or any
+    :class:`~gpytorch_augment.inference.mcmc.MCMC` driver). ``PosteriorSamples`` is a deprecated alias of this class.
 
     :ivar f: latent draws ``(chains, draws, N)`` (``(chains, draws, T, N)`` for ``T`` latents).
     :ivar aux: auxiliary draws, one tensor per variable, ``(chains, draws, ...)``.
     :ivar u: inducing values ``(chains, draws, M)`` / ``(chains, draws, T, M)`` (sparse model), else ``None``.
     :ivar seed: the generator seed (``None`` for a run that continued a stored generator state).
-    :ivar warmup, thin: settings of the run; ``num_sweeps`` counts every sweep (warm-up included).
-    :ivar f_update: the ``f``-update of the sampler (``"sparse"`` for the inducing-point model).
+    :ivar warmup, thin: settings of the run; ``num_sweeps`` counts every transition (warm-up included).
+    :ivar f_update: the kernel's name: the Gibbs ``f``-update (``"auto"``, ``"whitened"``, ``"sparse"`` for the
+        inducing-point model) or ``"hmc"``.
     :ivar elapsed: wall-clock seconds of the sampling loop.
-    :ivar last: the :class:`GibbsState` after the last sweep (see :meth:`last_state`).
+    :ivar last: the :class:`ChainState` after the last transition (see :meth:`last_state`).
+    :ivar target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` the draws belong to (``None`` for
+        draws restored without it: :meth:`predict` and ``resume`` then need :meth:`from_state_dict` with the sampler).
     :ivar hyper: draws of the likelihood's sampled hyper-parameters, ``(chains, draws, ...)`` (empty unless the
         likelihood implements ``sample_hyperparameters``).
 
@@ -180,8 +183,8 @@ class GibbsSamples:
         >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
         >>> samples.num_chains, samples.num_draws, samples.f.shape
         (2, 20, torch.Size([2, 20, 8]))
-        >>> from gpytorch_augment import GibbsSamples
-        >>> GibbsSamples.from_state_dict(samples.state_dict(), sampler=sampler).f.equal(samples.f)
+        >>> from gpytorch_augment import PosteriorSamples
+        >>> PosteriorSamples.from_state_dict(samples.state_dict(), sampler=sampler).f.equal(samples.f)
         True
     """
 
@@ -195,9 +198,9 @@ class GibbsSamples:
     jitter: float
     elapsed: float
     num_sweeps: int
-    last: GibbsState
+    last: ChainState
     hyper: dict[str, Tensor] = field(default_factory=dict)
-    sampler: GibbsSampler | None = field(default=None, repr=False, compare=False)
+    target: PosteriorTarget | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ shape and state
     @property
@@ -208,8 +211,8 @@ class GibbsSamples:
     def num_draws(self) -> int:
         return int(self.f.shape[1])
 
-    def last_state(self) -> GibbsState:
-        """The chain state after the last sweep; pass it as ``init`` to continue (see also ``GibbsSampler.resume``)."""
+    def last_state(self) -> ChainState:
+        """The chain state after the last transition; pass it as ``init`` to continue (see also ``resume``)."""
         return self.last
 
     def state_dict(self) -> dict[str, Any]:
@@ -230,8 +233,9 @@ class GibbsSamples:
         }
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any], sampler: GibbsSampler | None = None) -> GibbsSamples:
-        """Inverse of :meth:`state_dict`; pass the ``sampler`` to enable :meth:`predict` and resuming.
+    def from_state_dict(cls, state: Mapping[str, Any], sampler: Any = None) -> PosteriorSamples:
+        """Inverse of :meth:`state_dict`; pass the ``sampler`` (or its :class:`PosteriorTarget`) to enable
+        :meth:`predict` and resuming.
 
         ``ValueError`` if a key is missing, a draw is not finite, or the draws do not fit ``sampler`` (another number
         of data points, latents or inducing points)."""
@@ -248,24 +252,24 @@ class GibbsSamples:
             jitter=float(state.get("jitter", 0.0)),
             elapsed=float(state.get("elapsed", 0.0)),
             num_sweeps=int(state.get("num_sweeps", 0)),
-            last=GibbsState.from_state_dict(state["last"]),
+            last=ChainState.from_state_dict(state["last"]),
             hyper=dict(state.get("hyper") or {}),
-            sampler=sampler,
+            target=getattr(sampler, "target", sampler),
         )
-        if sampler is not None:
-            samples._check_fits(sampler, "the state")
+        if samples.target is not None:
+            samples.check_fits(samples.target, "the state")
         return samples
 
-    def _check_fits(self, sampler: GibbsSampler, what: str) -> None:
-        """``ValueError`` unless the draws have the layout of ``sampler``'s: latents, data points, inducing points."""
-        T, n = sampler.num_latents, int(sampler.x.shape[-2])
+    def check_fits(self, target: PosteriorTarget, what: str = "the draws") -> None:
+        """``ValueError`` unless the draws have the layout of ``target``'s: latents, data points, inducing points."""
+        T, n = target.num_latents, int(target.x.shape[-2])
         expected = (n,) if T == 1 else (T, n)
         if self.f.dim() < 2 or tuple(self.f.shape[2:]) != expected:
             raise ValueError(
                 f"{what} holds draws of f of shape {tuple(self.f.shape)} (chains, draws, ...) but the sampler has "
                 f"{'N' if T == 1 else '(T, N)'} = {expected}: pass the sampler the draws were made with"
             )
-        m = None if sampler.inducing_points is None else int(sampler.inducing_points.shape[-2])
+        m = target.num_inducing
         if (self.u is None) != (m is None) or (m is not None and self.u.shape[-1] != m):
             raise ValueError(
                 f"{what} holds inducing values u of shape {None if self.u is None else tuple(self.u.shape)} but the "
@@ -273,14 +277,14 @@ class GibbsSamples:
             )
 
     @classmethod
-    def cat(cls, runs: Sequence[GibbsSamples], dim: str = "draw") -> GibbsSamples:
+    def cat(cls, runs: Sequence[PosteriorSamples], dim: str = "draw") -> PosteriorSamples:
         """Concatenate runs along ``"draw"`` (a run and its continuation) or ``"chain"`` (independent runs,
         e.g. different seeds). The settings and sampler of the first run are kept; for ``"draw"`` the last
         state is the last run's, for ``"chain"`` the chains' last states are concatenated."""
         if dim not in ("draw", "chain"):
             raise ValueError(f"dim must be 'draw' or 'chain', got {dim!r}")
         if not runs:
-            raise ValueError("cat needs at least one GibbsSamples")
+            raise ValueError("cat needs at least one PosteriorSamples")
         axis = 1 if dim == "draw" else 0
         first = runs[0]
         other = 0 if dim == "draw" else 1  # the chains (draws) of every run must agree
@@ -296,8 +300,8 @@ class GibbsSamples:
                     f"{sorted(first.aux)} (runs of the same sampler, with as many "
                     f"{'chains' if dim == 'draw' else 'draws'}, concatenate)"
                 )
-            if first.sampler is not None and run.sampler is not None and run.sampler is not first.sampler:
-                run._check_fits(first.sampler, f"run {i}")
+            if first.target is not None and run.target is not None and run.target is not first.target:
+                run.check_fits(first.target, f"run {i}")
         cat = lambda ts: torch.cat(list(ts), dim=axis)  # noqa: E731
         aux = {k: cat(r.aux[k] for r in runs) for k in first.aux}
         u = cat(r.u for r in runs) if first.u is not None else None
@@ -305,7 +309,7 @@ class GibbsSamples:
             last = runs[-1].last
             seed, sweeps = first.seed, sum(r.num_sweeps for r in runs)
         else:
-            last = GibbsState(
+            last = ChainState(
                 f=torch.cat([r.last.f for r in runs]),
                 aux={k: torch.cat([r.last.aux[k] for r in runs]) for k in first.last.aux},
                 u=torch.cat([r.last.u for r in runs]) if first.last.u is not None else None,
@@ -332,7 +336,7 @@ class GibbsSamples:
             num_sweeps=sweeps,
             last=last,
             hyper={k: cat(r.hyper[k] for r in runs) for k in first.hyper},
-            sampler=first.sampler,
+            target=first.target,
         )
 
     # ------------------------------------------------------------------ diagnostics
@@ -349,7 +353,7 @@ class GibbsSamples:
             return self.hyper[var]
         raise ValueError(f"unknown variable {var!r}; choose 'f', 'u' or one of {sorted(self.aux) + sorted(self.hyper)}")
 
-    def summary(self, var: str = "f") -> GibbsSummary:
+    def summary(self, var: str = "f") -> PosteriorSummary:
         r"""Posterior mean, sd, 5 % and 95 % quantiles, rank-normalised split-:math:`\hat R` and bulk ESS per
         coordinate of ``var`` (``"f"``, ``"u"``, an auxiliary variable or a sampled likelihood hyper-parameter), printed
         as a table. :math:`\hat R` needs at least 4 draws (and is computed from split chains, so it is meaningful with
@@ -361,7 +365,7 @@ class GibbsSamples:
         flat = draws.detach().to("cpu", torch.float64).reshape(C, S, -1).numpy()
         shape = draws.shape[2:]
         as_t = lambda a: torch.as_tensor(a, dtype=torch.float64).reshape(shape)  # noqa: E731
-        return GibbsSummary(
+        return PosteriorSummary(
             mean=as_t(flat.mean(axis=(0, 1))),
             sd=as_t(flat.reshape(C * S, -1).std(axis=0, ddof=1)),
             rhat=as_t(rank_normalized_rhat(flat)),
@@ -377,7 +381,7 @@ class GibbsSamples:
             import arviz as az
         except ImportError as err:
             raise ImportError(
-                "GibbsSamples.to_arviz needs the optional package 'arviz': pip install arviz "
+                "PosteriorSamples.to_arviz needs the optional package 'arviz': pip install arviz "
                 "(or pip install gpytorch-augment[gibbs])"
             ) from err
         to_np = lambda t: t.detach().to("cpu").numpy()  # noqa: E731
@@ -407,7 +411,7 @@ class GibbsSamples:
         joint: bool = True,
         chunk_size: int | None = None,
         **kwargs: Any,
-    ) -> GibbsPrediction:
+    ) -> PosteriorPrediction:
         r"""Posterior predictive at ``x_new`` as a mixture of GP conditionals over the stored draws.
 
         Exact model: :math:`\frac1S\sum_s \mathcal N\big(f_* \mid \mu_* + K_{*X}K^{-1}(f^{(s)} - \mu_0),\
@@ -427,9 +431,10 @@ class GibbsSamples:
         :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
             ``likelihood.marginal``.
         """
-        sampler = self._checked_sampler(x_new)
-        mu_new, P, cov, var = sampler.conditional_terms(x_new.to(sampler.x.dtype))
-        means = self._conditional_means(mu_new, P)  # (C*S, T, n_new)
+        target = self._checked_target(x_new)
+        mu_new, P, cov, var = target.conditional_terms(x_new.to(target.x.dtype))
+        w = target.conditioning_values(self.f.flatten(0, 1), None if self.u is None else self.u.flatten(0, 1))
+        means = mu_new + (w.unsqueeze(-2) @ P).squeeze(-2)  # the conditional means, (chains * draws, T, N*)
         f_mean = means.mean(0)
         f_var = var + means.var(0, unbiased=False)
         eps = torch.randn(means.shape, generator=generator, dtype=means.dtype, device=means.device)
@@ -437,16 +442,16 @@ class GibbsSamples:
             advice = "the joint draws of predict (joint=False draws f_* per point and factorises nothing)"
             with warnings.catch_warnings(), linalg_advice(advice):  # the conditional covariance is singular where
                 warnings.simplefilter("ignore", NumericalWarning)  # x_new repeats or meets the data: GPyTorch's
-                Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), sampler.jitter))  # added jitter is expected
+                Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), target.jitter))  # added jitter is expected
             f_draws = means + vecmat(eps, Lc.mT)
         else:
             f_draws = means + var.sqrt() * eps
         y_mean, y_probs = self._averaged_marginal(means, var, chunk_size, kwargs)
 
         def shaped(t: Tensor) -> Tensor:
-            return sampler._to_storage(t).to(sampler.dtype)
+            return target.to_storage(t).to(target.dtype)
 
-        return GibbsPrediction(
+        return PosteriorPrediction(
             f_mean=shaped(f_mean),
             f_var=shaped(f_var),
             f_draws=shaped(f_draws).reshape((self.num_chains, self.num_draws) + shaped(f_mean).shape),
@@ -454,36 +459,25 @@ class GibbsSamples:
             y_probs=y_probs,
         )
 
-    def _checked_sampler(self, x_new: Tensor) -> GibbsSampler:
-        """The sampler, if prediction at ``x_new`` is possible (``ValueError`` otherwise)."""
-        sampler = self.sampler
-        if sampler is None:
+    def _checked_target(self, x_new: Tensor) -> PosteriorTarget:
+        """The target, if prediction at ``x_new`` is possible (``ValueError`` otherwise)."""
+        target = self.target
+        if target is None:
             raise ValueError(
-                "predict needs the GibbsSampler: rebuild with GibbsSamples.from_state_dict(state, sampler)"
+                "predict needs the sampler: rebuild with PosteriorSamples.from_state_dict(state, sampler)"
             )
         check_finite("x_new", x_new)
-        if x_new.dim() != sampler.x.dim() or x_new.shape[-1] != sampler.x.shape[-1] or x_new.shape[-2] == 0:
+        if x_new.dim() != target.x.dim() or x_new.shape[-1] != target.x.shape[-1] or x_new.shape[-2] == 0:
             raise ValueError(
-                f"x_new must have shape (N*, D) with N* >= 1 and D = {sampler.x.shape[-1]}; got shape "
+                f"x_new must have shape (N*, D) with N* >= 1 and D = {target.x.shape[-1]}; got shape "
                 f"{tuple(x_new.shape)}"
             )
-        if sampler._params_changed():
+        if target.prior_changed():
             raise ValueError(
                 "the model's hyper-parameters changed since the sampler's prior was cached: the stored draws "
                 "belong to the old prior; restore the parameters (or draw new samples) before predicting"
             )
-        return sampler
-
-    def _conditional_means(self, mu_new: Tensor, P: Tensor) -> Tensor:
-        """The conditional mean of :math:`f_*` given each stored draw, ``(chains * draws, T, N*)``."""
-        sampler, dt = self.sampler, self.sampler.linalg_dtype
-        C, S, T = self.num_chains, self.num_draws, sampler.num_latents
-        if sampler.is_sparse:
-            u = self.u.to(dt).reshape(C * S, T, -1)
-            w = tri_solve(sampler.terms.L, (u - sampler.terms.mu_Z).unsqueeze(-1)).squeeze(-1)  # v
-        else:
-            w = self.f.to(dt).reshape(C * S, T, -1) - sampler.terms.mu
-        return mu_new + (w.unsqueeze(-2) @ P).squeeze(-2)
+        return target
 
     def _averaged_marginal(
         self, means: Tensor, var: Tensor, chunk_size: int | None, kwargs: Mapping[str, Any]
@@ -493,13 +487,13 @@ class GibbsSamples:
         With sampled likelihood constants (:attr:`hyper`, ``(C, S, *shape)``) every draw is paired with its own
         values, one draw at a time, because a likelihood's marginal need not broadcast a batch of constants against
         a batch of predictive distributions."""
-        sampler = self.sampler
+        target = self.target
         n_draws, n_new = means.shape[0], means.shape[-1]
-        chunk = 1 if self.hyper else chunk_size or max(1, (1 << 20) // max(1, n_new * sampler.num_latents))
+        chunk = 1 if self.hyper else chunk_size or max(1, (1 << 20) // max(1, n_new * target.num_latents))
         y_mean_sum, y_probs_sum, has_mean = None, None, True
         hyper = {k: v.reshape((n_draws,) + tuple(v.shape[2:])) for k, v in self.hyper.items()}
         for start in range(0, n_draws, chunk):
-            with sampler._constants({k: v[start] for k, v in hyper.items()}):
+            with target.constants({k: v[start] for k, v in hyper.items()}):
                 y_mean_sum, y_probs_sum, has_mean = self._accumulate_marginal(
                     means[start : start + chunk], var, kwargs, y_mean_sum, y_probs_sum, has_mean
                 )
@@ -517,8 +511,8 @@ class GibbsSamples:
         has_mean: bool,
     ) -> tuple[Tensor | None, Tensor | None, bool]:
         """Add ``likelihood.marginal``'s mean and probs, summed over a chunk of draws (B, T, n_new), to the sums."""
-        sampler = self.sampler
-        likelihood, T, out_dtype = sampler.likelihood, sampler.num_latents, sampler.dtype
+        target = self.target
+        likelihood, T, out_dtype = target.likelihood, target.num_latents, target.dtype
         m = means.to(out_dtype)  # (B, T, n_new)
         v_ = var.to(out_dtype).expand_as(m)
         if T == 1:

@@ -1,6 +1,7 @@
 r"""Hamiltonian Monte Carlo on the *original* (non-augmented) GP posterior, preconditioned by its Laplace
-approximation: :class:`HMCSampler`, a sibling of :class:`~gpytorch_augment.GibbsSampler` with the same
-``sample`` / ``resume`` / :class:`~gpytorch_augment.GibbsSamples` API.
+approximation: :class:`HMCKernel`, an :class:`~gpytorch_augment.inference.mcmc.MCMCKernel` and a sibling of the Gibbs
+sweep :class:`~gpytorch_augment.inference.gibbs.GibbsKernel`; :class:`~gpytorch_augment.HMCSampler` is the driver
+holding one, with the same ``sample`` / ``resume`` / :class:`~gpytorch_augment.PosteriorSamples` API.
 
 Target (exact model, :math:`T` independent latent GPs, :math:`K_t + \epsilon I = L_t L_t^\top`):
 
@@ -38,7 +39,7 @@ rejected). Every transition leaves :math:`p(f \mid y)` invariant.
 
 **Adaptation** (warm-up only): the step size of each chain by dual averaging (Hoffman & Gelman 2014, §3.2) towards
 ``target_accept``; after warm-up it is frozen at the averaged value and stored in the run's last state
-(``GibbsState.step_size``), so :meth:`~gpytorch_augment.GibbsSampler.resume` continues with it. A run adapts from
+(``ChainState.step_size``), so ``resume`` continues with it. A run adapts from
 (and, without warm-up, runs at) the step sizes of its ``init`` state, or ``initial_step_size`` without one: nothing
 carries over from an earlier run on the same sampler, so the same seed gives the same draws.
 The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then the
@@ -79,18 +80,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import float_targets
-from ..core.linalg import add_to_diagonal, tri_solve
-from ..core.prior import with_linalg_advice
-from ..likelihoods.augmented_likelihood import AugmentedLikelihood
-from .gibbs.sampler import GibbsSampler
-from .gibbs.state import GibbsState
+from ...core.linalg import add_to_diagonal, tri_solve
+from ...core.prior import with_linalg_advice
+from ..mcmc.kernel import MCMCKernel
+from ..mcmc.state import ChainState
+from ..mcmc.target import PosteriorTarget
 
-__all__ = ["HMCSampler", "LaplacePreconditioner"]
+__all__ = ["HMCChains", "HMCKernel", "LaplacePreconditioner"]
 
 _PRECONDITIONERS = ("laplace", "prior")
 _CURVATURES = ("joint", "diagonal")
-_GIBBS_ONLY = ("overrelaxation", "f_update", "alpha")
 
 
 class LaplacePreconditioner(NamedTuple):
@@ -147,56 +146,70 @@ class _DualAveraging:
         return self.log_eps_bar.exp()
 
 
-class HMCSampler(GibbsSampler):
+class HMCChains(NamedTuple):
+    """The chains of an HMC run between transitions: coordinates ``z`` (G, C, n), potential ``U`` (C,) and its
+    gradient, the step sizes ``step_size`` (C,) (frozen ones after warm-up), the dual-averaging state ``adapt``
+    during warm-up (else ``None``), and after warm-up the summed acceptance probabilities and leapfrog steps."""
+
+    z: Tensor
+    U: Tensor
+    grad: Tensor
+    step_size: Tensor
+    adapt: _DualAveraging | None
+    accept_sum: Tensor
+    steps_sum: int
+
+
+class HMCKernel(MCMCKernel):
     r"""Laplace-preconditioned HMC on the exact GP posterior (see the module docstring for the maths).
 
-    :param model: as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)`` returns the prior).
-    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (``log_prob_at`` and
-        ``log_prob_and_grad`` are used).
-    :param x: training inputs ``(N, D)``.
-    :param y: training targets ``(N,)``.
-    :param jitter: :math:`\epsilon` added to the prior covariance (default as for ``GibbsSampler``).
+    :param target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (exact model: no inducing points;
+        a likelihood whose constants have a prior, ``samples_constants``, is refused).
     :param num_steps: ``(low, high)``: leapfrog steps per transition, uniform on ``low .. high`` (inclusive), drawn
         once per iteration for all chains (default ``(2, 5)``); an integer ``n`` is a fixed number, ``(n, n)``.
     :param target_accept: acceptance probability targeted by the step-size adaptation (default 0.8).
     :param initial_step_size: step size the adaptation starts from, and the step size of runs without warm-up
         before any adaptation (default 1.0: the Laplace approximation is :math:`\mathcal N(0, I)` in these
         coordinates).
-    :param curvature: ``"joint"`` (default: the Laplace curvature keeps the coupling of a point's latents) or
-        ``"diagonal"`` (per latent: cheaper leapfrog steps when :math:`T > 1`; the same for :math:`T = 1`).
     :param preconditioner: ``"laplace"`` (default) or ``"prior"`` (:math:`W = 0`, :math:`\hat v = 0`: plain
         HMC in the whitened prior coordinates; a baseline).
-    :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
+    :param curvature: ``"joint"`` (default: the Laplace curvature keeps the coupling of a point's latents) or
+        ``"diagonal"`` (per latent: cheaper leapfrog steps when :math:`T > 1`; the same for :math:`T = 1`).
 
-    Attributes after a run (a report of the latest run; a later :meth:`sample` never reads them): :attr:`step_size`
-    (per chain, frozen after warm-up; :meth:`sweep` runs at it) and :attr:`last_run` (acceptance rate, mean leapfrog
-    steps, step sizes, number of gradient evaluations).
+    Attributes after a run (a report of the latest run; a later run never reads them): :attr:`step_size` (per chain,
+    frozen after warm-up; :meth:`sweep` runs at it) and :attr:`last_run` (acceptance rate, mean leapfrog steps, step
+    sizes, number of gradient evaluations).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior
+        >>> from gpytorch_augment.inference.hmc import HMCKernel
+        >>> from gpytorch_augment.inference.mcmc import PosteriorTarget
+        >>> x = torch.linspace(-2, 2, 6, dtype=torch.float64).unsqueeze(-1)
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+        >>> kernel = HMCKernel(PosteriorTarget(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double()))
+        >>> kernel.laplace.f_hat.shape                       # the mode the coordinates are centred on
+        torch.Size([1, 6])
     """
+
+    name = "hmc"
 
     def __init__(
         self,
-        model: Any,
-        likelihood: AugmentedLikelihood,
-        x: Tensor,
-        y: Tensor,
-        inducing_points: Tensor | None = None,
-        jitter: float | None = None,
+        target: PosteriorTarget,
         num_steps: tuple[int, int] | int = (2, 5),
         target_accept: float = 0.8,
         initial_step_size: float = 1.0,
         preconditioner: str = "laplace",
         curvature: str = "joint",
-        **kwargs: Any,
     ) -> None:
-        if inducing_points is not None:
+        if target.is_sparse:
             raise ValueError("HMCSampler samples the exact posterior only; use GibbsSampler with inducing_points")
-        for name in _GIBBS_ONLY:
-            if name in kwargs:
-                raise ValueError(f"{name} is an option of GibbsSampler; HMCSampler does not use it")
-        if getattr(likelihood, "samples_constants", False):
+        if getattr(target.likelihood, "samples_constants", False):
             raise ValueError(
-                f"{type(likelihood).__name__} has a prior on its constants, which HMCSampler would ignore (it keeps "
-                "them fixed): use GibbsSampler to sample them too, or build the likelihood without the prior"
+                f"{type(target.likelihood).__name__} has a prior on its constants, which HMCSampler would ignore (it "
+                "keeps them fixed): use GibbsSampler to sample them too, or build the likelihood without the prior"
             )
         lo, hi = _steps_range(num_steps)
         if not 0.0 < target_accept < 1.0:
@@ -207,35 +220,30 @@ class HMCSampler(GibbsSampler):
             raise ValueError(f"preconditioner must be one of {_PRECONDITIONERS}, got {preconditioner!r}")
         if curvature not in _CURVATURES:
             raise ValueError(f"curvature must be one of {_CURVATURES}, got {curvature!r}")
+        self.target = target
         self.curvature = curvature
         self.num_steps, self.target_accept = (lo, hi), float(target_accept)
         self.initial_step_size, self.preconditioner = float(initial_step_size), preconditioner
         self.step_size: Tensor | None = None
         self.last_run: dict[str, Any] = {}
-        super().__init__(model, likelihood, x, y, jitter=jitter, **kwargs)
-        self._samples_hyperparameters = False  # the likelihood's constants stay at their current values
-        self.f_update = "hmc"
-
-    def refresh(self) -> None:
-        """Recompute the cached prior (see ``GibbsSampler.refresh``); the preconditioner is rebuilt on next use."""
-        super().refresh()
         self._precond: LaplacePreconditioner | None = None
+        self._version = target.version
 
     # ------------------------------------------------------------------ the target
     def _log_lik(self, f: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent-major ``f`` (T, C, N) -> (:math:`\sum \log p(y \mid f)` per chain (C,), its gradient (T, C, N)),
         by the likelihood's ``log_prob_and_grad``."""
-        T = self.num_latents
-        f_lik = f.to(self.dtype)
-        value, grad = self.likelihood.log_prob_and_grad(y, f_lik[0] if T == 1 else f_lik.permute(1, 2, 0))
+        T = self.target.num_latents
+        f_lik = f.to(self.target.dtype)
+        value, grad = self.target.likelihood.log_prob_and_grad(y, f_lik[0] if T == 1 else f_lik.permute(1, 2, 0))
         grad = grad.unsqueeze(0) if T == 1 else grad.permute(2, 0, 1)
-        return value.reshape(value.shape[0], -1).sum(-1).to(self.linalg_dtype), grad.to(self.linalg_dtype)
+        return value.reshape(value.shape[0], -1).sum(-1).to(self.target.linalg_dtype), grad.to(self.target.linalg_dtype)
 
     def _split(self, z: Tensor) -> Tensor:
         """Grouped coordinates (G, C, n) -> latent-major (T, C, N)."""
-        if z.shape[0] == self.num_latents:
+        if z.shape[0] == self.target.num_latents:
             return z
-        return z[0].view(z.shape[1], self.num_latents, -1).transpose(0, 1)
+        return z[0].view(z.shape[1], self.target.num_latents, -1).transpose(0, 1)
 
     def _join(self, r: Tensor, groups: int) -> Tensor:
         """Latent-major (T, C, N) -> grouped (G, C, n)."""
@@ -254,14 +262,14 @@ class HMCSampler(GibbsSampler):
     @property
     def laplace(self) -> LaplacePreconditioner:
         """The cached :class:`LaplacePreconditioner` (computed on first use at the training targets)."""
-        if self._precond is None:
-            self._precond = self._build_preconditioner()
+        if self._precond is None or self._version != self.target.version:
+            self._precond, self._version = self._build_preconditioner(), self.target.version
         return self._precond
 
     def _mode(self, y: Tensor, max_iter: int = 500) -> Tensor:
         r"""The mode :math:`\hat v` (T, N) of :math:`\tfrac12\lVert v\rVert^2 - \log p(y \mid \mu + Lv)` by L-BFGS
         (strong Wolfe line search), from :math:`v = 0`."""
-        terms = self.terms
+        terms = self.target.terms
         v = torch.zeros_like(terms.mu, requires_grad=True)
         opt = torch.optim.LBFGS([v], lr=1.0, max_iter=max_iter, tolerance_grad=1e-10, tolerance_change=1e-14,
                                 history_size=20, line_search_fn="strong_wolfe")
@@ -270,10 +278,11 @@ class HMCSampler(GibbsSampler):
             opt.zero_grad()
             with torch.enable_grad():
                 f = terms.mu + (terms.L @ v.unsqueeze(-1)).squeeze(-1)
-                T = self.num_latents
-                arg = f.unsqueeze(0).to(self.dtype)
+                T = self.target.num_latents
+                arg = f.unsqueeze(0).to(self.target.dtype)
                 arg = arg[:, 0] if T == 1 else arg.permute(0, 2, 1)
-                loss = 0.5 * (v * v).sum() - self.likelihood.log_prob_at(y, arg).sum().to(self.linalg_dtype)
+                log_lik = self.target.likelihood.log_prob_at(y, arg).sum().to(self.target.linalg_dtype)
+                loss = 0.5 * (v * v).sum() - log_lik
                 loss.backward()
             return loss
 
@@ -285,16 +294,16 @@ class HMCSampler(GibbsSampler):
         r"""The negative Hessian of :math:`\log p(y \mid f)` (separable over the data points: one :math:`T \times
         T` block per point) by double back-propagation (one backward pass per latent), each block projected onto
         the positive semi-definite cone: (N, T, T)."""
-        T = self.num_latents
+        T = self.target.num_latents
         H = torch.zeros(f.shape[-1], T, T, dtype=f.dtype, device=f.device)
         with torch.enable_grad():
-            f_ = f.unsqueeze(1).to(self.dtype).requires_grad_(True)  # (T, 1, N)
+            f_ = f.unsqueeze(1).to(self.target.dtype).requires_grad_(True)  # (T, 1, N)
             arg = f_[0] if T == 1 else f_.permute(1, 2, 0)
-            (g,) = torch.autograd.grad(self.likelihood.log_prob_at(y, arg).sum(), f_, create_graph=True)
+            (g,) = torch.autograd.grad(self.target.likelihood.log_prob_at(y, arg).sum(), f_, create_graph=True)
             for t in range(T):
                 (h,) = torch.autograd.grad(g[t].sum(), f_, retain_graph=t < T - 1, allow_unused=True)
                 if h is not None:
-                    H[:, t, :] = -h[:, 0].mT.to(self.linalg_dtype)
+                    H[:, t, :] = -h[:, 0].mT.to(self.target.linalg_dtype)
         H = H.nan_to_num(0.0, 0.0, 0.0)
         if T == 1:
             return H.clamp_min(0.0)
@@ -304,12 +313,12 @@ class HMCSampler(GibbsSampler):
     @with_linalg_advice("the HMC preconditioner (the Laplace approximation)")
     @torch.no_grad()
     def _build_preconditioner(self) -> LaplacePreconditioner:
-        terms, T = self.terms, self.num_latents
+        terms, T = self.target.terms, self.target.num_latents
         L, N = terms.L, terms.mu.shape[-1]
         if self.preconditioner == "laplace":
-            v_hat = self._mode(self.y)
+            v_hat = self._mode(self.target.y)
             f_hat = terms.mu + (L @ v_hat.unsqueeze(-1)).squeeze(-1)
-            W = self._curvature(f_hat, self.y)
+            W = self._curvature(f_hat, self.target.y)
             if self.curvature == "diagonal":
                 W = torch.diag_embed(W.diagonal(dim1=-2, dim2=-1))
         else:
@@ -332,7 +341,7 @@ class HMCSampler(GibbsSampler):
 
     def _to_z(self, f: Tensor) -> Tensor:
         """Internal chain latents (C, T, N) -> grouped coordinates z (G, C, n)."""
-        P, terms = self.laplace, self.terms
+        P, terms = self.laplace, self.target.terms
         v = tri_solve(terms.L, (f.transpose(0, 1) - terms.mu.unsqueeze(1)).mT).mT  # (T, C, N)
         return self._join(v - P.v_hat.unsqueeze(1), P.C.shape[0]) @ P.C  # C^T (v - v_hat), row-vector form
 
@@ -369,62 +378,69 @@ class HMCSampler(GibbsSampler):
 
     def _draw_steps(self, generator: torch.Generator | None) -> int:
         lo, hi = self.num_steps
-        return int(torch.randint(lo, hi + 1, (1,), generator=generator, device=self.device).item())
+        return int(torch.randint(lo, hi + 1, (1,), generator=generator, device=self.target.device).item())
 
     def _chain_step_size(self, num_chains: int, step_size: Tensor | None = None) -> Tensor:
         """``step_size`` (one entry, or one per chain) for ``num_chains`` chains, else ``initial_step_size``."""
+        kw = {"dtype": self.target.linalg_dtype, "device": self.target.device}
         if step_size is not None and step_size.shape[0] in (1, num_chains):
-            return step_size.to(device=self.device, dtype=self.linalg_dtype).expand(num_chains).clone()
-        return torch.full((num_chains,), self.initial_step_size, dtype=self.linalg_dtype, device=self.device)
+            return step_size.to(**kw).expand(num_chains).clone()
+        return torch.full((num_chains,), self.initial_step_size, **kw)
 
-    def _run_chains(
-        self,
-        f: Tensor,
-        constants: dict[str, Tensor],
-        generator: torch.Generator,
-        warmup: int,
-        thin: int,
-        record: Any,
-        progress: bool,
-        init: GibbsState | None = None,
-    ) -> tuple[Tensor, dict[str, Tensor], None, dict[str, Tensor], Tensor]:
-        """Driver hook of ``GibbsSampler._sample``: ``warmup`` adapting transitions, then ``num_samples * thin``
-        transitions at the frozen step sizes, recording every kept one (internal layout (C, T, N); the kept
-        coordinates are mapped to latents in one product at the end). The step sizes start from ``init``'s (a
-        continued run), else from ``initial_step_size``; the frozen ones are returned for the run's last state."""
+    # ------------------------------------------------------------------ the MCMCKernel protocol
+    def init(self, f: Tensor, state: ChainState | None, num_warmup: int) -> HMCChains:
+        """The chains at ``f`` (C, T, N) in the preconditioned coordinates. The step sizes start from ``state``'s (a
+        continued run), else from ``initial_step_size``; warm-up adapts them by dual averaging."""
         C = f.shape[0]
         z = self._to_z(f)
-        U, grad = self._potential(z, self.y)
-        eps_run = self._chain_step_size(C, init.step_size if init is not None else None)
-        adapt = _DualAveraging(eps_run, self.target_accept) if warmup > 0 else None
-        total = warmup + record.num_samples * thin
-        accept_sum, steps_sum = torch.zeros(C, dtype=self.linalg_dtype), 0
-        kept_z, k = torch.empty((record.num_samples, *z.shape), dtype=z.dtype, device=z.device), 0
-        for it in range(total):
-            eps = adapt.step_size if adapt is not None else eps_run
-            steps = self._draw_steps(generator)
-            z, U, grad, prob = self._transition(z, U, grad, self.y, eps, steps, generator)
-            if adapt is not None:
-                adapt.update(prob)
-                if it == warmup - 1:
-                    eps_run, adapt = adapt.final, None
-                continue
-            accept_sum += prob.cpu()
-            steps_sum += steps
-            if (it - warmup + 1) % thin == 0:
-                kept_z[k], k = z, k + 1
-        S, G, _, n = kept_z.shape
-        draws = self._to_f(kept_z.transpose(0, 1).reshape(G, S * C, n))  # (S * C, T, N)
-        record.keep_block(draws.view(S, C, *draws.shape[1:]).transpose(0, 1))
-        kept = max(total - warmup, 1)
-        self.step_size = eps_run  # reported, and read by sweep(); never read by a later run
+        U, grad = self._potential(z, self.target.y)
+        eps = self._chain_step_size(C, state.step_size if state is not None else None)
+        adapt = _DualAveraging(eps, self.target_accept) if num_warmup > 0 else None
+        return HMCChains(z, U, grad, eps, adapt, torch.zeros(C, dtype=self.target.linalg_dtype), 0)
+
+    def step(self, chains: HMCChains, generator: torch.Generator, adapt: bool) -> HMCChains:
+        eps = chains.adapt.step_size if adapt and chains.adapt is not None else chains.step_size
+        steps = self._draw_steps(generator)
+        z, U, grad, prob = self._transition(chains.z, chains.U, chains.grad, self.target.y, eps, steps, generator)
+        if adapt and chains.adapt is not None:
+            chains.adapt.update(prob)
+            return chains._replace(z=z, U=U, grad=grad)
+        return chains._replace(
+            z=z, U=U, grad=grad, accept_sum=chains.accept_sum + prob.cpu(), steps_sum=chains.steps_sum + steps
+        )
+
+    def end_warmup(self, chains: HMCChains) -> HMCChains:
+        """Freeze the step sizes at their dual-averaged values."""
+        if chains.adapt is None:
+            return chains
+        return chains._replace(step_size=chains.adapt.final, adapt=None)
+
+    def kept(self, chains: HMCChains) -> dict[str, Tensor]:
+        """The coordinates only, ``(C, G, n)``: the latents of every kept draw are computed in one product at the
+        end (:meth:`draws`)."""
+        return {"z": chains.z.transpose(0, 1)}
+
+    def draws(self, kept: dict[str, Tensor]) -> dict[str, Any]:
+        zs = kept["z"]  # (C, S, G, n)
+        C, S, G, n = zs.shape
+        f = self._to_f(zs.permute(2, 1, 0, 3).reshape(G, S * C, n))  # (S * C, T, N)
+        f = f.view(S, C, *f.shape[1:]).transpose(0, 1).to(self.target.dtype).contiguous()
+        return {"f": self.target.to_storage(f), "u": None, "aux": {}, "hyper": {}}
+
+    def last_state(self, chains: HMCChains) -> ChainState:
+        f = self.target.to_storage(self._to_f(chains.z)).to(self.target.dtype)
+        return ChainState(f=f, step_size=chains.step_size)
+
+    def finish(self, chains: HMCChains, num_kept_iterations: int) -> None:
+        """Report the run: :attr:`step_size` (read by :meth:`sweep`, never by a later run) and :attr:`last_run`."""
+        kept = max(num_kept_iterations, 1)
+        self.step_size = chains.step_size
         self.last_run = {
-            "step_size": eps_run.cpu(),
-            "acceptance_rate": float(accept_sum.mean()) / kept,
-            "mean_leapfrog_steps": steps_sum / kept,
-            "gradients_after_warmup": steps_sum,
+            "step_size": chains.step_size.cpu(),
+            "acceptance_rate": float(chains.accept_sum.mean()) / kept,
+            "mean_leapfrog_steps": chains.steps_sum / kept,
+            "gradients_after_warmup": chains.steps_sum,
         }
-        return self._to_f(z), {}, None, constants, eps_run
 
     @with_linalg_advice("the HMC transition")
     @torch.no_grad()
@@ -434,7 +450,7 @@ class HMCSampler(GibbsSampler):
         y: Tensor | None = None,
         generator: torch.Generator | None = None,
         hyper: Mapping[str, Tensor] | None = None,
-    ) -> GibbsState:
+    ) -> ChainState:
         r"""One HMC transition (fixed step size: the stored adapted one if it has one entry per chain, else
         ``initial_step_size``; no adaptation) for a batch of chains, in the coordinates of the cached
         preconditioner. The building block of the Geweke test: the preconditioner depends on the training targets
@@ -444,19 +460,16 @@ class HMCSampler(GibbsSampler):
         :param y: targets to condition on (default: the training targets); may be ``(chains, N)``.
         :param generator: a ``torch.Generator``.
         :param hyper: unused (the likelihood's constants are fixed).
-        :return: a :class:`GibbsState` holding the new ``f``.
+        :return: a :class:`~gpytorch_augment.inference.mcmc.ChainState` holding the new ``f``.
         """
-        if self._params_changed():
-            self.refresh()
-        if y is not None:
-            y = float_targets(y, dict(self.target_kwargs), self.dtype)
-        y = self.y if y is None else self.likelihood.check_targets(y, **self.target_kwargs)
-        f_int = self._from_storage(f, None, name="f")
-        z = self._to_z(f_int)
+        target = self.target
+        target.ensure_fresh()
+        y = target.checked_targets(y)
+        z = self._to_z(target.from_storage(f, None, name="f"))
         U, grad = self._potential(z, y)
         eps = self._chain_step_size(z.shape[1], self.step_size)
         z, _, _, _ = self._transition(z, U, grad, y, eps, self._draw_steps(generator), generator)
-        return GibbsState(f=self._to_storage(self._to_f(z)).to(self.dtype))
+        return ChainState(f=target.to_storage(self._to_f(z)).to(target.dtype))
 
 
 def _steps_range(num_steps: Any) -> tuple[int, int]:

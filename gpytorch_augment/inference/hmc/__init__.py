@@ -1,0 +1,11 @@
+r"""Hamiltonian Monte Carlo on the original GP posterior, preconditioned by its Laplace approximation:
+
+* :mod:`~gpytorch_augment.inference.hmc.kernel` -- :class:`HMCKernel` (the transition, the maths) and
+  :class:`LaplacePreconditioner`, an :class:`~gpytorch_augment.inference.mcmc.MCMCKernel`;
+* :mod:`~gpytorch_augment.inference.hmc.sampler` -- :class:`HMCSampler`, the driver holding it.
+"""
+
+from .kernel import HMCChains, HMCKernel, LaplacePreconditioner
+from .sampler import HMCSampler
+
+__all__ = ["HMCChains", "HMCKernel", "HMCSampler", "LaplacePreconditioner"]

@@ -1,0 +1,129 @@
+r"""The HMC sampler: :class:`HMCSampler`, the driver :class:`~gpytorch_augment.inference.mcmc.MCMC` running the
+Laplace-preconditioned transition :class:`~gpytorch_augment.inference.hmc.HMCKernel`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...likelihoods.augmented_likelihood import AugmentedLikelihood
+from ..mcmc.driver import MCMC
+from ..mcmc.state import ChainState
+from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
+from .kernel import HMCKernel, LaplacePreconditioner
+
+__all__ = ["HMCSampler"]
+
+#: options of the Gibbs sampler that HMC refuses by name (a clear error instead of an unexpected keyword)
+_GIBBS_ONLY = ("overrelaxation", "f_update", "alpha")
+
+
+class HMCSampler(MCMC):
+    r"""Laplace-preconditioned HMC on the exact GP posterior (the maths: :mod:`gpytorch_augment.inference.hmc.kernel`).
+
+    The driver :class:`~gpytorch_augment.inference.mcmc.MCMC` holding an
+    :class:`~gpytorch_augment.inference.hmc.HMCKernel` on a
+    :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`; a sibling of
+    :class:`~gpytorch_augment.GibbsSampler`, with the same ``sample`` / ``resume`` and draws
+    (:class:`~gpytorch_augment.PosteriorSamples`).
+
+    :param model: as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)`` returns the prior).
+    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (``log_prob_at`` and
+        ``log_prob_and_grad`` are used).
+    :param x: training inputs ``(N, D)``.
+    :param y: training targets ``(N,)``.
+    :param inducing_points: not supported (HMC samples the exact posterior); given, a ``ValueError``.
+    :param jitter: :math:`\epsilon` added to the prior covariance (default as for ``GibbsSampler``).
+    :param num_steps: ``(low, high)``: leapfrog steps per transition, uniform on ``low .. high`` (inclusive), drawn
+        once per iteration for all chains (default ``(2, 5)``); an integer ``n`` is a fixed number, ``(n, n)``.
+    :param target_accept: acceptance probability targeted by the step-size adaptation (default 0.8).
+    :param initial_step_size: step size the adaptation starts from, and the step size of runs without warm-up
+        before any adaptation (default 1.0: the Laplace approximation is :math:`\mathcal N(0, I)` in these
+        coordinates).
+    :param preconditioner: ``"laplace"`` (default) or ``"prior"`` (:math:`W = 0`, :math:`\hat v = 0`: plain
+        HMC in the whitened prior coordinates; a baseline).
+    :param curvature: ``"joint"`` (default: the Laplace curvature keeps the coupling of a point's latents) or
+        ``"diagonal"`` (per latent: cheaper leapfrog steps when :math:`T > 1`; the same for :math:`T = 1`).
+    :param linalg_dtype: as for ``GibbsSampler`` (float64 by default, whatever the data's dtype).
+    :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
+
+    Attributes after a run (a report of the latest run; a later :meth:`sample` never reads them): :attr:`step_size`
+    (per chain, frozen after warm-up; :meth:`sweep` runs at it) and :attr:`last_run` (acceptance rate, mean leapfrog
+    steps, step sizes, number of gradient evaluations).
+
+    Example::
+
+        >>> import gpytorch, torch
+        >>> from gpytorch_augment import BernoulliLogitLikelihood, GPPrior, HMCSampler
+        >>> x = torch.linspace(-2, 2, 10, dtype=torch.float64).unsqueeze(-1)
+        >>> y = (x.squeeze(-1) > 0).double()
+        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
+        >>> sampler = HMCSampler(prior, BernoulliLogitLikelihood(), x, y)
+        >>> samples = sampler.sample(40, warmup=40, num_chains=4, seed=0, progress=False)
+        >>> samples.f.shape
+        torch.Size([4, 40, 10])
+        >>> sampler.resume(samples, 10, progress=False).f.shape
+        torch.Size([4, 50, 10])
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        likelihood: AugmentedLikelihood,
+        x: Tensor,
+        y: Tensor,
+        inducing_points: Tensor | None = None,
+        jitter: float | None = None,
+        num_steps: tuple[int, int] | int = (2, 5),
+        target_accept: float = 0.8,
+        initial_step_size: float = 1.0,
+        preconditioner: str = "laplace",
+        curvature: str = "joint",
+        linalg_dtype: torch.dtype = LINALG_DTYPE,
+        **kwargs: Any,
+    ) -> None:
+        if inducing_points is not None:
+            raise ValueError("HMCSampler samples the exact posterior only; use GibbsSampler with inducing_points")
+        for name in _GIBBS_ONLY:
+            if name in kwargs:
+                raise ValueError(f"{name} is an option of GibbsSampler; HMCSampler does not use it")
+        target = PosteriorTarget(
+            model, likelihood, x, y, None, jitter, linalg_dtype, caller=type(self).__name__, **kwargs
+        )
+        kernel = HMCKernel(target, num_steps, target_accept, initial_step_size, preconditioner, curvature)
+        super().__init__(kernel)
+
+    @property
+    def laplace(self) -> LaplacePreconditioner:
+        """The cached :class:`~gpytorch_augment.inference.hmc.LaplacePreconditioner`."""
+        return self.kernel.laplace
+
+    @property
+    def step_size(self) -> Tensor | None:
+        """The per-chain step sizes of the latest run (frozen after its warm-up), else ``None``."""
+        return self.kernel.step_size
+
+    @property
+    def last_run(self) -> dict[str, Any]:
+        """A report of the latest run (acceptance rate, mean leapfrog steps, step sizes, gradient evaluations)."""
+        return self.kernel.last_run
+
+    num_steps = property(lambda self: self.kernel.num_steps, doc="Leapfrog steps per transition, (low, high).")
+    target_accept = property(lambda self: self.kernel.target_accept, doc="The adaptation's acceptance target.")
+    initial_step_size = property(lambda self: self.kernel.initial_step_size, doc="The adaptation's start.")
+    preconditioner = property(lambda self: self.kernel.preconditioner, doc="``'laplace'`` or ``'prior'``.")
+    curvature = property(lambda self: self.kernel.curvature, doc="``'joint'`` or ``'diagonal'``.")
+
+    def sweep(
+        self,
+        f: Tensor,
+        y: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        hyper: Mapping[str, Tensor] | None = None,
+    ) -> ChainState:
+        """One HMC transition for a batch of chains (:meth:`HMCKernel.sweep
+        <gpytorch_augment.inference.hmc.HMCKernel.sweep>`)."""
+        return self.kernel.sweep(f, y, generator, hyper)
