@@ -622,7 +622,8 @@ def _gibbs_other_n(entry: str) -> Callable[[], Any]:
         small, large = sampler(N), sampler(N + 3)
         samples = small.sample(2, warmup=1, seed=0, progress=False)
         if entry == "from_state_dict":
-            return ga.PosteriorSamples.from_state_dict(samples.state_dict(), sampler=large).predict(torch.zeros(2, 1))[:2]
+            restored = ga.PosteriorSamples.from_state_dict(samples.state_dict(), sampler=large)
+            return restored.predict(torch.zeros(2, 1))[:2]
         if entry == "resume":
             return large.resume(samples, 2, progress=False).f
         other = large.sample(2, warmup=1, seed=0, progress=False)

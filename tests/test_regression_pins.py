@@ -1,13 +1,15 @@
-r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs and HMC draws, to 1e-6 relative in float64.
+r"""Behaviour pins: full-batch and mini-batch CAVI traces and seeded Gibbs and HMC draws, to 1e-6 relative in
+float64.
 
 The reference values in ``tests/data/regression_pins.pt`` were computed by this module; any refactoring of the
 numerics must reproduce them. Regenerate them only for an intended change of behaviour::
 
     python -m tests.test_regression_pins --write
 
-Every registered likelihood is pinned under full-batch CAVI (whitened, Cholesky q(u)) and under the exact,
-over-relaxed and inducing-point (α = 0 and 0.5) Gibbs samplers and by HMC (joint and diagonal curvature); the Bernoulli case also under every variational distribution, the
-unwhitened strategy, mini-batch schedules and the fused hyper-parameter step.
+Every registered likelihood is pinned under full-batch CAVI (whitened, Cholesky q(u)), under the exact, over-relaxed
+and inducing-point (α = 0 and 0.5) Gibbs samplers and under HMC (joint and diagonal curvature); the Bernoulli case
+also under every variational distribution, the unwhitened strategy, mini-batch schedules and the fused
+hyper-parameter step.
 """
 
 from __future__ import annotations

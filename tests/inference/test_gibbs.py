@@ -17,10 +17,10 @@ import torch
 from linear_operator import to_linear_operator
 from torch.distributions import Normal
 
-from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, PosteriorSamples, PoissonLogitLikelihood
+from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, PoissonLogitLikelihood, PosteriorSamples
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
-from gpytorch_augment.inference.mcmc import ChainState
 from gpytorch_augment.inference.gibbs import GibbsKernel
+from gpytorch_augment.inference.mcmc import ChainState
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from tests.models import SVGP, make_gaussian_tilt_likelihood
 

@@ -136,3 +136,38 @@ def test_invalid_options():
         _sampler(curvature="full")
     with pytest.raises(ValueError, match="exact posterior"):
         _sampler(inducing_points=torch.zeros(3, 2))
+
+
+# ---------------------------------------------------------------------------------------- ChEES trajectories
+CHEES = {"trajectory": "chees", "trajectory_length": 1.5}
+
+
+@pytest.mark.parametrize("name", ["bernoulli_logit", "student_t", "logistic_softmax"])
+def test_chees_trajectories_are_exact(name):
+    """Jittered trajectories of per-chain step counts (chains that finish wait for the others): Geweke at a fixed
+    length, and the posterior after warm-up adapted the length and the step sizes."""
+    case = next(c for c in CASES if c.name == name)
+    assert hmc_geweke_z(case, **CHEES).abs().max() <= Z_TOL
+    assert hmc_posterior_z(case, trajectory="chees").abs().max() <= Z_TOL
+
+
+def test_chees_fails_on_the_wrong_target():
+    case = _bernoulli_case()
+    wrong = type(case)(**{**case.__dict__, "make": lambda: HalvedLogLik().double()})
+    assert hmc_geweke_z(wrong, **CHEES).abs().max() > Z_TOL
+
+
+def test_chees_adapts_the_length_and_resume_continues_it():
+    a, b = _sampler(trajectory="chees", trajectory_length=0.3), _sampler(trajectory="chees", trajectory_length=0.3)
+    long = a.sample(30, warmup=60, num_chains=8, seed=2, progress=False)
+    length = a.last_run["trajectory_length"]
+    assert long.last_state().trajectory_length == length and length > 0.6  # a short start lengthens
+    short = b.sample(10, warmup=60, num_chains=8, seed=2, progress=False)
+    torch.testing.assert_close(b.resume(short, 20, progress=False).f, long.f)
+    assert a.kernel.trajectory_length == length  # sweep() runs at the adapted length
+    with pytest.raises(ValueError, match="trajectory"):
+        _sampler(trajectory="nuts")
+    with pytest.raises(ValueError, match="trajectory_length"):
+        _sampler(trajectory="chees", trajectory_length=0.0)
+    with pytest.raises(ValueError, match="max_leapfrog_steps"):
+        _sampler(trajectory="chees", max_leapfrog_steps=0)

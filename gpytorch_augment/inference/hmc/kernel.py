@@ -35,7 +35,12 @@ sampler.
 :math:`\varepsilon_c` (per chain), :math:`n` drawn uniformly from ``num_steps`` each iteration (random trajectory
 lengths avoid the periodicity of a fixed length, which anti-correlates some coordinates and collapses the ESS of the
 posterior variance), Metropolis acceptance with probability :math:`\min(1, e^{H_0 - H_1})` (non-finite energies are
-rejected). Every transition leaves :math:`p(f \mid y)` invariant.
+rejected). Every transition leaves :math:`p(f \mid y)` invariant. With ``trajectory="chees"`` the length is an
+integration time instead: :math:`uT`, :math:`u \sim \mathcal U(0, 1)` drawn per iteration and shared by the
+chains, so chain :math:`c` takes :math:`\lceil uT/\varepsilon_c\rceil` steps (a chain that has taken its steps
+waits while the others go on); :math:`T` is adapted in warm-up by ChEES
+(:mod:`~gpytorch_augment.inference.hmc.adaptation`) and fixed afterwards, drawn independently of the state, so the
+transition stays exact.
 
 **Adaptation** (warm-up only): the step size of each chain by dual averaging (Hoffman & Gelman 2014, §3.2) towards
 ``target_accept``; after warm-up it is frozen at the averaged value and stored in the run's last state
@@ -85,11 +90,13 @@ from ...core.prior import with_linalg_advice
 from ..mcmc.kernel import MCMCKernel
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget
+from .adaptation import ChEESAdaptation, DualAveraging
 
 __all__ = ["HMCChains", "HMCKernel", "LaplacePreconditioner"]
 
 _PRECONDITIONERS = ("laplace", "prior")
 _CURVATURES = ("joint", "diagonal")
+_TRAJECTORIES = ("random", "chees")
 
 
 class LaplacePreconditioner(NamedTuple):
@@ -118,46 +125,33 @@ def _matmul(z: Tensor, M: Tensor) -> Tensor:
     return (z[0] @ M[0]).unsqueeze(0) if z.shape[0] == 1 else z @ M
 
 
-class _DualAveraging:
-    """Per-chain dual averaging of :math:`\\log\\varepsilon` (Hoffman & Gelman 2014, eq. 6; gamma 0.05, t0 10,
-    kappa 0.75, shrinkage point :math:`\\log(10\\varepsilon_0)`)."""
+class _Proposal(NamedTuple):
+    """What one transition returns: the new state (z, U, ∇U), the acceptance probabilities, and the proposal with
+    its momentum (the end of the trajectory, accepted or not; read by the ChEES adaptation)."""
 
-    def __init__(self, eps0: Tensor, target: float, gamma: float = 0.05, t0: float = 10.0, kappa: float = 0.75):
-        self.mu = torch.log(10 * eps0)
-        self.log_eps = eps0.log()
-        self.log_eps_bar = torch.zeros_like(eps0)
-        self.h_bar = torch.zeros_like(eps0)
-        self.target, self.gamma, self.t0, self.kappa, self.t = target, gamma, t0, kappa, 0
-
-    def update(self, accept_prob: Tensor) -> None:
-        self.t += 1
-        eta = 1.0 / (self.t + self.t0)
-        self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept_prob)
-        self.log_eps = self.mu - math.sqrt(self.t) / self.gamma * self.h_bar
-        w = self.t ** (-self.kappa)
-        self.log_eps_bar = w * self.log_eps + (1 - w) * self.log_eps_bar
-
-    @property
-    def step_size(self) -> Tensor:
-        return self.log_eps.exp()
-
-    @property
-    def final(self) -> Tensor:
-        return self.log_eps_bar.exp()
+    z: Tensor
+    U: Tensor
+    grad: Tensor
+    accept_prob: Tensor
+    z_end: Tensor
+    p_end: Tensor
 
 
 class HMCChains(NamedTuple):
     """The chains of an HMC run between transitions: coordinates ``z`` (G, C, n), potential ``U`` (C,) and its
     gradient, the step sizes ``step_size`` (C,) (frozen ones after warm-up), the dual-averaging state ``adapt``
-    during warm-up (else ``None``), and after warm-up the summed acceptance probabilities and leapfrog steps."""
+    during warm-up (else ``None``), after warm-up the summed acceptance probabilities and (mean) leapfrog steps, and
+    for ChEES trajectories the length :math:`T` and its adaptation during warm-up."""
 
     z: Tensor
     U: Tensor
     grad: Tensor
     step_size: Tensor
-    adapt: _DualAveraging | None
+    adapt: DualAveraging | None
     accept_sum: Tensor
-    steps_sum: int
+    steps_sum: float
+    length: float = 1.0
+    chees: ChEESAdaptation | None = None
 
 
 class HMCKernel(MCMCKernel):
@@ -175,6 +169,12 @@ class HMCKernel(MCMCKernel):
         HMC in the whitened prior coordinates; a baseline).
     :param curvature: ``"joint"`` (default: the Laplace curvature keeps the coupling of a point's latents) or
         ``"diagonal"`` (per latent: cheaper leapfrog steps when :math:`T > 1`; the same for :math:`T = 1`).
+    :param trajectory: ``"random"`` (default: ``num_steps`` leapfrog steps drawn per iteration) or ``"chees"``
+        (jittered integration time :math:`uT`, :math:`T` adapted in warm-up by ChEES across the chains; chain
+        :math:`c` takes :math:`\lceil uT/\varepsilon_c\rceil` steps; :mod:`~gpytorch_augment.inference.hmc.adaptation`).
+    :param trajectory_length: the length :math:`T` ChEES starts from (default 1.0), and the one used by runs
+        without warm-up that do not continue a state holding one.
+    :param max_leapfrog_steps: the most leapfrog steps of a ChEES transition (default 100; bounds :math:`T` too).
 
     Attributes after a run (a report of the latest run; a later run never reads them): :attr:`step_size` (per chain,
     frozen after warm-up; :meth:`sweep` runs at it) and :attr:`last_run` (acceptance rate, mean leapfrog steps, step
@@ -203,6 +203,9 @@ class HMCKernel(MCMCKernel):
         initial_step_size: float = 1.0,
         preconditioner: str = "laplace",
         curvature: str = "joint",
+        trajectory: str = "random",
+        trajectory_length: float = 1.0,
+        max_leapfrog_steps: int = 100,
     ) -> None:
         if target.is_sparse:
             raise ValueError("HMCSampler samples the exact posterior only; use GibbsSampler with inducing_points")
@@ -211,7 +214,7 @@ class HMCKernel(MCMCKernel):
                 f"{type(target.likelihood).__name__} has a prior on its constants, which HMCSampler would ignore (it "
                 "keeps them fixed): use GibbsSampler to sample them too, or build the likelihood without the prior"
             )
-        lo, hi = _steps_range(num_steps)
+        lo, hi = _steps_range(num_steps, "num_steps")
         if not 0.0 < target_accept < 1.0:
             raise ValueError(f"target_accept must lie in (0, 1), got {target_accept!r}")
         if not (math.isfinite(initial_step_size) and initial_step_size > 0):
@@ -220,6 +223,14 @@ class HMCKernel(MCMCKernel):
             raise ValueError(f"preconditioner must be one of {_PRECONDITIONERS}, got {preconditioner!r}")
         if curvature not in _CURVATURES:
             raise ValueError(f"curvature must be one of {_CURVATURES}, got {curvature!r}")
+        if trajectory not in _TRAJECTORIES:
+            raise ValueError(f"trajectory must be one of {_TRAJECTORIES}, got {trajectory!r}")
+        if isinstance(trajectory_length, bool) or not isinstance(trajectory_length, (int, float)) or not (
+            math.isfinite(trajectory_length) and trajectory_length > 0
+        ):
+            raise ValueError(f"trajectory_length must be a positive number, got {trajectory_length!r}")
+        self.max_leapfrog_steps = _steps_range(max_leapfrog_steps, "max_leapfrog_steps")[0]
+        self.trajectory, self.trajectory_length = trajectory, float(trajectory_length)
         self.target = target
         self.curvature = curvature
         self.num_steps, self.target_accept = (lo, hi), float(target_accept)
@@ -352,29 +363,56 @@ class HMCKernel(MCMCKernel):
 
     # ------------------------------------------------------------------ one transition
     def _transition(
-        self, z: Tensor, U: Tensor, grad: Tensor, y: Tensor, eps: Tensor, steps: int, generator: torch.Generator | None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """One Metropolis-corrected leapfrog trajectory of ``steps`` steps (step size ``eps`` per chain, (C,)) from
-        the state (z, U, ∇U) for all chains; returns the new state and the acceptance probabilities (C,)."""
+        self,
+        z: Tensor,
+        U: Tensor,
+        grad: Tensor,
+        y: Tensor,
+        eps: Tensor,
+        steps: int | Tensor,
+        generator: torch.Generator | None,
+    ) -> _Proposal:
+        """One Metropolis-corrected leapfrog trajectory from the state (z, U, ∇U) for all chains: ``steps`` leapfrog
+        steps for every chain, or one count per chain, (C,) (a chain that has taken its steps stays where it is
+        while the others go on), of size ``eps`` per chain, (C,)."""
         p0 = torch.randn(z.shape, generator=generator, dtype=z.dtype, device=z.device)
         e = eps.view(1, -1, 1)
         p = p0 - 0.5 * e * grad
         z1 = z
-        for i in range(steps):
-            z1 = z1 + e * p
-            U1, g1 = self._potential(z1, y)
-            p = p - (e if i < steps - 1 else 0.5 * e) * g1
+        if isinstance(steps, int):
+            for i in range(steps):
+                z1 = z1 + e * p
+                U1, g1 = self._potential(z1, y)
+                p = p - (e if i < steps - 1 else 0.5 * e) * g1
+        else:
+            U1, g1 = U, grad
+            for i in range(int(steps.max())):
+                moving = (i < steps).view(1, -1, 1)
+                z1 = torch.where(moving, z1 + e * p, z1)
+                U_i, g_i = self._potential(z1, y)
+                U1, g1 = torch.where(moving.view(-1), U_i, U1), torch.where(moving, g_i, g1)
+                half = (i == steps - 1).view(1, -1, 1)
+                p = torch.where(moving, p - torch.where(half, 0.5 * e, e) * g_i, p)
         log_ratio = (U - U1) + 0.5 * ((p0 * p0).sum((0, 2)) - (p * p).sum((0, 2)))
         log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, torch.full_like(log_ratio, -math.inf))
         u = torch.rand(log_ratio.shape, generator=generator, dtype=z.dtype, device=z.device)
         accept = u.log() < log_ratio
         keep = accept.view(1, -1, 1)
-        return (
+        return _Proposal(
             torch.where(keep, z1, z),
             torch.where(accept, U1, U),
             torch.where(keep, g1, grad),
             log_ratio.clamp_max(0.0).exp(),
+            z1,
+            p,
         )
+
+    def _chees_steps(self, length: float, eps: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        """Leapfrog steps per chain for a jittered time :math:`uT` (u shared by the chains) and the chains'
+        integration times :math:`n_c \varepsilon_c`."""
+        u = float(torch.rand((1,), generator=generator, dtype=eps.dtype, device=eps.device))
+        steps = torch.ceil(u * length / eps).clamp(1, self.max_leapfrog_steps).to(torch.int64)
+        return steps, steps * eps
 
     def _draw_steps(self, generator: torch.Generator | None) -> int:
         lo, hi = self.num_steps
@@ -389,31 +427,51 @@ class HMCKernel(MCMCKernel):
 
     # ------------------------------------------------------------------ the MCMCKernel protocol
     def init(self, f: Tensor, state: ChainState | None, num_warmup: int) -> HMCChains:
-        """The chains at ``f`` (C, T, N) in the preconditioned coordinates. The step sizes start from ``state``'s (a
-        continued run), else from ``initial_step_size``; warm-up adapts them by dual averaging."""
+        """The chains at ``f`` (C, T, N) in the preconditioned coordinates. The step sizes (and the ChEES length)
+        start from ``state``'s (a continued run), else from ``initial_step_size`` (``trajectory_length``); warm-up
+        adapts them."""
         C = f.shape[0]
         z = self._to_z(f)
         U, grad = self._potential(z, self.target.y)
         eps = self._chain_step_size(C, state.step_size if state is not None else None)
-        adapt = _DualAveraging(eps, self.target_accept) if num_warmup > 0 else None
-        return HMCChains(z, U, grad, eps, adapt, torch.zeros(C, dtype=self.target.linalg_dtype), 0)
+        adapt = DualAveraging(eps, self.target_accept) if num_warmup > 0 else None
+        length = self.trajectory_length
+        if state is not None and state.trajectory_length is not None:
+            length = float(state.trajectory_length)
+        chees = None
+        if self.trajectory == "chees" and num_warmup > 0:
+            bounds = (float(eps.min()) * 1e-3, self.max_leapfrog_steps * float(eps.max()))
+            chees = ChEESAdaptation(length, num_warmup, bounds)
+        zero = torch.zeros(C, dtype=self.target.linalg_dtype, device=self.target.device)
+        return HMCChains(z, U, grad, eps, adapt, zero, 0.0, length, chees)
 
     def step(self, chains: HMCChains, generator: torch.Generator, adapt: bool) -> HMCChains:
-        eps = chains.adapt.step_size if adapt and chains.adapt is not None else chains.step_size
-        steps = self._draw_steps(generator)
-        z, U, grad, prob = self._transition(chains.z, chains.U, chains.grad, self.target.y, eps, steps, generator)
-        if adapt and chains.adapt is not None:
-            chains.adapt.update(prob)
-            return chains._replace(z=z, U=U, grad=grad)
+        adapting = adapt and chains.adapt is not None
+        eps = chains.adapt.step_size if adapting else chains.step_size
+        if self.trajectory == "chees":
+            length = chains.chees.length if adapting and chains.chees is not None else chains.length
+            steps, times = self._chees_steps(length, eps, generator)
+        else:
+            steps = self._draw_steps(generator)
+        z0 = chains.z
+        move = self._transition(z0, chains.U, chains.grad, self.target.y, eps, steps, generator)
+        chains = chains._replace(z=move.z, U=move.U, grad=move.grad)
+        if adapting:
+            chains.adapt.update(move.accept_prob)
+            if chains.chees is not None:
+                chains.chees.update(z0, move.z_end, move.p_end, move.accept_prob, times)
+            return chains
+        mean_steps = steps if isinstance(steps, int) else float(steps.double().mean())
         return chains._replace(
-            z=z, U=U, grad=grad, accept_sum=chains.accept_sum + prob.cpu(), steps_sum=chains.steps_sum + steps
+            accept_sum=chains.accept_sum + move.accept_prob, steps_sum=chains.steps_sum + mean_steps
         )
 
     def end_warmup(self, chains: HMCChains) -> HMCChains:
-        """Freeze the step sizes at their dual-averaged values."""
+        """Freeze the step sizes at their dual-averaged values (and the ChEES length at its average)."""
         if chains.adapt is None:
             return chains
-        return chains._replace(step_size=chains.adapt.final, adapt=None)
+        length = chains.chees.final if chains.chees is not None else chains.length
+        return chains._replace(step_size=chains.adapt.final, adapt=None, length=length, chees=None)
 
     def kept(self, chains: HMCChains) -> dict[str, Tensor]:
         """The coordinates only, ``(C, G, n)``: the latents of every kept draw are computed in one product at the
@@ -429,14 +487,18 @@ class HMCKernel(MCMCKernel):
 
     def last_state(self, chains: HMCChains) -> ChainState:
         f = self.target.to_storage(self._to_f(chains.z)).to(self.target.dtype)
-        return ChainState(f=f, step_size=chains.step_size)
+        length = chains.length if self.trajectory == "chees" else None
+        return ChainState(f=f, step_size=chains.step_size, trajectory_length=length)
 
     def finish(self, chains: HMCChains, num_kept_iterations: int) -> None:
         """Report the run: :attr:`step_size` (read by :meth:`sweep`, never by a later run) and :attr:`last_run`."""
         kept = max(num_kept_iterations, 1)
         self.step_size = chains.step_size
+        if self.trajectory == "chees":
+            self.trajectory_length = chains.length
         self.last_run = {
             "step_size": chains.step_size.cpu(),
+            "trajectory_length": chains.length if self.trajectory == "chees" else None,
             "acceptance_rate": float(chains.accept_sum.mean()) / kept,
             "mean_leapfrog_steps": chains.steps_sum / kept,
             "gradients_after_warmup": chains.steps_sum,
@@ -452,9 +514,10 @@ class HMCKernel(MCMCKernel):
         hyper: Mapping[str, Tensor] | None = None,
     ) -> ChainState:
         r"""One HMC transition (fixed step size: the stored adapted one if it has one entry per chain, else
-        ``initial_step_size``; no adaptation) for a batch of chains, in the coordinates of the cached
-        preconditioner. The building block of the Geweke test: the preconditioner depends on the training targets
-        only, never on ``y`` or ``f``, so the transition leaves :math:`p(f \mid y)` invariant for every ``y``.
+        ``initial_step_size``; ChEES: the stored adapted length, else ``trajectory_length``; no adaptation) for a
+        batch of chains, in the coordinates of the cached preconditioner. The building block of the Geweke test: the
+        preconditioner depends on the training targets only, never on ``y`` or ``f``, so the transition leaves
+        :math:`p(f \mid y)` invariant for every ``y``.
 
         :param f: latents in storage layout, ``(chains, N)`` / ``(chains, T, N)``.
         :param y: targets to condition on (default: the training targets); may be ``(chains, N)``.
@@ -468,12 +531,16 @@ class HMCKernel(MCMCKernel):
         z = self._to_z(target.from_storage(f, None, name="f"))
         U, grad = self._potential(z, y)
         eps = self._chain_step_size(z.shape[1], self.step_size)
-        z, _, _, _ = self._transition(z, U, grad, y, eps, self._draw_steps(generator), generator)
-        return ChainState(f=target.to_storage(self._to_f(z)).to(target.dtype))
+        if self.trajectory == "chees":
+            steps = self._chees_steps(self.trajectory_length, eps, generator)[0]
+        else:
+            steps = self._draw_steps(generator)
+        move = self._transition(z, U, grad, y, eps, steps, generator)
+        return ChainState(f=target.to_storage(self._to_f(move.z)).to(target.dtype))
 
 
-def _steps_range(num_steps: Any) -> tuple[int, int]:
-    """``num_steps`` of :class:`HMCSampler` as ``(low, high)`` (an integer ``n`` is ``(n, n)``), or a
+def _steps_range(num_steps: Any, name: str) -> tuple[int, int]:
+    """A count of leapfrog steps, ``name``, as ``(low, high)`` (an integer ``n`` is ``(n, n)``), or a
     ``ValueError`` naming it."""
     def as_int(v: Any) -> int | None:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -487,7 +554,7 @@ def _steps_range(num_steps: Any) -> tuple[int, int]:
         lo = hi = None
     if lo is None or hi is None or not 1 <= lo <= hi:
         raise ValueError(
-            f"num_steps must be a positive integer or a pair of integers (low, high) with 1 <= low <= high, got "
+            f"{name} must be a positive integer or a pair of integers (low, high) with 1 <= low <= high, got "
             f"{num_steps!r}"
         )
     return lo, hi

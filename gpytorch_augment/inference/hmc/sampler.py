@@ -47,6 +47,10 @@ class HMCSampler(MCMC):
         HMC in the whitened prior coordinates; a baseline).
     :param curvature: ``"joint"`` (default: the Laplace curvature keeps the coupling of a point's latents) or
         ``"diagonal"`` (per latent: cheaper leapfrog steps when :math:`T > 1`; the same for :math:`T = 1`).
+    :param trajectory: ``"random"`` (default: ``num_steps``) or ``"chees"`` (jittered integration times, their
+        length adapted in warm-up by ChEES across the chains; :class:`~gpytorch_augment.inference.hmc.HMCKernel`).
+    :param trajectory_length: the length ChEES starts from (default 1.0).
+    :param max_leapfrog_steps: the most leapfrog steps of a ChEES transition (default 100).
     :param linalg_dtype: as for ``GibbsSampler`` (float64 by default, whatever the data's dtype).
     :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
 
@@ -82,6 +86,9 @@ class HMCSampler(MCMC):
         initial_step_size: float = 1.0,
         preconditioner: str = "laplace",
         curvature: str = "joint",
+        trajectory: str = "random",
+        trajectory_length: float = 1.0,
+        max_leapfrog_steps: int = 100,
         linalg_dtype: torch.dtype = LINALG_DTYPE,
         **kwargs: Any,
     ) -> None:
@@ -93,7 +100,10 @@ class HMCSampler(MCMC):
         target = PosteriorTarget(
             model, likelihood, x, y, None, jitter, linalg_dtype, caller=type(self).__name__, **kwargs
         )
-        kernel = HMCKernel(target, num_steps, target_accept, initial_step_size, preconditioner, curvature)
+        kernel = HMCKernel(
+            target, num_steps, target_accept, initial_step_size, preconditioner, curvature, trajectory,
+            trajectory_length, max_leapfrog_steps,
+        )  # fmt: skip
         super().__init__(kernel)
 
     @property
@@ -116,6 +126,7 @@ class HMCSampler(MCMC):
     initial_step_size = property(lambda self: self.kernel.initial_step_size, doc="The adaptation's start.")
     preconditioner = property(lambda self: self.kernel.preconditioner, doc="``'laplace'`` or ``'prior'``.")
     curvature = property(lambda self: self.kernel.curvature, doc="``'joint'`` or ``'diagonal'``.")
+    trajectory = property(lambda self: self.kernel.trajectory, doc="``'random'`` or ``'chees'``.")
 
     def sweep(
         self,

@@ -3,6 +3,7 @@ the driver uses, or raises a ``ValueError`` naming the argument."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,11 @@ def check_init_state(target: PosteriorTarget, state: ChainState, num_chains: int
             )
         if not bool((torch.isfinite(step) & (step > 0)).all()):
             raise ValueError("init.step_size must hold positive finite step sizes")
+    length = state.trajectory_length
+    if length is not None and (
+        isinstance(length, bool) or not isinstance(length, (int, float)) or not (math.isfinite(length) and length > 0)
+    ):
+        raise ValueError(f"init.trajectory_length must be a positive number or None; got {length!r}")
     if state.hyper and with_constants:
         current = target.constants_snapshot({})
         for name, value in state.hyper.items():

@@ -321,6 +321,7 @@ class PosteriorSamples:
                     if all(r.last.step_size is not None for r in runs)
                     else None
                 ),
+                trajectory_length=first.last.trajectory_length,  # one length for the joined chains: the first's
             )
             seed, sweeps = None, first.num_sweeps
         return cls(

@@ -46,6 +46,7 @@ class ChainState:
     num_sweeps: int = 0
     hyper: dict[str, Tensor] = field(default_factory=dict)
     step_size: Tensor | None = None
+    trajectory_length: float | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class ChainState:
             "num_sweeps": self.num_sweeps,
             "hyper": dict(self.hyper),
             "step_size": self.step_size,
+            "trajectory_length": self.trajectory_length,
         }
 
     @classmethod
@@ -68,4 +70,5 @@ class ChainState:
             num_sweeps=int(state.get("num_sweeps", 0)),
             hyper=dict(state.get("hyper") or {}),
             step_size=state.get("step_size"),
+            trajectory_length=state.get("trajectory_length"),
         )
