@@ -29,7 +29,6 @@ ALLOWED = {
     ("_numerics.py", "standard_normal_rule"): "a cached quadrature rule built once, then moved with .to(device)",
     ("datasets.py", "load_keel.as_tensor"): "data sets are loaded on the host; the user moves them",
     ("demo.py", "_plot"): "the demo plots on the host",
-    ("distributions/polya_gamma.py", "_gamma_series_sample"): "the NumPy (host) sampler",
     ("inference/gibbs/kernel.py", "_from_storage"): "as_tensor of a user tensor, then .to(device=self.device)",
     ("inference/gibbs/recorder.py", "_stack_hyper"): "stacks tensors already on the device",
     ("inference/gibbs/sampler.py", "_sample"): "a fresh seed drawn on the host (a Python int)",

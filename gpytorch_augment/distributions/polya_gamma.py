@@ -16,7 +16,7 @@ from torch.distributions.utils import broadcast_all
 from .._numerics import log_cosh, pg_kl, pg_mean, pg_variance, safeguarded_newton
 from .._random import draw_device, numpy_generator
 from .auxiliary import NotReparameterized
-from .polya_gamma_torch import sample_polya_gamma
+from .polya_gamma_torch import gamma_series_terms, sample_polya_gamma
 
 __all__ = ["PolyaGamma", "uses_torch_sampler"]
 
@@ -26,7 +26,6 @@ _LOG_2PI = math.log(2.0 * math.pi)
 _SERIES_MARGIN = 45.0
 _SERIES_MAX_TERMS = 5000
 _SERIES_CHUNK = 16
-_GAMMA_TERMS = 10
 #: above this ``b`` or ``|c|`` draws use the normal approximation with exact moments (see :func:`_sample_numpy`)
 _NORMAL_ABOVE = 1e8
 
@@ -150,7 +149,7 @@ def _log_pg0(x: Tensor, b: Tensor) -> Tensor:
 
 
 def _gamma_series_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    r"""The gamma series (:doc:`/maths/binary`): the first ``_GAMMA_TERMS`` terms drawn exactly, the tail by one
+    r"""The gamma series (:doc:`/maths/binary`): the first ``GAMMA_TERMS`` (10) terms drawn exactly, the tail by one
     moment-matched gamma.
 
     With weights :math:`w_k = [2\pi^2((k-\frac12)^2 + z^2/4\pi^2)]^{-1}`, the tail :math:`\sum_{k>K} w_k g_k` has
@@ -161,13 +160,7 @@ def _gamma_series_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator)
     ~:math:`10^{-8}` of the third cumulant). Used only where the package's exact samplers are biased
     (non-integer ``b < 8`` with ``z < 8``).
     """
-    k = np.arange(1, _GAMMA_TERMS + 1, dtype=np.float64) - 0.5
-    w = 1.0 / (2 * math.pi**2 * (k * k + (z[:, None] / (2 * math.pi)) ** 2))  # (n, K)
-    one, zt = torch.ones(z.shape, dtype=torch.float64), torch.from_numpy(z)
-    s1 = pg_mean(one, zt).numpy() - w.sum(-1)
-    s2 = pg_variance(one, zt).numpy() - (w * w).sum(-1)
-    s1 = np.maximum(s1, np.finfo(np.float64).tiny)
-    s2 = np.maximum(s2, 1e-300)
+    w, s1, s2 = (t.numpy() for t in gamma_series_terms(torch.from_numpy(z)))  # w: (n, K)
     head = (rng.standard_gamma(np.broadcast_to(b[:, None], w.shape)) * w).sum(-1)
     return head + rng.gamma(b * s1 * s1 / s2, s2 / s1)
 

@@ -63,7 +63,7 @@ from torch import Tensor
 from .._numerics import pg_mean, pg_variance
 from .._random import draw_device
 
-__all__ = ["GAMMA_TERMS", "SUM_MAX", "sample_pg1", "sample_polya_gamma"]
+__all__ = ["GAMMA_TERMS", "SUM_MAX", "gamma_series_terms", "sample_pg1", "sample_polya_gamma"]
 
 #: integer ``b`` up to this are drawn exactly, as sums of ``b`` PG(1, c) draws; larger ``b`` by the gamma series
 SUM_MAX = 16
@@ -221,14 +221,31 @@ def _gamma(shape: Tensor, generator: torch.Generator | None) -> Tensor:
     return torch._standard_gamma(shape, generator=generator)
 
 
-def _gamma_series(b: Tensor, c: Tensor, generator: torch.Generator | None) -> Tensor:
-    r"""The gamma series of :math:`\mathrm{PG}(b_i, c_i)` (flat float64, ``b > 0``): :data:`GAMMA_TERMS` exact terms and
-    a moment-matched gamma tail (mean and variance exact)."""
-    k = torch.arange(1, GAMMA_TERMS + 1, dtype=torch.float64, device=b.device) - 0.5
+def gamma_series_terms(c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The gamma series' weights :math:`w_k`, :math:`k \le` :data:`GAMMA_TERMS`, and its tail's moments per unit
+    :math:`b`, :math:`S_1 = \sum_{k>K} w_k` and :math:`S_2 = \sum_{k>K} w_k^2` (from the exact totals
+    :math:`E\,\mathrm{PG}(1, c)` and :math:`\mathrm{Var}\,\mathrm{PG}(1, c)`), for flat float64 ``c``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.distributions.polya_gamma_torch import gamma_series_terms
+        >>> w, s1, s2 = gamma_series_terms(torch.zeros(1, dtype=torch.float64))
+        >>> round(float(w.sum() + s1), 6)                                     # E PG(1, 0) = 1/4
+        0.25
+    """
+    k = torch.arange(1, GAMMA_TERMS + 1, dtype=torch.float64, device=c.device) - 0.5
     w = 1.0 / (2 * _PI2 * (k * k + (c.unsqueeze(-1) / (2 * math.pi)) ** 2))
     one = torch.ones_like(c)
     s1 = (pg_mean(one, c) - w.sum(-1)).clamp(min=torch.finfo(torch.float64).tiny)
     s2 = (pg_variance(one, c) - (w * w).sum(-1)).clamp(min=1e-300)
+    return w, s1, s2
+
+
+def _gamma_series(b: Tensor, c: Tensor, generator: torch.Generator | None) -> Tensor:
+    r"""The gamma series of :math:`\mathrm{PG}(b_i, c_i)` (flat float64, ``b > 0``): :data:`GAMMA_TERMS` exact terms and
+    a moment-matched gamma tail (mean and variance exact)."""
+    w, s1, s2 = gamma_series_terms(c)
     head = (_gamma(b.unsqueeze(-1).expand(w.shape).contiguous(), generator) * w).sum(-1)
     return head + _gamma(b * s1 * s1 / s2, generator) * (s2 / s1)
 
