@@ -345,8 +345,13 @@ def run_numpyro(x: Tensor, y: Tensor, chains: int, size: dict[str, Any], device:
     from numpyro.infer import MCMC, NUTS
 
     jax.config.update("jax_enable_x64", x.dtype == torch.float64)
-    platform = "gpu" if device.type == "cuda" else "cpu"
-    jax_device = jax.devices(platform)[0]
+    if device.type == "cuda":
+        try:
+            jax_device = jax.devices("cuda")[0]
+        except RuntimeError:  # older JAX names the platform "gpu"
+            jax_device = jax.devices("gpu")[0]
+    else:
+        jax_device = jax.devices("cpu")[0]
     K = ExactGP(x.shape[-1]).to(dtype=torch.float64).covar_module(x.cpu().double()).to_dense().detach()
     L_np = torch.linalg.cholesky(K + 1e-6 * torch.eye(K.shape[-1], dtype=torch.float64)).numpy()
     np_dtype = np.float64 if x.dtype == torch.float64 else np.float32

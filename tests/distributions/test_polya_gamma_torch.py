@@ -104,7 +104,7 @@ def test_distribution_draws_on_the_generators_device(device: torch.device) -> No
     q = PolyaGamma(torch.full((3,), 2.0, device=device), torch.tensor([0.0, 1.0, 9.0], device=device))
     draws = q.sample((4000,), generator=torch.Generator(device=device).manual_seed(0))
     assert draws.shape == (4000, 3) and draws.device == q.c.device
-    assert uses_torch_sampler(device) == (device.type != "cpu")
+    assert uses_torch_sampler(device) or device.type == "cpu"
     assert bool(((draws.mean(0) - q.mean).abs() < 5 * (q.variance / 4000).sqrt()).all())
 
 
