@@ -124,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="benchmark size (default: short on CUDA, tiny on the CPU)")  # fmt: skip
     p.add_argument("--output-dir", type=Path, default=ROOT / "benchmarks" / "results" / "gpu")
     p.add_argument("--copy-to", type=Path, default=None, help="also copy the result files there (e.g. $OUT)")
-    p.add_argument("--test-timeout", type=float, default=180.0, help="seconds")
-    p.add_argument("--benchmark-timeout", type=float, default=330.0, help="seconds")
+    p.add_argument("--test-timeout", type=float, default=150.0, help="seconds")
+    p.add_argument("--benchmark-timeout", type=float, default=300.0,
+                   help="seconds; the benchmark rewrites its report after each part, so a stopped run keeps its tables")
     p.add_argument("--skip-tests", action="store_true")
     p.add_argument("--skip-benchmark", action="store_true")
     args = p.parse_args(argv)
