@@ -9,7 +9,7 @@ PYTHON ?= python
 PIP := $(PYTHON) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: install install-bench demo test bench docs
+.PHONY: install install-bench demo test bench docs gpu-check
 
 install:
 	$(PIP) install $(TORCH_PIN)
@@ -33,3 +33,9 @@ bench: install-bench
 docs: install
 	$(PIP) install -e ".[docs]"
 	$(PYTHON) -m sphinx -W --keep-going -b html docs docs/_build/html
+
+# On a CUDA machine: the device tests and the GPU benchmark in a short mode (about 7 minutes on an H100, an
+# estimate), results in benchmarks/results/gpu/ (and copied to $(OUT) if set). Needs no install: it runs the
+# checkout's package. Rehearse it on a CPU with: python benchmarks/gpu_check.py --device cpu
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --device cuda $(if $(OUT),--copy-to $(OUT))

@@ -206,19 +206,21 @@ _CHUNK = 256
 def _upper_bound(mixture: MixtureSameFamily) -> Tensor | None:
     """The largest value of the components' support (the binomial's trials), per datum; ``None`` if unbounded."""
     upper = getattr(mixture.component_distribution.support, "upper_bound", None)
-    return None if upper is None else torch.as_tensor(upper)[..., 0]
+    device = mixture.mixture_distribution.probs.device
+    return None if upper is None else torch.as_tensor(upper, device=device)[..., 0]
 
 
 def discrete_mixture_cdf(mixture: MixtureSameFamily, value: Tensor | float) -> Tensor:
     r""":math:`P(y \le \text{value})` of a mixture of distributions on :math:`\{0, 1, \dots\}`, by summing its mass
     function over :math:`0, \dots, \lfloor\text{value}\rfloor` (float64; ``value`` broadcasts against the data)."""
-    shape = mixture.batch_shape
-    value = torch.as_tensor(value, dtype=torch.float64).floor().expand(shape)
-    total = torch.zeros(shape, dtype=torch.float64)
+    shape, device = mixture.batch_shape, mixture.mixture_distribution.probs.device
+    value = torch.as_tensor(value, dtype=torch.float64, device=device).floor().expand(shape)
+    total = torch.zeros(shape, dtype=torch.float64, device=device)
     top = int(value.max().clamp(min=-1).item())
     upper = _upper_bound(mixture)
     for start in range(0, top + 1, _CHUNK):
-        grid = torch.arange(start, min(start + _CHUNK, top + 1), dtype=torch.float64).reshape(-1, *[1] * len(shape))
+        stop = min(start + _CHUNK, top + 1)
+        grid = torch.arange(start, stop, dtype=torch.float64, device=device).reshape(-1, *[1] * len(shape))
         total = total + (_mass(mixture, grid, upper) * (grid <= value)).sum(0)
     return total.clamp(max=1.0)
 
@@ -235,14 +237,14 @@ def _mass(mixture: MixtureSameFamily, grid: Tensor, upper: Tensor | None) -> Ten
 def discrete_mixture_quantile(mixture: MixtureSameFamily, q: Tensor | float) -> Tensor:
     r"""The smallest integer :math:`k` with :math:`P(y \le k) \ge q`, per datum (``q`` broadcasts against the data),
     found by summing the mass function upwards from 0 in chunks until every quantile is reached."""
-    shape = mixture.batch_shape
-    q = torch.as_tensor(q, dtype=torch.float64).expand(shape)
+    shape, device = mixture.batch_shape, mixture.mixture_distribution.probs.device
+    q = torch.as_tensor(q, dtype=torch.float64, device=device).expand(shape)
     upper = _upper_bound(mixture)
-    cdf = torch.zeros(shape, dtype=torch.float64)
-    out = torch.full(shape, -1.0, dtype=torch.float64)
+    cdf = torch.zeros(shape, dtype=torch.float64, device=device)
+    out = torch.full(shape, -1.0, dtype=torch.float64, device=device)
     start = 0
     while bool((out < 0).any()):
-        grid = torch.arange(start, start + _CHUNK, dtype=torch.float64).reshape(-1, *[1] * len(shape))
+        grid = torch.arange(start, start + _CHUNK, dtype=torch.float64, device=device).reshape(-1, *[1] * len(shape))
         running = cdf + _mass(mixture, grid, upper).cumsum(0)
         reached = running >= q * (1 - 1e-12)
         if upper is not None:  # the last support point holds the rest of the mass

@@ -106,3 +106,37 @@ def test_the_converted_scripts_doctests() -> None:
     for name in ("sparse_sampling", "hyperparameters_large"):
         failures, _ = doctest.testmod(_script(name), verbose=False)
         assert not failures, name
+
+
+def _gpu_record() -> dict:
+    """A result record of ``benchmarks/gpu.py`` with one run per part (values arbitrary, shapes as written)."""
+    run = {"n": 1000, "m": 8, "dtype": "float64", "batch_size": 100, "hyperparameters": "frozen", "lr": None,
+           "time_to_target": 0.5, "steps": 50, "step_time": 0.01, "best_test_nll": 0.6, "peak_memory_mb": None,
+           "error": None, "trace": [[0.5, 50, 0.6]], "target": 0.605}  # fmt: skip
+    runs = [{**run, "engine": "cavi"}, {**run, "engine": "adam", "lr": 0.05, "time_to_target": 2.0}]
+    return {
+        "card": "NVIDIA H100 80GB HBM3", "device": "cuda", "size": "short", "dtypes": ["float64"],
+        "has_large_batch": True, "wall_time": 10.0, "cavi": runs, "speedups": _script("gpu").speedups(runs),
+        "samplers": [{"method": "GibbsSampler", "dtype": "float64", "chains": 64, "n": 100, "seconds": 1.0,
+                      "worst_ess": 500.0, "ess_per_second": 500.0, "error": None},
+                     {"method": "NumPyro NUTS (vectorized)", "dtype": "float64", "chains": 64, "n": 100,
+                      "error": "numpyro is not installed"}],
+        "polya_gamma": [{"n": 1000, "torch_native_s": 1e-3, "host_round_trip_s": None, "host_over_native": None}],
+        "syncs": [{"what": "CAVI mini-batch step", "syncs": 2}, {"what": "Gibbs sweep", "syncs": None}],
+    }  # fmt: skip
+
+
+def test_the_gpu_benchmark_renders_every_part_with_the_card_named(report, tmp_path: Path) -> None:
+    """``benchmarks/gpu.py``'s report: one table per part, the card in the title and the settings, no prose; the
+    speed-up is the peer's time to target over CAVI's."""
+    script = _script("gpu")
+    record = _gpu_record()
+    assert record["speedups"] == [{"config": (1000, 8, "float64", 100, "frozen"), "peer": "adam", "peer_lr": 0.05,
+                                   "peer_time": 2.0, "cavi_time": 0.5, "speedup": 4.0}]  # fmt: skip
+    title, settings, tables = script.report(record)
+    assert "NVIDIA H100" in title and settings["card"] == record["card"]
+    assert [t.title.split(" ")[0] for t in tables] == ["CAVI", "CAVI's", "Samplers,", "PG(1,", "Host"]
+    md = report.write_report(tmp_path, "gpu", record, title, settings, tables, echo=False).read_text()
+    prose = [line for line in md.splitlines() if line.strip() and not line.startswith(("#", "|"))]
+    assert not prose
+    assert "| NumPyro NUTS (vectorized) | float64 | 64 | 100 | — | — | — | numpyro is not installed |" in md

@@ -10,7 +10,8 @@ from gpytorch_augment import CAVI, BernoulliLogitLikelihood, GibbsSampler, Polya
 from tests.inference.test_gibbs import PlainGP
 from tests.models import SVGP
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+# marked `device`: `make gpu-check` selects it with the device-fixture tests (`pytest --device cuda -m device`)
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"), pytest.mark.device]
 
 
 def _data(device: str, n: int = 80):

@@ -39,6 +39,7 @@ PAGES = {
     "guide/cavi",
     "guide/gibbs",
     "guide/scaling",
+    "guide/gpu",
     "guide/choosing",
     "guide/from_gpytorch",
     "maths/index",

@@ -2,7 +2,9 @@ r"""The Pólya-Gamma distribution :math:`\mathrm{PG}(b, c)` (:doc:`/maths/binary
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from functools import cache
 
 import numpy as np
 import torch
@@ -12,10 +14,11 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from .._numerics import log_cosh, pg_kl, pg_mean, pg_variance, safeguarded_newton
-from .._random import numpy_generator
+from .._random import draw_device, numpy_generator
 from .auxiliary import NotReparameterized
+from .polya_gamma_torch import gamma_series_terms, sample_polya_gamma
 
-__all__ = ["PolyaGamma"]
+__all__ = ["PolyaGamma", "uses_torch_sampler"]
 
 _LOG2 = math.log(2.0)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -23,7 +26,6 @@ _LOG_2PI = math.log(2.0 * math.pi)
 _SERIES_MARGIN = 45.0
 _SERIES_MAX_TERMS = 5000
 _SERIES_CHUNK = 16
-_GAMMA_TERMS = 10
 #: above this ``b`` or ``|c|`` draws use the normal approximation with exact moments (see :func:`_sample_numpy`)
 _NORMAL_ABOVE = 1e8
 
@@ -147,7 +149,7 @@ def _log_pg0(x: Tensor, b: Tensor) -> Tensor:
 
 
 def _gamma_series_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    r"""The gamma series (:doc:`/maths/binary`): the first ``_GAMMA_TERMS`` terms drawn exactly, the tail by one
+    r"""The gamma series (:doc:`/maths/binary`): the first ``GAMMA_TERMS`` (10) terms drawn exactly, the tail by one
     moment-matched gamma.
 
     With weights :math:`w_k = [2\pi^2((k-\frac12)^2 + z^2/4\pi^2)]^{-1}`, the tail :math:`\sum_{k>K} w_k g_k` has
@@ -158,13 +160,7 @@ def _gamma_series_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator)
     ~:math:`10^{-8}` of the third cumulant). Used only where the package's exact samplers are biased
     (non-integer ``b < 8`` with ``z < 8``).
     """
-    k = np.arange(1, _GAMMA_TERMS + 1, dtype=np.float64) - 0.5
-    w = 1.0 / (2 * math.pi**2 * (k * k + (z[:, None] / (2 * math.pi)) ** 2))  # (n, K)
-    one, zt = torch.ones(z.shape, dtype=torch.float64), torch.from_numpy(z)
-    s1 = pg_mean(one, zt).numpy() - w.sum(-1)
-    s2 = pg_variance(one, zt).numpy() - (w * w).sum(-1)
-    s1 = np.maximum(s1, np.finfo(np.float64).tiny)
-    s2 = np.maximum(s2, 1e-300)
+    w, s1, s2 = (t.numpy() for t in gamma_series_terms(torch.from_numpy(z)))  # w: (n, K)
     head = (rng.standard_gamma(np.broadcast_to(b[:, None], w.shape)) * w).sum(-1)
     return head + rng.gamma(b * s1 * s1 / s2, s2 / s1)
 
@@ -231,6 +227,27 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
     return out
 
 
+@cache
+def _has_polyagamma() -> bool:
+    """Whether the ``polyagamma`` package (the host sampler) is installed."""
+    return importlib.util.find_spec("polyagamma") is not None
+
+
+def uses_torch_sampler(device: torch.device) -> bool:
+    """Whether :meth:`PolyaGamma.sample` draws with the torch-native sampler
+    (:func:`~gpytorch_augment.distributions.polya_gamma_torch.sample_polya_gamma`) on ``device`` (the generator's,
+    else the parameters'): on every device but the CPU, and on the CPU when ``polyagamma`` is not installed.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.distributions.polya_gamma import uses_torch_sampler
+        >>> uses_torch_sampler(torch.device("meta"))
+        True
+    """
+    return device.type != "cpu" or not _has_polyagamma()
+
+
 class PolyaGamma(NotReparameterized, Distribution):
     r"""Pólya-Gamma distribution :math:`\omega \sim \mathrm{PG}(b, c)`, :math:`b \ge 0`, :math:`c \in \mathbb R`.
 
@@ -261,9 +278,13 @@ class PolyaGamma(NotReparameterized, Distribution):
       package's biased/broken branches, see :func:`_sample_numpy`), seeded from the torch generator (or the global
       torch RNG) via :func:`gpytorch_augment._random.numpy_generator`, so ``torch.manual_seed`` makes draws
       reproducible. Not reparameterisable (no :meth:`rsample`); no gradient flows through samples.
-    * **Devices**: parameters on a GPU are copied to the host, drawn there in float64 with NumPy, and the draws
-      copied back to the parameters' device and dtype (a host round trip per call). ``generator`` may live on any
-      device (a CUDA generator is read with ``randint`` on its device); draws depend on its state only.
+    * **Devices**: the draws are made on the generator's device (the parameters' if ``generator`` is ``None``).
+      On a GPU they use the torch-native sampler of :mod:`~gpytorch_augment.distributions.polya_gamma_torch`
+      (Devroye's exact method, sums for integer ``b``; no host round trip), from the generator or from torch's
+      global RNG of that device; on the CPU the ``polyagamma`` path above (about 5x faster there, one thread), or
+      the torch-native sampler where ``polyagamma`` is not installed (:func:`uses_torch_sampler`). A CPU generator
+      with GPU parameters draws on the host and copies the draws over. The draws are returned on the parameters'
+      device and dtype.
     * ``b`` must be finite and :math:`\ge 0`, ``c`` finite (``ValueError`` otherwise, at construction).
 
     Example::
@@ -345,8 +366,11 @@ class PolyaGamma(NotReparameterized, Distribution):
         return lp.to(out_dtype)
 
     def sample(self, sample_shape: torch.Size = torch.Size(), generator: torch.Generator | None = None) -> Tensor:
-        """Draws via ``polyagamma.random_polyagamma`` (see :func:`_sample_numpy`), seeded from torch's RNG."""
+        """Draws via ``polyagamma.random_polyagamma`` (see :func:`_sample_numpy`) seeded from torch's RNG, or on a
+        GPU (or without ``polyagamma``) by the torch-native sampler (see the class docstring, *Devices*)."""
         shape = self._extended_shape(torch.Size(sample_shape))
+        if uses_torch_sampler(draw_device(generator, self.c.device)):
+            return sample_polya_gamma(self.b.expand(shape), self.c.expand(shape), generator)
         with torch.no_grad():
             b = self.b.detach().to("cpu", torch.float64).expand(shape).reshape(-1).numpy()
             z = self.c.detach().to("cpu", torch.float64).abs().expand(shape).reshape(-1).numpy()

@@ -97,7 +97,7 @@ class HyperStepMixin:
         for _ in range(steps):
             optimizer.zero_grad()
             with self._frozen_q():
-                value = -mll(self.model(x), y, **kwargs).sum() if local > 0 else torch.zeros(())
+                value = -mll(self.model(x), y, **kwargs).sum() if local > 0 else torch.zeros((), device=y.device)
                 if value.requires_grad:
                     value.backward()
             self._reduce_gradients(optimizer, local, total)

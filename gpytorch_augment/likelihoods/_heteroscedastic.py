@@ -182,7 +182,7 @@ class HeteroscedasticLikelihoodBase(ContinuousPredictive, AugmentedLikelihood):
         r""":math:`\frac12\log\frac{\xi\gamma}{2\pi} - (\frac12+n)\log 2`, the part of :meth:`log_tilt` free of
         :math:`(f, g)`."""
         n = aux["n"]
-        gamma = torch.as_tensor(self._gamma(aux), dtype=n.dtype)
+        gamma = torch.as_tensor(self._gamma(aux), dtype=n.dtype, device=n.device)
         return 0.5 * (self._xi.log() + gamma.log() - LOG_2PI) - (0.5 + n) * LOG2
 
     def log_tilt(self, y: Tensor, aux: AuxDict, f: Tensor) -> Tensor:
@@ -314,7 +314,7 @@ class HeteroscedasticLikelihoodBase(ContinuousPredictive, AugmentedLikelihood):
         if not 0.0 < float(level) < 1.0:
             raise ValueError(f"level must be in (0, 1), got {level}")
         m_g, s_g = self._g_moments(function_dist)
-        z = math.sqrt(2.0) * torch.special.erfinv(torch.tensor(float(level), dtype=m_g.dtype))
+        z = math.sqrt(2.0) * torch.special.erfinv(torch.tensor(float(level), dtype=m_g.dtype, device=m_g.device))
         sd = s_g.sqrt()
         factor = self._noise_variance_factor()
         return NoiseVariance(

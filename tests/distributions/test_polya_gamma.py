@@ -166,14 +166,16 @@ def test_log_prob_outside_support_and_tilting_identity() -> None:
 SAMPLE_CASES = [(1.0, 0.0), (3.7, 0.0), (0.5, 2.0), (2.5, 30.0), (1.0, 500.0), (20.0, 4.0), (300.0, 50.0), (1e4, 5.0)]
 
 
-def test_sample_moments_within_five_standard_errors() -> None:
-    b = torch.tensor([bc[0] for bc in SAMPLE_CASES], dtype=torch.float64)
-    c = torch.tensor([bc[1] for bc in SAMPLE_CASES], dtype=torch.float64)
+def test_sample_moments_within_five_standard_errors(device: torch.device) -> None:
+    """On the CPU through ``polyagamma``; on a GPU (``--device cuda``) through the torch-native sampler."""
+    b = torch.tensor([bc[0] for bc in SAMPLE_CASES], dtype=torch.float64, device=device)
+    c = torch.tensor([bc[1] for bc in SAMPLE_CASES], dtype=torch.float64, device=device)
     d = PolyaGamma(b, c)
     torch.manual_seed(0)
     n = 100_000
     s = d.sample((n,))
     assert s.shape == (n, len(SAMPLE_CASES)) and s.dtype == torch.float64 and (s > 0).all()
+    assert s.device == b.device
     m, v = s.mean(0), s.var(0)
     m4 = ((s - m) ** 4).mean(0)
     z_mean = (m - d.mean) / (v / n).sqrt()

@@ -45,11 +45,11 @@ def _natural(model, x):
     return q.theta1, q.C.mT @ q.C
 
 
-def test_fit_converges_monotonically():
-    x, y, z = _problem()
-    model = SVGP(z, mean_constant=0.4)
+def test_fit_converges_monotonically(device):
+    x, y, z = (t.to(device) for t in _problem())
+    model = SVGP(z, mean_constant=0.4).to(device)
     seen = []
-    trace = CAVI(model, BernoulliLogitLikelihood(), num_data=len(y)).fit(
+    trace = CAVI(model, BernoulliLogitLikelihood().to(device), num_data=len(y)).fit(
         x, y, max_iter=200, tol=1e-10, callback=lambda t, v: seen.append((t, v))
     )
     elbo = torch.tensor(trace.elbo)
@@ -174,15 +174,16 @@ def test_huge_latent_means_stay_finite(sign, dtype):
     assert all(b >= a - rtol * abs(a) for a, b in zip(values, values[1:]))
 
 
-def test_float32_model_keeps_its_dtype():
-    x, y, z = _problem(dtype=torch.float32)
-    model = SVGP(z, gpytorch.variational.NaturalVariationalDistribution, mean_constant=0.4).float()
-    cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=len(y))
+def test_float32_model_keeps_its_dtype(device):
+    x, y, z = (t.to(device) for t in _problem(dtype=torch.float32))
+    model = SVGP(z, gpytorch.variational.NaturalVariationalDistribution, mean_constant=0.4).float().to(device)
+    cavi = CAVI(model, BernoulliLogitLikelihood().to(device), num_data=len(y))
     value = cavi.step(x, y)
     trace = cavi.fit(x, y, max_iter=40, tol=1e-6)
     elbo = cavi.elbo(x, y)
-    assert value.dtype == torch.float32 and elbo.dtype == torch.float32
+    assert value.dtype == torch.float32 and elbo.dtype == torch.float32 and elbo.device == x.device
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+    x, y, z = x.cpu(), y.cpu(), z.cpu()
     assert all(math.isfinite(v) for v in trace.elbo)
     reference = CAVI(SVGP(z.double(), mean_constant=0.4), BernoulliLogitLikelihood(), num_data=len(y))
     reference.fit(x.double(), y.double(), max_iter=100, tol=1e-12)

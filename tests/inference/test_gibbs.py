@@ -473,9 +473,9 @@ def test_exact_gp_plain_module_and_approximate_gp_give_identical_draws():
         assert torch.allclose(d, draws[0], atol=1e-12)
 
 
-def test_reproducible_seeds_thinning_and_chains_are_a_batch():
-    x, y = classification_data(10)
-    sampler = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y)
+def test_reproducible_seeds_thinning_and_chains_are_a_batch(device):
+    x, y = (t.to(device) for t in classification_data(10))
+    sampler = GibbsSampler(PlainGP().to(device), BernoulliLogitLikelihood().to(device), x, y)
     a = sampler.sample(15, warmup=2, num_chains=3, seed=0, progress=False)
     b = sampler.sample(15, warmup=2, num_chains=3, seed=0, progress=False)
     c = sampler.sample(15, warmup=2, num_chains=3, seed=1, progress=False)
@@ -486,6 +486,7 @@ def test_reproducible_seeds_thinning_and_chains_are_a_batch():
     assert torch.equal(thinned.f, a.f[:, 2::3])
     assert thinned.num_sweeps == 17 and thinned.last.num_sweeps == 17
     assert sampler.likelihood.aux is not None and sampler.likelihood.aux["omega"].shape == (3, 10)
+    assert a.f.device == x.device and a.aux["omega"].device == x.device
 
 
 def test_resume_continues_exactly_and_state_dict_roundtrip():
@@ -511,17 +512,18 @@ def test_resume_continues_exactly_and_state_dict_roundtrip():
     assert start.f.shape == (2, 3, 10)
 
 
-def test_float32_model_keeps_its_dtype():
-    """Factorisations run in float64; draws and predictions come back in the model's dtype."""
-    x, y = classification_data(10)
-    model = PlainGP().float()
-    sampler = GibbsSampler(model, BernoulliLogitLikelihood(), x.float(), y.float())
+def test_float32_model_keeps_its_dtype(device):
+    """Factorisations run in float64; draws and predictions come back in the model's dtype (on the data's device;
+    the float64 reference runs on the same device: the generator's stream is the device's)."""
+    x, y = (t.to(device) for t in classification_data(10))
+    model = PlainGP().float().to(device)
+    sampler = GibbsSampler(model, BernoulliLogitLikelihood().to(device), x.float(), y.float())
     samples = sampler.sample(8, warmup=2, num_chains=2, seed=0, progress=False)
     assert samples.f.dtype == torch.float32 and samples.aux["omega"].dtype == torch.float32
-    assert sampler.terms.L.dtype == torch.float64
-    pred = samples.predict(torch.linspace(0, 4, 3).unsqueeze(-1).float())
+    assert samples.f.device == x.device and sampler.terms.L.dtype == torch.float64
+    pred = samples.predict(torch.linspace(0, 4, 3, device=device).unsqueeze(-1).float())
     assert pred.f_mean.dtype == torch.float32 and pred.y_probs.dtype == torch.float32
-    reference = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y).sample(
+    reference = GibbsSampler(PlainGP().to(device), BernoulliLogitLikelihood().to(device), x, y).sample(
         8, warmup=2, num_chains=2, seed=0, progress=False
     )
     assert torch.allclose(samples.f.double(), reference.f, atol=1e-3)

@@ -106,15 +106,15 @@ class _GP(gpytorch.Module):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-def _sampler(**kwargs):
+def _sampler(device: torch.device | str = "cpu", **kwargs):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(25, 2, generator=g)
     y = torch.bernoulli(torch.sigmoid(2 * x[:, 0]), generator=g)
-    return HMCSampler(_GP(), BernoulliLogitLikelihood(), x, y, **kwargs)
+    return HMCSampler(_GP().to(device), BernoulliLogitLikelihood().to(device), x.to(device), y.to(device), **kwargs)
 
 
-def test_resume_equals_one_run_and_api():
-    a, b = _sampler(), _sampler()
+def test_resume_equals_one_run_and_api(device):
+    a, b = _sampler(device), _sampler(device)
     long = a.sample(30, warmup=20, num_chains=3, seed=1, progress=False)
     short = b.sample(12, warmup=20, num_chains=3, seed=1, progress=False)
     both = b.resume(short, 18, progress=False)
@@ -122,7 +122,8 @@ def test_resume_equals_one_run_and_api():
     assert long.f.shape == (3, 30, 25) and long.f_update == "hmc"
     assert 0 < a.last_run["acceptance_rate"] <= 1 and a.step_size.shape == (3,)
     assert long.summary().rhat.shape == (25,)
-    assert long.predict(torch.zeros(4, 2)).y_probs.shape == (4,)
+    assert long.predict(torch.zeros(4, 2, device=device)).y_probs.shape == (4,)
+    assert long.f.device.type == torch.device(device).type
 
 
 def test_invalid_options():

@@ -53,18 +53,22 @@ def host_reads() -> Iterator[collections.Counter]:
             setattr(torch.Tensor, name, original)
 
 
-def _cavi(case, frozen_constants: bool = True):
+def _cavi(case, frozen_constants: bool = True, device: torch.device | str = "cpu"):
+    """A CAVI driver and the data of ``case``, both on ``device``."""
     d = gp_data(case, n=60)
+    d.x, d.y = d.x.to(device), d.y.to(device)
+    d.kwargs = {k: v.to(device) for k, v in d.kwargs.items()}
+    d.likelihood = d.likelihood.to(device)
     if frozen_constants:
         for p in d.likelihood.parameters():
             p.requires_grad_(False)
-    z = torch.linspace(-3, 3, 8, dtype=torch.float64).unsqueeze(-1)
-    return CAVI(make_cavi_model(case.num_latents, z).double(), d.likelihood, num_data=60), d
+    z = torch.linspace(-3, 3, 8, dtype=torch.float64, device=device).unsqueeze(-1)
+    return CAVI(make_cavi_model(case.num_latents, z).double().to(device), d.likelihood, num_data=60), d
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_minibatch_step_reads_back_only_the_kernel_factorisation_check(case):
-    cavi, d = _cavi(case)
+def test_a_minibatch_step_reads_back_only_the_kernel_factorisation_check(case, device):
+    cavi, d = _cavi(case, device=device)
     batch = slice(0, 20)
     kwargs = {k: v[batch] for k, v in d.kwargs.items()}
     cavi.step(d.x[batch], d.y[batch], **kwargs)  # schedules and caches settle
@@ -74,8 +78,8 @@ def test_a_minibatch_step_reads_back_only_the_kernel_factorisation_check(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_full_batch_step_reads_back_only_the_prior_cache_check(case):
-    cavi, d = _cavi(case)
+def test_a_full_batch_step_reads_back_only_the_prior_cache_check(case, device):
+    cavi, d = _cavi(case, device=device)
     cavi.step(d.x, d.y, **d.kwargs)  # fills the prior cache
     with checked_data(), host_reads() as reads:
         cavi._step(d.x, d.y, d.kwargs)

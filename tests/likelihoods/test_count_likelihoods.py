@@ -288,10 +288,11 @@ def test_large_counts_are_finite_and_fast(name):
 # ================================================================================================ CAVI, AugmentedELBO
 @pytest.mark.parametrize("sparse", [False, True], ids=["exact", "sparse"])
 @pytest.mark.parametrize("name", NAMES)
-def test_cavi_runs_and_is_monotone(name, sparse):
+def test_cavi_runs_and_is_monotone(name, sparse, device):
     x, y, kwargs, lik = _toy(name)
-    Z = torch.linspace(-3, 3, 10).unsqueeze(-1) if sparse else x
-    model = SVGP(Z, mean_constant=0.3)
+    x, y, kwargs, lik = x.to(device), y.to(device), {k: v.to(device) for k, v in kwargs.items()}, lik.to(device)
+    Z = torch.linspace(-3, 3, 10, device=device).unsqueeze(-1) if sparse else x
+    model = SVGP(Z, mean_constant=0.3).to(device)
     cavi = CAVI(model, lik, num_data=len(y))
     trace = cavi.fit(x, y, max_iter=100, tol=1e-11, **kwargs)
     elbo = torch.tensor(trace.elbo)

@@ -1,0 +1,140 @@
+"""The torch-native Pólya-Gamma sampler (:mod:`gpytorch_augment.distributions.polya_gamma_torch`): exact moments
+and the law of ``polyagamma``'s exact samplers (two-sample Kolmogorov-Smirnov), reproducibility from a generator,
+devices and dtypes, bad input, and :class:`PolyaGamma` without ``polyagamma`` installed.
+
+Every check is seeded and can fail: the same moment check rejects the draws of a slightly wrong law."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from gpytorch_augment._numerics import pg_mean, pg_variance
+from gpytorch_augment.distributions import PolyaGamma
+from gpytorch_augment.distributions import polya_gamma as pg_module
+from gpytorch_augment.distributions.polya_gamma import _sample_numpy, uses_torch_sampler
+from gpytorch_augment.distributions.polya_gamma_torch import SUM_MAX, sample_pg1, sample_polya_gamma
+
+# (b, c): Devroye's two proposals (c small: mostly the exponential; c large: the truncated inverse Gaussian, both of
+# its branches z < 1/t and z > 1/t), far tilts, sums (integer b), the gamma series (fractional part, b > SUM_MAX)
+CASES = [(1.0, 0.0), (1.0, 1.0), (1.0, 4.0), (1.0, 40.0), (1.0, 3000.0), (3.0, 0.7), (2.5, 0.3), (0.5, 20.0),
+         (12.0, 2.0), (100.0, 1.0)]
+N = 20_000
+
+
+def _z_scores(draws: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """z-scores of the sample mean and variance (columns) against the exact ones."""
+    n = draws.shape[0]
+    m, v = draws.mean(0), draws.var(0)
+    m4 = ((draws - m) ** 4).mean(0)
+    return (m - pg_mean(b, c)) / (v / n).sqrt(), (v - pg_variance(b, c)) / ((m4 - v * v) / n).sqrt()
+
+
+def _draws(cases: list[tuple[float, float]], seed: int, device: torch.device | str = "cpu"):
+    b = torch.tensor([bc[0] for bc in cases], dtype=torch.float64, device=device)
+    c = torch.tensor([bc[1] for bc in cases], dtype=torch.float64, device=device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    return sample_polya_gamma(b.expand(N, -1), c.expand(N, -1), generator=g), b, c
+
+
+def test_moments_are_exact_within_five_standard_errors(device: torch.device) -> None:
+    draws, b, c = _draws(CASES, seed=0, device=device)
+    assert draws.device == b.device and draws.dtype == torch.float64 and bool((draws > 0).all())
+    z_mean, z_var = _z_scores(draws, b, c)
+    assert z_mean.abs().max() < 5, dict(zip(CASES, z_mean.tolist()))
+    assert z_var.abs().max() < 5, dict(zip(CASES, z_var.tolist()))
+
+
+def test_the_moment_check_rejects_a_slightly_wrong_law() -> None:
+    """Draws of PG(b, 1.5 c) and of PG(b + 1/4, c) fail the check of PG(b, c) (it has the power to fail)."""
+    cases = [(1.0, 1.0), (3.0, 2.0)]
+    draws, b, c = _draws([(bb, 1.5 * cc) for bb, cc in cases], seed=1)
+    assert _z_scores(draws, b, c / 1.5)[0].abs().min() > 5
+    draws, b, c = _draws([(bb + 0.25, cc) for bb, cc in cases], seed=2)
+    assert _z_scores(draws, b - 0.25, c)[0].abs().min() > 5
+
+
+@pytest.mark.parametrize("b, c", [(1.0, 0.0), (1.0, 2.0), (1.0, 30.0), (4.0, 1.0), (2.5, 0.5), (40.0, 3.0)])
+def test_same_law_as_polyagamma_by_kolmogorov_smirnov(b: float, c: float) -> None:
+    """Two-sample KS against ``polyagamma``'s exact samplers as the package routes them (``_sample_numpy``; the
+    fractional part of 2.5 and b = 40 > SUM_MAX are the gamma series on both sides)."""
+    g = torch.Generator().manual_seed(3)
+    ours = sample_polya_gamma(torch.full((N,), b), torch.full((N,), c), generator=g).numpy()
+    theirs = _sample_numpy(np.full(N, b), np.full(N, c), np.random.default_rng(4))
+    assert stats.ks_2samp(ours, theirs).pvalue > 1e-3
+
+
+def test_kolmogorov_smirnov_detects_a_wrong_tilt() -> None:
+    g = torch.Generator().manual_seed(5)
+    ours = sample_pg1(torch.full((N,), 1.6), generator=g).numpy()
+    theirs = _sample_numpy(np.ones(N), np.ones(N), np.random.default_rng(6))
+    assert stats.ks_2samp(ours, theirs).pvalue < 1e-6
+
+
+def test_reproducible_from_a_generator_and_independent_of_the_global_rng(device: torch.device) -> None:
+    b = torch.tensor([0.0, 1.0, 2.5, 3.0, 50.0], device=device)
+    c = torch.tensor([1.0, -2.0, 0.0, 5.0, 1.0], device=device)
+    state = torch.get_rng_state()
+    first = sample_polya_gamma(b, c, torch.Generator(device=device).manual_seed(7))
+    again = sample_polya_gamma(b, c, torch.Generator(device=device).manual_seed(7))
+    other = sample_polya_gamma(b, c, torch.Generator(device=device).manual_seed(8))
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert torch.equal(state, torch.get_rng_state())
+    assert first[0] == 0 and bool((first[1:] > 0).all())
+
+
+def test_a_cpu_generator_with_device_parameters_and_dtypes(device: torch.device) -> None:
+    """The work runs on the generator's device and the draws land on the parameters' device and dtype; a CPU
+    generator gives the same draws for parameters on any device."""
+    c32 = torch.linspace(-3, 3, 7, dtype=torch.float32, device=device)
+    draws = sample_polya_gamma(torch.ones(7, device=device), c32, torch.Generator().manual_seed(0))
+    assert draws.dtype == torch.float32 and draws.device == c32.device
+    on_cpu = sample_polya_gamma(torch.ones(7), c32.cpu(), torch.Generator().manual_seed(0))
+    assert torch.equal(draws.cpu(), on_cpu)
+    ints = sample_polya_gamma(torch.tensor([2, 3], device=device), torch.tensor([0.5, 0.5], device=device))
+    assert ints.dtype == torch.float64
+
+
+def test_distribution_draws_on_the_generators_device(device: torch.device) -> None:
+    """``PolyaGamma.sample`` with a generator on ``device``: the torch-native sampler off the CPU."""
+    q = PolyaGamma(torch.full((3,), 2.0, device=device), torch.tensor([0.0, 1.0, 9.0], device=device))
+    draws = q.sample((4000,), generator=torch.Generator(device=device).manual_seed(0))
+    assert draws.shape == (4000, 3) and draws.device == q.c.device
+    assert uses_torch_sampler(device) or device.type == "cpu"
+    assert bool(((draws.mean(0) - q.mean).abs() < 5 * (q.variance / 4000).sqrt()).all())
+
+
+def test_without_polyagamma_the_distribution_uses_the_torch_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "polyagamma", None)  # `import polyagamma` raises ImportError
+    monkeypatch.setattr(pg_module, "_has_polyagamma", lambda: False)
+    assert uses_torch_sampler(torch.device("cpu"))
+    q = PolyaGamma(torch.tensor([1.0, 3.0]), torch.tensor([0.5, 2.0]))
+    draws = q.sample((N,), generator=torch.Generator().manual_seed(9))
+    z = (draws.mean(0) - q.mean) / (draws.var(0) / N).sqrt()
+    assert z.abs().max() < 5
+
+
+def test_large_integer_b_switches_to_the_gamma_series_with_exact_moments() -> None:
+    b = torch.tensor([float(SUM_MAX), float(SUM_MAX + 1)])
+    draws = sample_polya_gamma(b.expand(N, -1), torch.full((N, 2), 0.5), torch.Generator().manual_seed(10))
+    z_mean, z_var = _z_scores(draws, b, torch.full((2,), 0.5))
+    assert z_mean.abs().max() < 5 and z_var.abs().max() < 5
+
+
+@pytest.mark.parametrize(
+    "b, c, match",
+    [(-1.0, 0.0, "b must be finite and >= 0"), (float("inf"), 0.0, "b must be finite"),
+     (1.0, float("nan"), "c must be finite")],
+)
+def test_bad_input_raises(b: float, c: float, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        sample_polya_gamma(torch.tensor([b]), torch.tensor([c]))
+
+
+def test_pg1_rejects_non_finite_tilts() -> None:
+    with pytest.raises(ValueError, match="c must be finite"):
+        sample_pg1(torch.tensor([float("inf")]))
