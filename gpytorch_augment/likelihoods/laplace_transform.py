@@ -61,7 +61,8 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
         >>> logit = LaplaceTransformLikelihood(
         ...     PolyaGammaMixing(), log_c=-math.log(2), g=lambda y: y - 0.5, gamma=0.5,
         ...     target_distribution=lambda f: torch.distributions.Bernoulli(logits=f)).double()
-        >>> y, f = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64), torch.tensor([0.3, -2.0, 1.5], dtype=torch.float64)
+        >>> y = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
+        >>> f = torch.tensor([0.3, -2.0, 1.5], dtype=torch.float64)
         >>> torch.allclose(logit.log_prob_at(y, f), BernoulliLogitLikelihood().log_prob_at(y, f))
         True
         >>> m, s = f, torch.full_like(f, 0.5)
@@ -119,7 +120,8 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
                 try:
                     tensor = torch.as_tensor(value, dtype=torch.get_default_dtype())
                 except (TypeError, ValueError, RuntimeError) as error:
-                    raise ValueError(f"{name} must be a number, a tensor or a callable y -> tensor; got {value!r}") from error
+                    message = f"{name} must be a number, a tensor or a callable y -> tensor; got {value!r}"
+                    raise ValueError(message) from error
                 if not bool(torch.isfinite(tensor).all()):
                     raise ValueError(f"{name} must be finite; got {value!r}")
                 if name == "gamma" and bool((tensor < 0).any()):
