@@ -15,7 +15,9 @@ Everything that needs care in floating point lives here, once:
   (the product rule for functions of a sum of per-latent terms, at the cost of its one-dimensional rules);
 * optimisation: :func:`safeguarded_newton`, the bracketed Newton root finder (elementwise, vectorised), and
   :func:`bounded_maximise`, the one-dimensional bounded search (grid, then golden section; vectorised);
-* linear algebra: :func:`reverse_cholesky`.
+* linear algebra: :func:`reverse_cholesky`;
+* Laplace transforms: :func:`euler_inversion`, the Abate--Whitt Euler inversion of a Laplace transform (the CDF
+  and density of a positive law from its transform, vectorised over points).
 """
 
 from __future__ import annotations
@@ -577,3 +579,70 @@ def bounded_maximise(
     best = torch.where(fc >= fd, c, d)
     current = incumbent.unsqueeze(0)
     return torch.where(objective(best) >= objective(current), best, current)[0]
+
+
+#: Abate--Whitt Euler inversion: the discretisation error is about :math:`e^{-A}` (relative to the function at
+#: :math:`3t, 5t, \dots`), ``EULER_TERMS`` terms of the alternating series are summed and the last
+#: ``EULER_AVERAGED`` partial sums are averaged with binomial weights (Euler summation). With :math:`A = 18.4`,
+#: 15 and 11 (their choice) the error is ~1e-8 and the round-off :math:`e^{A/2}\epsilon\approx 10^{-12}`.
+EULER_A = 18.4
+EULER_TERMS = 15
+EULER_AVERAGED = 11
+
+
+@lru_cache(maxsize=8)
+def _euler_weights(terms: int, averaged: int) -> tuple[np.ndarray, np.ndarray]:
+    """The weight of each series term :math:`k = 0..n+m` in the binomially averaged partial sums, and the sign
+    :math:`(-1)^k` folded in (term 0 halved)."""
+    binomial = np.array([math.comb(averaged, j) for j in range(averaged + 1)], dtype=np.float64) / 2.0**averaged
+    # term k enters the partial sums s_{n+j} for every j with n + j >= k
+    weights = np.array([binomial[max(k - terms, 0):].sum() for k in range(terms + averaged + 1)])
+    weights *= (-1.0) ** np.arange(terms + averaged + 1)
+    weights[0] *= 0.5
+    return weights, np.arange(terms + averaged + 1, dtype=np.float64)
+
+
+def euler_inversion(
+    transform: Callable[[Tensor], Tensor],
+    t: Tensor,
+    *,
+    a: float = EULER_A,
+    terms: int = EULER_TERMS,
+    averaged: int = EULER_AVERAGED,
+) -> Tensor:
+    r"""The inverse Laplace transform :math:`g(t)` of :math:`\hat g(s) = \int_0^\infty e^{-st} g(t)\,dt`, at
+    every point ``t > 0``, by the Euler algorithm of Abate and Whitt (1995, "Numerical inversion of Laplace
+    transforms of probability distributions"):
+
+    .. math::
+        g(t) \approx \frac{e^{A/2}}{t}\sum_{j=0}^{m} \binom mj 2^{-m} s_{n+j}, \qquad
+        s_n = \tfrac12\operatorname{Re}\hat g\big(\tfrac{A}{2t}\big)
+        + \sum_{k=1}^{n} (-1)^k \operatorname{Re}\hat g\big(\tfrac{A + 2k\pi i}{2t}\big),
+
+    the trapezoid rule on the Bromwich contour (discretisation error :math:`\sum_{k\ge1}e^{-kA}g((2k+1)t)`)
+    followed by Euler summation of the alternating tail. For a CDF :math:`F` pass :math:`\hat g(s) = \varphi(s)/s`
+    (:math:`\varphi` the transform of the law), for its density :math:`\hat g = \varphi`. The error is about
+    :math:`e^{-A}` absolute for a CDF and, for a density, relative to its values at :math:`3t, 5t, \dots` (so
+    small on a decreasing tail, larger deep in an increasing left tail).
+
+    :param transform: :math:`s \mapsto \hat g(s)`, evaluated on complex ``s`` of shape ``(*t.shape, n + m + 1)``
+        with :math:`\operatorname{Re} s > 0` (the analytic continuation, elementwise).
+    :param t: points, float64 (any shape).
+    :returns: :math:`g(t)`, shape of ``t``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._numerics import euler_inversion
+        >>> t = torch.tensor([0.5, 1.0, 3.0], dtype=torch.float64)
+        >>> cdf = euler_inversion(lambda s: 1 / (s * (1 + s)), t)     # Exp(1): F(t) = 1 - exp(-t)
+        >>> bool(torch.allclose(cdf, 1 - torch.exp(-t), atol=1e-8))
+        True
+    """
+    weights, k = _euler_weights(int(terms), int(averaged))
+    w = torch.as_tensor(weights, dtype=t.dtype, device=t.device)
+    k = torch.as_tensor(k, dtype=t.dtype, device=t.device)
+    tt = t.unsqueeze(-1)
+    s = torch.complex(a / (2 * tt).expand(*t.shape, k.numel()), math.pi * k / tt)
+    values = transform(s).real
+    return math.exp(a / 2) / t * (w * values).sum(-1)

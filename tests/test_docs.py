@@ -42,6 +42,7 @@ PAGES = {
     "guide/gpu",
     "guide/choosing",
     "guide/from_gpytorch",
+    "guide/writing_a_likelihood",
     "maths/index",
     "maths/engines",
     "maths/identities",
@@ -254,7 +255,7 @@ def test_the_citation_check_can_fail() -> None:
 
 # ============================================================================================ snippets that run
 #: pages whose every ```python block is executed, in order, in one namespace per page
-EXECUTED_PAGES = ["guide/gibbs", "guide/from_gpytorch"]
+EXECUTED_PAGES = ["guide/gibbs", "guide/from_gpytorch", "guide/writing_a_likelihood"]
 #: shorter runs for the test (as the tutorials' fast mode): text of a snippet -> what the test runs instead
 FAST_SUBSTITUTIONS = {
     "sample(100, warmup=100,": "sample(20, warmup=20,",

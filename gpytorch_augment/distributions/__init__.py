@@ -3,6 +3,7 @@ and the predictive distributions of :math:`y`."""
 
 from .auxiliary import AuxiliaryDistribution
 from .inverse_gaussian import InverseGamma, InverseGaussian
+from .laplace_transform import TiltedLaplaceTransform
 from .negative_multinomial import NegativeMultinomial
 from .noise_variance import NoiseVariance
 from .normal_laplace import NormalLaplace
@@ -18,4 +19,5 @@ __all__ = [
     "NormalLaplace",
     "PolyaGamma",
     "StudentTPredictive",
+    "TiltedLaplaceTransform",
 ]

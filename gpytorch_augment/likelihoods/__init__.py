@@ -9,7 +9,9 @@ from .binomial import BinomialLogitLikelihood
 from .heteroscedastic_gaussian import HeteroscedasticGaussianLikelihood
 from .heteroscedastic_student_t import HeteroscedasticStudentTLikelihood
 from .laplace import LaplaceLikelihood
+from .laplace_transform import LaplaceTransformLikelihood
 from .logistic_softmax import LogisticSoftmaxLikelihood
+from .mixing_laws import GammaMixing, InverseGammaMixing, LaplaceTransformMixing, MixingLaw, PolyaGammaMixing
 from .negative_binomial import NegativeBinomialLogitLikelihood
 from .poisson import PoissonLogitLikelihood
 from .student_t import StudentTLikelihood
@@ -20,12 +22,18 @@ __all__ = [
     "BinomialLogitLikelihood",
     "HeteroscedasticGaussianLikelihood",
     "HeteroscedasticStudentTLikelihood",
+    "GammaMixing",
+    "InverseGammaMixing",
     "LaplaceLikelihood",
+    "LaplaceTransformLikelihood",
+    "LaplaceTransformMixing",
     "LogisticSoftmaxLikelihood",
+    "MixingLaw",
     "NegativeBinomialLogitLikelihood",
     "NoiseVariance",
     "NormalLaplace",
     "PoissonLogitLikelihood",
+    "PolyaGammaMixing",
     "StudentTLikelihood",
     "StudentTPredictive",
 ]
