@@ -16,7 +16,7 @@ from gpytorch_augment.distributions import MaternThreeHalves
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods import AugmentedLikelihood, BayesianSVMLikelihood, MaternThreeHalvesLikelihood
 from gpytorch_augment.likelihoods.bayesian_svm import svm_logits
-from gpytorch_augment.testing.case import AuxDict, LikelihoodCase
+from gpytorch_augment.testing.case import AuxDict, LikelihoodCase, cyclic_targets, real_targets
 from tests.likelihoods.cases_robust import marginalise_omega
 
 MATERN_SCALE = 0.6
@@ -51,6 +51,10 @@ MATERN = LikelihoodCase(
     marginalise=marginalise_omega,
     q_aux_distribution=_q_aux_distribution,
     marginalise_atol=1e-7,
+    example_targets=real_targets,
+    constants=("scale",),
+    augmentation="GIG(−3/2) scale mixture (generic augmentation)",
+    maths_page="generic",
 )
 
 BAYESIAN_SVM = LikelihoodCase(
@@ -61,6 +65,9 @@ BAYESIAN_SVM = LikelihoodCase(
     q_aux_distribution=_q_aux_distribution,
     expected_log_lik=svm_expected_log_lik,
     marginalise_atol=1e-7,
+    example_targets=cyclic_targets(2),
+    augmentation="hinge-loss pseudo-likelihood, inverse-Gaussian (generic augmentation)",
+    maths_page="generic",
     skip={
         "g": "the hinge loss is a pseudo-likelihood: the Gibbs sampler targets p(f) L(y|f), but Geweke's "
         "marginal-conditional draws take y from the normalised link, a different joint; "
