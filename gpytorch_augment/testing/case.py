@@ -99,8 +99,8 @@ class LikelihoodCase:
       ``(y, kwargs)`` (the fuzz matrix uses them); ``constructor_kwargs`` are the arguments of a default instance,
       :meth:`default_likelihood` (e.g. ``{"num_classes": 3}``); ``constants`` names the positive constants whose
       constructor argument and setter must reject bad values, ``constant_priors`` the constructor's prior
-      arguments that must reject bad priors, each with the further arguments it needs (the constants matrix); ``augmentation`` (a few words) and
-      ``maths_page`` (the stem of the ``docs/maths`` page) make the class's row of the likelihood tables of the
+      arguments that must reject bad priors, each with the further arguments it needs (the constants matrix);
+      ``augmentation`` (a few words) and ``maths_page`` (the stem of the ``docs/maths`` page) make the class's row of the likelihood tables of the
       README and the docs. A further case of an already listed class leaves ``augmentation`` empty.
     * ``extras``: optional hooks. ``extras["mc_expectations"](likelihood, y, q_aux, aux_draws)`` returns
       ``{name: (closed_form, per_draw_values)}`` for further identity (d) comparisons (e.g. :math:`E\log\omega`);
@@ -178,8 +178,9 @@ def cyclic_targets(
 
         >>> import torch
         >>> from gpytorch_augment.testing import cyclic_targets
-        >>> cyclic_targets(3, trials=3.0)(5, torch.float64)
-        (tensor([0., 1., 2., 0., 1.], dtype=torch.float64), {'trials': tensor([3., 3., 3., 3., 3.], dtype=torch.float64)})
+        >>> y, kwargs = cyclic_targets(3, trials=3.0)(5, torch.float64)
+        >>> y, kwargs["trials"]
+        (tensor([0., 1., 2., 0., 1.], dtype=torch.float64), tensor([3., 3., 3., 3., 3.], dtype=torch.float64))
     """
 
     def example(n: int, dtype: torch.dtype) -> tuple[Tensor, dict[str, Tensor]]:

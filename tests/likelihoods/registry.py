@@ -137,8 +137,8 @@ def likelihood_table(style: str, cases: list[LikelihoodCase] | None = None) -> l
         if style == "readme":
             lines.append(f"| `{cls}` | {case.augmentation} | {latents} |")
         else:
-            row = f"| {{class}}`~gpytorch_augment.{cls}` | {case.augmentation} | {latents} | {{doc}}`{case.maths_page}` |"
-            lines.append(row)
+            link, page = f"{{class}}`~gpytorch_augment.{cls}`", f"{{doc}}`{case.maths_page}`"
+            lines.append(f"| {link} | {case.augmentation} | {latents} | {page} |")
     return lines
 
 
