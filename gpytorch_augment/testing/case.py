@@ -100,8 +100,9 @@ class LikelihoodCase:
       :meth:`default_likelihood` (e.g. ``{"num_classes": 3}``); ``constants`` names the positive constants whose
       constructor argument and setter must reject bad values, ``constant_priors`` the constructor's prior
       arguments that must reject bad priors, each with the further arguments it needs (the constants matrix);
-      ``augmentation`` (a few words) and ``maths_page`` (the stem of the ``docs/maths`` page) make the class's row of the likelihood tables of the
-      README and the docs. A further case of an already listed class leaves ``augmentation`` empty.
+      ``augmentation`` (a few words) and ``maths_page`` (the stem of the ``docs/maths`` page) make the class's row
+      of the likelihood tables of the README and the docs. A further case of an already listed class leaves
+      ``augmentation`` empty.
     * ``extras``: optional hooks. ``extras["mc_expectations"](likelihood, y, q_aux, aux_draws)`` returns
       ``{name: (closed_form, per_draw_values)}`` for further identity (d) comparisons (e.g. :math:`E\log\omega`);
       ``extras["gpytorch_covariance_scale"]`` and ``extras["gpytorch_skip"]`` configure GPyTorch's likelihood
