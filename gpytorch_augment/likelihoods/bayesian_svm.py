@@ -12,7 +12,7 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 from torch.distributions import Bernoulli
 
-from .._validation import check_values_in, checking_values
+from .bernoulli import BernoulliLogitLikelihood
 from .laplace_transform import LaplaceTransformLikelihood
 from .mixing_laws import InverseGammaMixing
 
@@ -91,16 +91,9 @@ class BayesianSVMLikelihood(LaplaceTransformLikelihood):
     def __init__(self) -> None:
         super().__init__(InverseGammaMixing(0.5, rate=0.5))
 
-    def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
-        """Labels must be in {0, 1} or in {-1, 1} (not a mix of 0 and -1)."""
-        check_values_in("labels y", y, (0.0, 1.0, -1.0))
-        if checking_values() and (y == 0).any() and (y == -1).any():
-            raise ValueError("labels y mix the {0, 1} and {-1, 1} conventions (both 0 and -1 occur)")
-        return y
-
-    @staticmethod
-    def _sign(y: Tensor) -> Tensor:
-        return torch.where(y > 0, 1.0, -1.0).to(y.dtype if y.is_floating_point() else torch.get_default_dtype())
+    #: labels in {0, 1} or in {-1, 1}, checked as for the Bernoulli-logit likelihood
+    check_targets = BernoulliLogitLikelihood.check_targets
+    _sign = staticmethod(BernoulliLogitLikelihood._sign)
 
     def coefficients(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         r""":math:`(-1, s_y, \tfrac12, s_y, \tfrac12)`."""
