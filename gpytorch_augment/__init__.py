@@ -19,6 +19,7 @@ from .inference import (
 )
 from .likelihoods import (
     AugmentedLikelihood,
+    BayesianSVMLikelihood,
     BernoulliLogitLikelihood,
     BinomialLogitLikelihood,
     HeteroscedasticGaussianLikelihood,
@@ -26,6 +27,7 @@ from .likelihoods import (
     LaplaceLikelihood,
     LaplaceTransformLikelihood,
     LogisticSoftmaxLikelihood,
+    MaternThreeHalvesLikelihood,
     NegativeBinomialLogitLikelihood,
     PoissonLogitLikelihood,
     StudentTLikelihood,
@@ -40,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AugmentedELBO",
     "AugmentedLikelihood",
+    "BayesianSVMLikelihood",
     "BernoulliLogitLikelihood",
     "BinomialLogitLikelihood",
     "HeteroscedasticGaussianLikelihood",
@@ -57,6 +60,7 @@ __all__ = [
     "LaplaceLikelihood",
     "LaplaceTransformLikelihood",
     "LogisticSoftmaxLikelihood",
+    "MaternThreeHalvesLikelihood",
     "NegativeBinomialLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGamma",

@@ -51,6 +51,7 @@ PAGES = {
     "maths/robust",
     "maths/multiclass",
     "maths/heteroscedastic",
+    "maths/generic",
     "api/index",
     "api/likelihoods",
     "api/distributions",

@@ -23,6 +23,7 @@ import torch
 import gpytorch_augment as ga
 from gpytorch_augment.testing.models import make_cavi_model
 from tests.fuzz_runner import Case, classify
+from tests.likelihoods.registry import PRIMARY
 
 N, M = 8, 4
 
@@ -44,37 +45,24 @@ def add(
 
 
 # ------------------------------------------------------------------------------------------------ builders
-def _likelihoods() -> dict[str, Callable[[], Any]]:
-    return {
-        "bernoulli": ga.BernoulliLogitLikelihood,
-        "binomial": ga.BinomialLogitLikelihood,
-        "poisson": ga.PoissonLogitLikelihood,
-        "negbin": lambda: ga.NegativeBinomialLogitLikelihood(total_count=2.0),
-        "laplace": ga.LaplaceLikelihood,
-        "student_t": ga.StudentTLikelihood,
-        "softmax": lambda: ga.LogisticSoftmaxLikelihood(num_classes=3),
-        "hetero_gauss": ga.HeteroscedasticGaussianLikelihood,
-        "hetero_t": ga.HeteroscedasticStudentTLikelihood,
-    }
-
-
-LIKELIHOODS = _likelihoods()
+#: the likelihoods under test: a default instance of each registered class, by its primary case's name
+#: (tests/likelihoods/registry.py; a new likelihood joins the matrix by registering, with its example targets)
+REGISTERED = {case.name: case for case in PRIMARY}
+LIKELIHOODS: dict[str, Callable[[], Any]] = {name: case.default_likelihood for name, case in REGISTERED.items()}
+BERNOULLI, SOFTMAX, POISSON, HETERO_GAUSS = (
+    "bernoulli_logit", "logistic_softmax", "poisson_logit", "heteroscedastic_gaussian"
+)
 
 
 def _targets(name: str, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, Any]]:
-    i = torch.arange(n)
-    if name in ("bernoulli",):
-        return (i % 2).to(dtype), {}
-    if name == "binomial":
-        return (i % 3).to(dtype), {"trials": torch.full((n,), 3.0, dtype=dtype)}
-    if name in ("poisson", "negbin"):
-        return (i % 4).to(dtype), {}
-    if name == "softmax":
-        return (i % 3).to(dtype), {}
-    return torch.linspace(-1, 1, n, dtype=dtype), {}
+    """The case's declared ``example_targets`` (no fallback: a case without them fails here, by name)."""
+    example = REGISTERED[name].example_targets
+    if example is None:
+        raise LookupError(f"registry case {name!r} declares no example_targets (tests/likelihoods/registry.py)")
+    return example(n, dtype)
 
 
-def _setup(lik: str = "bernoulli", dtype: torch.dtype = torch.float64, n: int = N, d: int = 1, outputscale=None):
+def _setup(lik: str = BERNOULLI, dtype: torch.dtype = torch.float64, n: int = N, d: int = 1, outputscale=None):
     likelihood = LIKELIHOODS[lik]().to(dtype)
     x = torch.linspace(-2, 2, n, dtype=dtype).unsqueeze(-1).expand(n, d).contiguous()
     z = torch.linspace(-2, 2, M, dtype=dtype).unsqueeze(-1).expand(M, d).contiguous()
@@ -186,7 +174,7 @@ for _lik in LIKELIHOODS:
 
 def _cavi_ctor(perturb: str) -> Callable[[], Any]:
     def run() -> Any:
-        model, likelihood, x, y, kw = _setup("bernoulli")
+        model, likelihood, x, y, kw = _setup(BERNOULLI)
         args: dict[str, Any] = {"num_data": N}
         if perturb.startswith("num_data="):
             args["num_data"] = eval(perturb.split("=", 1)[1])
@@ -236,7 +224,7 @@ for _p, _names in {
 
 def _fit_option(option: str) -> Callable[[], Any]:
     def run() -> Any:
-        model, likelihood, x, y, _ = _setup("bernoulli")
+        model, likelihood, x, y, _ = _setup(BERNOULLI)
         cavi = ga.CAVI(model, likelihood, num_data=N)
         name, value = option.split("=", 1)
         return cavi.fit(x, y, **{name: eval(value)}).elbo
@@ -262,7 +250,7 @@ for _o in (
 # ------------------------------------------------------------------------------------------------ strategies
 def _cavi_update(perturb: str) -> Callable[[], Any]:
     def run() -> Any:
-        model, _, x, _, _ = _setup("bernoulli")
+        model, _, x, _, _ = _setup(BERNOULLI)
         h, lam, step = torch.zeros(N), torch.full((N,), 0.25), 1.0
         if perturb == "h nan":
             h = _with(h, 0, math.nan)
@@ -356,7 +344,7 @@ for _lik in LIKELIHOODS:
                 must_fail=_p in ("bad kwarg", "jitter -1", "latents mismatch"),
                 isolate=True,
             )
-for _lik in ("bernoulli", "softmax", "hetero_gauss", "poisson"):
+for _lik in (BERNOULLI, SOFTMAX, HETERO_GAUSS, POISSON):
     for _entry in ("predict", "summary"):
         for _dt in (torch.float64, torch.float32):
             add(f"PosteriorSamples.{_entry}-{_lik}-{str(_dt)[6:]}", _gibbs(_entry, _lik, "ok", _dt), isolate=True)
@@ -365,7 +353,7 @@ for _lik in ("bernoulli", "softmax", "hetero_gauss", "poisson"):
 def _gibbs_option(option: str) -> Callable[[], Any]:
     def run() -> Any:
         x = torch.linspace(-2, 2, N).unsqueeze(-1)
-        y, _ = _targets("bernoulli", N, torch.float64)
+        y, _ = _targets(BERNOULLI, N, torch.float64)
         sampler = ga.GibbsSampler(
             _gibbs_prior(),
             ga.BernoulliLogitLikelihood(),
@@ -425,7 +413,7 @@ def _gibbs_exact_gp() -> Any:
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
     x = torch.linspace(-2, 2, N).unsqueeze(-1)
-    y, _ = _targets("bernoulli", N, torch.float64)
+    y, _ = _targets(BERNOULLI, N, torch.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         return ga.GibbsSampler(Exact(x, y), ga.BernoulliLogitLikelihood(), x, y).sample(2, warmup=1, progress=False).f
@@ -437,7 +425,7 @@ add("GibbsSampler-ExactGP model", _gibbs_exact_gp, ("GPPrior",), must_fail=True,
 # ------------------------------------------------------------------------------------------------ MLL, likelihoods
 def _mll(perturb: str) -> Callable[[], Any]:
     def run() -> Any:
-        model, likelihood, x, y, _ = _setup("bernoulli")
+        model, likelihood, x, y, _ = _setup(BERNOULLI)
         num_data = N
         if perturb.startswith("num_data="):
             num_data = eval(perturb.split("=", 1)[1])
@@ -486,23 +474,15 @@ for _lik in LIKELIHOODS:
                 must_fail=_p in ("mean nan", "y too short"),
             )
 
-for _lik, _arg in (
-    ("laplace", "scale"),
-    ("student_t", "scale"),
-    ("student_t", "df"),
-    ("negbin", "total_count"),
-    ("poisson", "rate_scale"),
-    ("hetero_gauss", "max_precision"),
-):
-    for _v in ("0.0", "-1.0", "math.inf", "math.nan"):
-        _cls = {
-            "laplace": ga.LaplaceLikelihood,
-            "student_t": ga.StudentTLikelihood,
-            "negbin": ga.NegativeBinomialLogitLikelihood,
-            "poisson": ga.PoissonLogitLikelihood,
-            "hetero_gauss": ga.HeteroscedasticGaussianLikelihood,
-        }[_lik]
-        add(f"{_lik}({_arg}={_v})", (lambda c=_cls, a=_arg, v=_v: c(**{a: eval(v)})), (_arg,), must_fail=True)
+for _case in PRIMARY:  # the constants each registered likelihood declares
+    for _arg in _case.constants:
+        for _v in ("0.0", "-1.0", "math.inf", "math.nan"):
+            add(
+                f"{_case.name}({_arg}={_v})",
+                (lambda c=_case, a=_arg, v=_v: type(c.make())(**{**c.constructor_kwargs, a: eval(v)})),
+                (_arg,),
+                must_fail=True,
+            )
 
 for _b, _c in (
     ("1.0", "0.0"),
@@ -527,7 +507,7 @@ for _b, _c in (
 # ----------------------------------------------------------------------------------------------------------- round two
 def _cavi_row_targets(entry: str) -> Callable[[], Any]:
     def run() -> Any:
-        model, likelihood, x, y, kw = _setup("bernoulli")
+        model, likelihood, x, y, kw = _setup(BERNOULLI)
         cavi = ga.CAVI(model, likelihood, num_data=N)
         if entry == "fit":
             return cavi.fit(x, y[None], max_iter=2).elbo
@@ -542,7 +522,7 @@ for _entry in ("fit", "step", "elbo"):
 
 def _cavi_load(state: str) -> Callable[[], Any]:
     def run() -> Any:
-        model, likelihood, x, y, _ = _setup("bernoulli")
+        model, likelihood, x, y, _ = _setup(BERNOULLI)
         cavi = ga.CAVI(model, likelihood, num_data=N)
         cavi.fit(x, y, max_iter=2)
         saved = cavi.state_dict()
@@ -553,7 +533,7 @@ def _cavi_load(state: str) -> Callable[[], Any]:
             saved = {}
         elif state == "no likelihood":
             del saved["likelihood"]
-        fresh = ga.CAVI(*_setup("bernoulli")[:2], num_data=N)
+        fresh = ga.CAVI(*_setup(BERNOULLI)[:2], num_data=N)
         fresh.load_state_dict(saved)
         return fresh.elbo(x, y)
 
@@ -576,7 +556,7 @@ for _seed in ("2**64 + 5", "-1", "2**64"):
 def _hmc_steps(value: str) -> Callable[[], Any]:
     def run() -> Any:
         x = torch.linspace(-2, 2, N).unsqueeze(-1)
-        y, _ = _targets("bernoulli", N, torch.float64)
+        y, _ = _targets(BERNOULLI, N, torch.float64)
         sampler = ga.HMCSampler(_gibbs_prior(), ga.BernoulliLogitLikelihood(), x, y, num_steps=eval(value))
         return sampler.sample(2, warmup=2, seed=0, progress=False).f
 
@@ -616,7 +596,7 @@ def _gibbs_other_n(entry: str) -> Callable[[], Any]:
     def run() -> Any:
         def sampler(n: int) -> Any:
             x = torch.linspace(-2, 2, n).unsqueeze(-1)
-            y = _targets("bernoulli", n, x.dtype)[0]
+            y = _targets(BERNOULLI, n, x.dtype)[0]
             return ga.GibbsSampler(_gibbs_prior(), ga.BernoulliLogitLikelihood(), x, y)
 
         small, large = sampler(N), sampler(N + 3)
@@ -638,7 +618,7 @@ for _e in ("from_state_dict", "resume", "draw", "chain"):
 
 def _cavi_dtype_mismatch(entry: str) -> Callable[[], Any]:
     def run() -> Any:
-        model, likelihood, x, y, _ = _setup("bernoulli", torch.float32)
+        model, likelihood, x, y, _ = _setup(BERNOULLI, torch.float32)
         cavi = ga.CAVI(model, likelihood, num_data=N)
         x, y = x.double(), y.double()
         out = cavi.step(x, y) if entry == "step" else cavi.fit(x, y, max_iter=2).elbo
@@ -654,7 +634,7 @@ for _e in ("step", "fit"):
 def _gibbs_init_field(field: str) -> Callable[[], Any]:
     def run() -> Any:
         x = torch.linspace(-2, 2, N).unsqueeze(-1)
-        y, _ = _targets("poisson", N, torch.float64)
+        y, _ = _targets(POISSON, N, torch.float64)
         sampler = ga.GibbsSampler(_gibbs_prior(), ga.PoissonLogitLikelihood(), x, y, inducing_points=x[::2])
         state = sampler.sample(2, warmup=1, num_chains=2, seed=0, progress=False).last_state()
         omega, u = state.aux["omega"], state.u

@@ -4,6 +4,7 @@ from ..distributions.noise_variance import NoiseVariance
 from ..distributions.normal_laplace import NormalLaplace
 from ..distributions.student_t_predictive import StudentTPredictive
 from .augmented_likelihood import AugmentedLikelihood
+from .bayesian_svm import BayesianSVMLikelihood
 from .bernoulli import BernoulliLogitLikelihood
 from .binomial import BinomialLogitLikelihood
 from .heteroscedastic_gaussian import HeteroscedasticGaussianLikelihood
@@ -11,6 +12,7 @@ from .heteroscedastic_student_t import HeteroscedasticStudentTLikelihood
 from .laplace import LaplaceLikelihood
 from .laplace_transform import LaplaceTransformLikelihood
 from .logistic_softmax import LogisticSoftmaxLikelihood
+from .matern import MaternThreeHalvesLikelihood
 from .mixing_laws import GammaMixing, InverseGammaMixing, LaplaceTransformMixing, MixingLaw, PolyaGammaMixing
 from .negative_binomial import NegativeBinomialLogitLikelihood
 from .poisson import PoissonLogitLikelihood
@@ -18,6 +20,7 @@ from .student_t import StudentTLikelihood
 
 __all__ = [
     "AugmentedLikelihood",
+    "BayesianSVMLikelihood",
     "BernoulliLogitLikelihood",
     "BinomialLogitLikelihood",
     "HeteroscedasticGaussianLikelihood",
@@ -28,6 +31,7 @@ __all__ = [
     "LaplaceTransformLikelihood",
     "LaplaceTransformMixing",
     "LogisticSoftmaxLikelihood",
+    "MaternThreeHalvesLikelihood",
     "MixingLaw",
     "NegativeBinomialLogitLikelihood",
     "NoiseVariance",

@@ -157,7 +157,8 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
                 if bool((gamma < 0).any()):
                     raise ValueError(f"gamma(y) must be >= 0; got {gamma.min().item()}")
                 excess = beta**2 - 4 * alpha * gamma
-                if bool((excess > 1e-9 * (beta**2 + (4 * alpha * gamma).abs() + 1)).any()):
+                rounding = 64 * torch.finfo(excess.dtype).eps  # a perfect square, rounded in float32 or float64
+                if bool((excess > rounding * (beta**2 + (4 * alpha * gamma).abs() + 1)).any()):
                     raise ValueError(
                         "beta(y)^2 <= 4 alpha(y) gamma(y) is needed for r = alpha - beta f + gamma f^2 >= 0 at every "
                         f"f; it fails by {excess.max().item():.3g}"

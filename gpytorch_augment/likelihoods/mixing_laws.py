@@ -15,7 +15,9 @@ those defaults by closed forms and exact samplers (the lookup table of :doc:`/gu
 * :class:`InverseGammaMixing`, :math:`\mathrm{InvGamma}(\tfrac12, b)`: :math:`\varphi(r) = e^{-2\sqrt{br}}`,
   tilted law the inverse Gaussian :math:`\mathrm{IG}(\sqrt{b/r}, 2b)`;
 * :class:`InverseGammaMixing`, :math:`\mathrm{InvGamma}(\tfrac32, b)`: :math:`\varphi(r) = (1 + z)e^{-z}`,
-  :math:`z = 2\sqrt{br}`, tilted law :math:`\mathrm{GIG}(-\tfrac32, 2r, 2b)` (drawn by inversion).
+  :math:`z = 2\sqrt{br}`, tilted law :math:`\mathrm{GIG}(-\tfrac32, 2r, 2b)`
+  (:class:`~gpytorch_augment.distributions.TiltedInverseGamma`, drawn exactly from inverse-Gaussian and Gamma
+  variates).
 
 :class:`LaplaceTransformMixing` is any other law, given by its :math:`\log\varphi` as a torch function.
 """
@@ -34,6 +36,7 @@ from .._random import draw_device
 from ..distributions.inverse_gaussian import InverseGamma, InverseGaussian
 from ..distributions.laplace_transform import TiltedLaplaceTransform, check_laplace_transform
 from ..distributions.polya_gamma import PolyaGamma
+from ..distributions.tilted_inverse_gamma import TiltedInverseGamma
 from ._constants import PositiveConstant, register_positive_constant
 
 __all__ = ["GammaMixing", "InverseGammaMixing", "LaplaceTransformMixing", "MixingLaw", "PolyaGammaMixing"]
@@ -252,7 +255,8 @@ class InverseGammaMixing(MixingLaw):
     * :math:`\nu = \tfrac12` (the Lévy law): :math:`\varphi(r) = e^{-2\sqrt{br}}`; tilted law the inverse Gaussian
       :math:`\mathrm{IG}(\sqrt{b/r}, 2b)` (mean, shape), drawn exactly; behind :math:`e^{-|x|}` (Laplace, hinge).
     * :math:`\nu = \tfrac32`: :math:`\varphi(r) = (1 + z)e^{-z}`, :math:`z = 2\sqrt{br}`; mean :math:`2b/(1 + z)`;
-      tilted law :math:`\mathrm{GIG}(-\tfrac32, 2r, 2b)`, drawn by numerical inversion; behind the Matérn-3/2 shape
+      tilted law :math:`\mathrm{GIG}(-\tfrac32, 2r, 2b)`, drawn exactly
+      (:class:`~gpytorch_augment.distributions.TiltedInverseGamma`); behind the Matérn-3/2 shape
       :math:`(1 + a|x|)e^{-a|x|}`.
 
     Both follow from :math:`\int_0^\infty \omega^{-\nu-1}e^{-b/\omega - r\omega}d\omega
@@ -299,7 +303,8 @@ class InverseGammaMixing(MixingLaw):
 
     def tilted(self, r: Tensor) -> Distribution:
         if self.concentration == 1.5:
-            return super().tilted(r)
+            rate = self.rate.detach().to(r.dtype)
+            return TiltedInverseGamma(1.5, rate.expand_as(r), r.detach(), validate_args=False)
         rate = self.rate.detach().to(r.dtype)
         mean = torch.sqrt(rate / r.detach())  # inf at r = 0: the Lévy law itself, handled by InverseGaussian
         return InverseGaussian(mean, (2 * rate).expand_as(mean), validate_args=False)

@@ -52,9 +52,11 @@ Modules:
 from gpytorch_augment.testing.case import (
     AuxDict,
     LikelihoodCase,
+    cyclic_targets,
     gauss_hermite_expected_log_lik,
     log_pg_laplace,
     marginalise_single_pg,
+    real_targets,
 )
 from gpytorch_augment.testing.data import function_dist, gp_data, latent_shape, protocol_data, to_latent_major
 from gpytorch_augment.testing.geweke import Z_TOL, ExplicitPrior, geweke_z, tiny_prior, violation_geweke
@@ -91,6 +93,7 @@ __all__ = [
     "SVGP",
     "Z_TOL",
     "check_shapes_and_dtypes",
+    "cyclic_targets",
     "function_dist",
     "gauss_hermite_expected_log_lik",
     "geweke_z",
@@ -101,6 +104,7 @@ __all__ = [
     "make_cavi_model",
     "marginalise_single_pg",
     "protocol_data",
+    "real_targets",
     "skip_if_not_applicable",
     "tiny_prior",
     "to_latent_major",

@@ -93,6 +93,16 @@ class LikelihoodCase:
       otherwise, and say why in a comment.
     * ``skip``: identity letter (``"a"`` ... ``"h"``) -> the reason it does not apply. Use it sparingly: a
       skipped identity is an untested identity.
+    * **Registration fields** (optional for a third-party case; this package's registry requires them of the first
+      case of each class, its *primary* case, and its tests fail naming what is missing):
+      ``example_targets(n, dtype)`` returns deterministic valid targets for ``n`` points and their keyword data,
+      ``(y, kwargs)`` (the fuzz matrix uses them); ``constructor_kwargs`` are the arguments of a default instance,
+      :meth:`default_likelihood` (e.g. ``{"num_classes": 3}``); ``constants`` names the positive constants whose
+      constructor argument and setter must reject bad values, ``constant_priors`` the constructor's prior
+      arguments that must reject bad priors, each with the further arguments it needs (the constants matrix);
+      ``augmentation`` (a few words) and ``maths_page`` (the stem of the ``docs/maths`` page) make the class's row
+      of the likelihood tables of the README and the docs. A further case of an already listed class leaves
+      ``augmentation`` empty.
     * ``extras``: optional hooks. ``extras["mc_expectations"](likelihood, y, q_aux, aux_draws)`` returns
       ``{name: (closed_form, per_draw_values)}`` for further identity (d) comparisons (e.g. :math:`E\log\omega`);
       ``extras["gpytorch_covariance_scale"]`` and ``extras["gpytorch_skip"]`` configure GPyTorch's likelihood
@@ -136,9 +146,62 @@ class LikelihoodCase:
     skip: Mapping[str, str] = field(default_factory=dict)
     #: free-form extras a later likelihood may need in its hooks
     extras: Mapping[str, Any] = field(default_factory=dict)
+    #: registration: ``(n, dtype) -> (y, kwargs)``, deterministic valid targets for ``n`` points
+    example_targets: Callable[[int, torch.dtype], tuple[Tensor, dict[str, Tensor]]] | None = None
+    #: registration: the constructor arguments of a default instance (:meth:`default_likelihood`)
+    constructor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: registration: positive constants whose constructor argument and setter reject bad values
+    constants: tuple[str, ...] = ()
+    #: registration: prior arguments of the constructor that reject bad priors -> the further constructor arguments
+    #: a prior needs (e.g. ``{"class_scale_prior": {"learn_class_scales": True}}``)
+    constant_priors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: registration: the augmentation in a few words, for the likelihood tables ("" for a further case of a class)
+    augmentation: str = ""
+    #: registration: the stem of the docs/maths page with the class's mathematics
+    maths_page: str = ""
 
     def __repr__(self) -> str:  # short ids in pytest output
         return self.name
+
+    def default_likelihood(self) -> AugmentedLikelihood:
+        """A default instance of the case's class: ``type(make())(**constructor_kwargs)``, in torch's default
+        dtype."""
+        return type(self.make())(**self.constructor_kwargs)
+
+
+def cyclic_targets(
+    period: int, trials: float | None = None
+) -> Callable[[int, torch.dtype], tuple[Tensor, dict[str, Tensor]]]:
+    r"""``example_targets`` of labels or counts: :math:`y_i = i \bmod` ``period``, with ``trials`` (binomial) as
+    keyword data where given.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import cyclic_targets
+        >>> y, kwargs = cyclic_targets(3, trials=3.0)(5, torch.float64)
+        >>> y, kwargs["trials"]
+        (tensor([0., 1., 2., 0., 1.], dtype=torch.float64), tensor([3., 3., 3., 3., 3.], dtype=torch.float64))
+    """
+
+    def example(n: int, dtype: torch.dtype) -> tuple[Tensor, dict[str, Tensor]]:
+        y = (torch.arange(n) % period).to(dtype)
+        return y, ({} if trials is None else {"trials": torch.full((n,), float(trials), dtype=dtype)})
+
+    return example
+
+
+def real_targets(n: int, dtype: torch.dtype) -> tuple[Tensor, dict[str, Tensor]]:
+    """``example_targets`` of regression: ``n`` values evenly spaced on [-1, 1], no keyword data.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing import real_targets
+        >>> real_targets(3, torch.float64)
+        (tensor([-1.,  0.,  1.], dtype=torch.float64), {})
+    """
+    return torch.linspace(-1, 1, n, dtype=dtype), {}
 
 
 def marginalise_single_pg(likelihood: AugmentedLikelihood, y: Tensor, f: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ from gpytorch_augment import BernoulliLogitLikelihood
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods import AugmentedLikelihood
-from gpytorch_augment.testing.case import AuxDict, LikelihoodCase, marginalise_single_pg
+from gpytorch_augment.testing.case import AuxDict, LikelihoodCase, cyclic_targets, marginalise_single_pg
 
 
 def _bernoulli_targets(f: Tensor, generator: torch.Generator, **kwargs: Tensor) -> Tensor:
@@ -27,4 +27,7 @@ BERNOULLI = LikelihoodCase(
     sample_targets=_bernoulli_targets,
     marginalise=marginalise_single_pg,
     q_aux_distribution=_bernoulli_q_aux,
+    example_targets=cyclic_targets(2),
+    augmentation="Pólya-Gamma",
+    maths_page="binary",
 )

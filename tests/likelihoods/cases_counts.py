@@ -24,7 +24,7 @@ from gpytorch_augment.likelihoods import AugmentedLikelihood
 from gpytorch_augment.likelihoods.binomial import BinomialLogitLikelihood
 from gpytorch_augment.likelihoods.negative_binomial import NegativeBinomialLogitLikelihood
 from gpytorch_augment.likelihoods.poisson import PoissonLogitLikelihood
-from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace, marginalise_single_pg
+from gpytorch_augment.testing.case import LikelihoodCase, cyclic_targets, log_pg_laplace, marginalise_single_pg
 
 AuxDict = dict[str, Tensor]
 
@@ -56,6 +56,9 @@ BINOMIAL = LikelihoodCase(
     make_kwargs=_binomial_kwargs,
     marginalise=marginalise_single_pg,
     q_aux_distribution=_binomial_q_aux,
+    example_targets=cyclic_targets(3, trials=3.0),
+    augmentation="Pólya-Gamma",
+    maths_page="binary",
 )
 
 
@@ -95,6 +98,11 @@ POISSON = LikelihoodCase(
     marginalise=marginalise_poisson,
     q_aux_distribution=_poisson_q_aux,
     cavi_sweeps=80,  # ξ and the level of f trade off: the ELBO rises monotonically but settles slowly
+    example_targets=cyclic_targets(4),
+    constants=("rate_scale",),
+    constant_priors={"rate_scale_prior": {}},
+    augmentation="Poisson + Pólya-Gamma (rate ξσ(f))",
+    maths_page="counts",
 )
 
 
@@ -119,6 +127,11 @@ NEGATIVE_BINOMIAL = LikelihoodCase(
     # the predictive mean r E e^f is lognormal in f: at GPyTorch's input variances (~6) the Monte-Carlo reference of
     # its marginal test has a relative standard error near 1; at a tenth of them it is below 1%
     extras={"gpytorch_covariance_scale": 0.1},
+    example_targets=cyclic_targets(4),
+    constructor_kwargs={"total_count": 2.0},
+    constants=("total_count",),
+    augmentation="Pólya-Gamma, PG(y + r, 0)",
+    maths_page="counts",
 )
 
 #: the count cases; ``registry.CASES`` includes them

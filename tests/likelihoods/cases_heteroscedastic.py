@@ -52,7 +52,7 @@ from gpytorch_augment.likelihoods import (
     HeteroscedasticGaussianLikelihood,
     HeteroscedasticStudentTLikelihood,
 )
-from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace
+from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace, real_targets
 
 AuxDict = dict[str, Tensor]
 
@@ -192,6 +192,11 @@ HETEROSCEDASTIC_GAUSSIAN = LikelihoodCase(
     num_latents=2,
     expected_log_lik=expected_log_lik_gaussian,
     skip=_SKIP,
+    example_targets=real_targets,
+    constants=("max_precision",),
+    constant_priors={"max_precision_prior": {}},
+    augmentation="Poisson + Pólya-Gamma, partially collapsed",
+    maths_page="heteroscedastic",
 )
 
 HETEROSCEDASTIC_STUDENT_T = LikelihoodCase(
@@ -203,6 +208,11 @@ HETEROSCEDASTIC_STUDENT_T = LikelihoodCase(
     num_latents=2,
     expected_log_lik=expected_log_lik_student_t,
     skip=_SKIP,
+    example_targets=real_targets,
+    constants=("max_precision", "df"),
+    constant_priors={"max_precision_prior": {}},
+    augmentation="Poisson + Pólya-Gamma + Gamma, partially collapsed",
+    maths_page="heteroscedastic",
 )
 
 #: the heteroscedastic cases; ``registry.CASES`` includes them

@@ -25,6 +25,7 @@ Multi-latent conventions as in ``toy_multilatent.py``: latents ``(N, J)``, label
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -35,7 +36,7 @@ from gpytorch_augment._numerics import gauss_hermite
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods.logistic_softmax import LogisticSoftmaxLikelihood, NegativeMultinomial
-from gpytorch_augment.testing.case import LikelihoodCase, log_pg_laplace
+from gpytorch_augment.testing.case import LikelihoodCase, cyclic_targets, log_pg_laplace
 
 AuxDict = dict[str, Tensor]
 
@@ -144,7 +145,7 @@ def q_aux_logistic_softmax(likelihood: LogisticSoftmaxLikelihood, y: Tensor, q_a
     )
 
 
-def _case(name: str, theta: tuple[float, ...], bijective: bool) -> LikelihoodCase:
+def _case(name: str, theta: tuple[float, ...], bijective: bool, **registration: Any) -> LikelihoodCase:
     return LikelihoodCase(
         name=name,
         make=lambda: LogisticSoftmaxLikelihood(len(theta), bijective=bijective, class_scales=theta).double(),
@@ -155,10 +156,22 @@ def _case(name: str, theta: tuple[float, ...], bijective: bool) -> LikelihoodCas
         expected_log_lik=expected_log_lik_product_rule,
         # Pólya-Gamma log-densities of b = Y + n dominate the Monte-Carlo KL; same 5-SE rule
         mc_kl_samples=10_000,
+        **registration,
     )
 
 
-LOGISTIC_SOFTMAX = _case("logistic_softmax", THETA_OVER, bijective=False)
+LOGISTIC_SOFTMAX = _case(
+    "logistic_softmax",
+    THETA_OVER,
+    bijective=False,
+    example_targets=cyclic_targets(3),
+    constructor_kwargs={"num_classes": 3},
+    constants=("class_scales",),
+    constant_priors={"class_scale_prior": {"learn_class_scales": True}},
+    augmentation="negative multinomial + Pólya-Gamma (over-parametrised or bijective, class scales)",
+    maths_page="multiclass",
+    extras={"table_latents": "K or K−1"},
+)
 LOGISTIC_SOFTMAX_BIJECTIVE = _case("logistic_softmax_bijective", THETA_BIJECTIVE, bijective=True)
 
 #: the multi-class cases; ``registry.CASES`` includes them

@@ -21,7 +21,7 @@ from gpytorch_augment.distributions.auxiliary import AuxiliaryDistribution
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from gpytorch_augment.likelihoods.laplace import LaplaceLikelihood
 from gpytorch_augment.likelihoods.student_t import StudentTLikelihood
-from gpytorch_augment.testing.case import LikelihoodCase
+from gpytorch_augment.testing.case import LikelihoodCase, real_targets
 
 AuxDict = dict[str, Tensor]
 
@@ -121,6 +121,10 @@ LAPLACE = LikelihoodCase(
     q_aux_distribution=_q_aux_distribution,
     expected_log_lik=laplace_expected_log_lik,
     marginalise_atol=1e-7,
+    example_targets=real_targets,
+    constants=("scale",),
+    augmentation="inverse-Gaussian scale mixture",
+    maths_page="robust",
 )
 
 STUDENT_T = LikelihoodCase(
@@ -131,6 +135,10 @@ STUDENT_T = LikelihoodCase(
     q_aux_distribution=_q_aux_distribution,
     marginalise_atol=1e-7,
     extras={"mc_expectations": _expected_log_omega},
+    example_targets=real_targets,
+    constants=("scale", "df"),
+    augmentation="Gamma scale mixture",
+    maths_page="robust",
 )
 
 #: heavier than Cauchy tails (nu < 1) and a small scale: the collapsed sigma update and the bounds still hold

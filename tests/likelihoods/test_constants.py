@@ -23,25 +23,22 @@ from gpytorch_augment import (
 )
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.testing import SVGP
+from tests.likelihoods.registry import PRIMARY
 
-#: (likelihood class, constant, extra constructor kwargs)
+#: (likelihood class, constant, constructor kwargs of a default instance): each primary case's ``constants``
 CONSTANTS = [
-    (PoissonLogitLikelihood, "rate_scale", {}),
-    (NegativeBinomialLogitLikelihood, "total_count", {}),
-    (LaplaceLikelihood, "scale", {}),
-    (StudentTLikelihood, "scale", {}),
-    (StudentTLikelihood, "df", {}),
-    (HeteroscedasticGaussianLikelihood, "max_precision", {}),
-    (HeteroscedasticStudentTLikelihood, "max_precision", {}),
-    (HeteroscedasticStudentTLikelihood, "df", {}),
-    (LogisticSoftmaxLikelihood, "class_scales", {"num_classes": 3}),
+    (type(case.make()), name, dict(case.constructor_kwargs)) for case in PRIMARY for name in case.constants
 ]
 BAD_VALUES = [0.0, -1.0, math.inf, -math.inf, math.nan, 1e400, torch.tensor(0.0), torch.tensor([-2.0]), "1", None]
+#: (likelihood class, prior argument, constructor kwargs it needs): each primary case's ``constant_priors``
 PRIORS = [
-    (PoissonLogitLikelihood, "rate_scale_prior", {}),
-    (HeteroscedasticGaussianLikelihood, "max_precision_prior", {}),
-    (HeteroscedasticStudentTLikelihood, "max_precision_prior", {}),
-    (LogisticSoftmaxLikelihood, "class_scale_prior", {"num_classes": 3, "learn_class_scales": True}),
+    (type(case.make()), name, {**case.constructor_kwargs, **needs})
+    for case in PRIMARY
+    for name, needs in case.constant_priors.items()
+]
+#: the constants of shape ``(*batch_shape, 1)`` (one value per batch; not the per-class ``class_scales``)
+PER_BATCH = [
+    (cls, name, kwargs) for cls, name, kwargs in CONSTANTS if getattr(cls(**kwargs), f"raw_{name}").shape == (1,)
 ]
 BAD_PRIORS = [(math.inf, 1.0), (1.0, math.inf), (0.0, 1.0), (1.0, -1.0), (math.nan, 1.0), "ab", (1.0,)]
 
@@ -54,7 +51,7 @@ def _ids(cases):
 @pytest.mark.parametrize(("cls", "name", "kwargs"), CONSTANTS, ids=_ids(CONSTANTS))
 def test_bad_constant_is_rejected_by_constructor_and_setter(cls, name, kwargs, value):
     with pytest.raises(ValueError, match=name):
-        cls(**kwargs, **{name: value})
+        cls(**{**kwargs, name: value})
     likelihood = cls(**kwargs)
     before = getattr(likelihood, name).detach().clone()
     with pytest.raises(ValueError, match=name):
@@ -70,16 +67,16 @@ def test_bad_prior_is_rejected(cls, name, kwargs, prior):
 
 
 @pytest.mark.parametrize("batch_shape", [(), (2,), (2, 3)])
-@pytest.mark.parametrize(("cls", "name", "kwargs"), CONSTANTS[:-1], ids=_ids(CONSTANTS[:-1]))
+@pytest.mark.parametrize(("cls", "name", "kwargs"), PER_BATCH, ids=_ids(PER_BATCH))
 def test_constant_shape_follows_batch_shape_not_the_initial_value(cls, name, kwargs, batch_shape):
     shapes = set()
     for value in (2.0, 2, torch.tensor(2.0), torch.tensor([2.0]), torch.full((*batch_shape, 1), 2.0)):
-        likelihood = cls(**kwargs, **{name: value}, batch_shape=torch.Size(batch_shape))
+        likelihood = cls(**{**kwargs, name: value}, batch_shape=torch.Size(batch_shape))
         shapes.add(tuple(getattr(likelihood, f"raw_{name}").shape))
         assert torch.allclose(getattr(likelihood, name), torch.tensor(2.0))
     assert shapes == {(*batch_shape, 1)}
     with pytest.raises(ValueError, match=name):
-        cls(**kwargs, **{name: torch.ones(5, 4)}, batch_shape=torch.Size(batch_shape))
+        cls(**{**kwargs, name: torch.ones(5, 4)}, batch_shape=torch.Size(batch_shape))
 
 
 def test_class_scales_shape():
