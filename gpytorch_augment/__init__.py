@@ -27,6 +27,7 @@ from .likelihoods import (
     LaplaceTransformLikelihood,
     LogisticSoftmaxLikelihood,
     NegativeBinomialLogitLikelihood,
+    OrdinalLogitLikelihood,
     PoissonLogitLikelihood,
     StudentTLikelihood,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "LaplaceTransformLikelihood",
     "LogisticSoftmaxLikelihood",
     "NegativeBinomialLogitLikelihood",
+    "OrdinalLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGamma",
     "PosteriorSamples",

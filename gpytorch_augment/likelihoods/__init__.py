@@ -13,6 +13,7 @@ from .laplace_transform import LaplaceTransformLikelihood
 from .logistic_softmax import LogisticSoftmaxLikelihood
 from .mixing_laws import GammaMixing, InverseGammaMixing, LaplaceTransformMixing, MixingLaw, PolyaGammaMixing
 from .negative_binomial import NegativeBinomialLogitLikelihood
+from .ordinal import OrdinalLogitLikelihood
 from .poisson import PoissonLogitLikelihood
 from .student_t import StudentTLikelihood
 
@@ -32,6 +33,7 @@ __all__ = [
     "NegativeBinomialLogitLikelihood",
     "NoiseVariance",
     "NormalLaplace",
+    "OrdinalLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGammaMixing",
     "StudentTLikelihood",

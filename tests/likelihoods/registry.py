@@ -45,9 +45,11 @@ from tests.likelihoods.cases_binary import BERNOULLI
 from tests.likelihoods.cases_counts import COUNT_CASES
 from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_CASES
 from tests.likelihoods.cases_multiclass import MULTICLASS_CASES
+from tests.likelihoods.cases_ordinal import ORDINAL_CASES
 from tests.likelihoods.cases_robust import ROBUST_CASES
 
 #: every registered likelihood; ``test_protocol.py``, the Gibbs Geweke test and the regression pins run over it
 CASES: list[LikelihoodCase] = [BERNOULLI, *COUNT_CASES, *ROBUST_CASES, *MULTICLASS_CASES, *HETEROSCEDASTIC_CASES]
+CASES += ORDINAL_CASES
 
 __all__ = ["BERNOULLI", "CASES", "LikelihoodCase"]
