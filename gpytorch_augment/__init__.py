@@ -28,6 +28,7 @@ from .likelihoods import (
     LogisticSoftmaxLikelihood,
     NegativeBinomialLogitLikelihood,
     OrdinalLogitLikelihood,
+    PairwiseLogitLikelihood,
     PoissonLogitLikelihood,
     StudentTLikelihood,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "LogisticSoftmaxLikelihood",
     "NegativeBinomialLogitLikelihood",
     "OrdinalLogitLikelihood",
+    "PairwiseLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGamma",
     "PosteriorSamples",

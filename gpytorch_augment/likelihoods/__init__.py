@@ -14,6 +14,7 @@ from .logistic_softmax import LogisticSoftmaxLikelihood
 from .mixing_laws import GammaMixing, InverseGammaMixing, LaplaceTransformMixing, MixingLaw, PolyaGammaMixing
 from .negative_binomial import NegativeBinomialLogitLikelihood
 from .ordinal import OrdinalLogitLikelihood
+from .pairwise import PairwiseLogitLikelihood
 from .poisson import PoissonLogitLikelihood
 from .student_t import StudentTLikelihood
 
@@ -34,6 +35,7 @@ __all__ = [
     "NoiseVariance",
     "NormalLaplace",
     "OrdinalLogitLikelihood",
+    "PairwiseLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGammaMixing",
     "StudentTLikelihood",

@@ -52,6 +52,7 @@ from torch import Tensor
 from .._numerics import reverse_cholesky
 from .._validation import check_finite
 from ..core import NaturalParameters, PriorCache, PriorTerms, SufficientStatistics, WhitenedGaussian
+from ..core.design import LinearObservations
 from ..core.linalg import mv, tri_solve
 from ..core.prior import split_prior, whiten_prior
 
@@ -115,9 +116,39 @@ class _CAVIMixin:
             self._prior_cache.put([x], tensors, flags, tuple(terms))
         return terms
 
+    def observation_terms(self, x: Tensor, design: LinearObservations, cache: bool = True) -> PriorTerms:
+        r"""The prior terms of the linear observations :math:`g = Df` of the latent values at ``x``
+        (:meth:`LinearObservations.observed <gpytorch_augment.core.LinearObservations.observed>`): :meth:`cavi_terms`
+        at ``x`` and the entries of :math:`K_{XX}` the observations read (the prior covariance at ``x`` is evaluated
+        densely, :math:`O(N^2)` for the ``N`` points of ``x``). Cached like :meth:`cavi_terms`, keyed also on the
+        design."""
+        use_cache = cache and not torch.is_inference_mode_enabled()
+        if use_cache:
+            tensors, flags = self._prior_dependencies()
+            if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)):
+                use_cache = False
+            else:
+                hit = self._observation_cache.get([x, design.index, design.weight], tensors, flags)
+                if hit is not None:
+                    return PriorTerms(*hit)
+        terms = self.cavi_terms(x, cache=cache)
+        K_XX = self.model.forward(x).lazy_covariance_matrix.to_dense()
+        observed = design.observed(terms, K_XX, self.jitter_val if self._data_jitter else 0.0)
+        if use_cache:
+            self._observation_cache.put([x, design.index, design.weight], tensors, flags, tuple(observed))
+        return observed
+
+    @property
+    def _observation_cache(self) -> PriorCache:
+        cache = self.__dict__.get("_cavi_observation_cache")
+        if cache is None:
+            cache = self.__dict__["_cavi_observation_cache"] = PriorCache()
+        return cache
+
     def clear_cavi_cache(self) -> None:
         """Forget the cached prior terms of :meth:`cavi_terms` (only needed after a change it cannot see)."""
         self._prior_cache.clear()
+        self._observation_cache.clear()
 
     def _prior_dependencies(self) -> tuple[list[Tensor], tuple[Any, ...]]:
         """Every tensor the prior at ``cat[Z, x]`` may depend on -- the parameters and buffers of all the model's
