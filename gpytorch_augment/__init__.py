@@ -29,6 +29,8 @@ from .likelihoods import (
     LogisticSoftmaxLikelihood,
     MaternThreeHalvesLikelihood,
     NegativeBinomialLogitLikelihood,
+    OrdinalLogitLikelihood,
+    PairwiseLogitLikelihood,
     PoissonLogitLikelihood,
     StudentTLikelihood,
 )
@@ -62,6 +64,8 @@ __all__ = [
     "LogisticSoftmaxLikelihood",
     "MaternThreeHalvesLikelihood",
     "NegativeBinomialLogitLikelihood",
+    "OrdinalLogitLikelihood",
+    "PairwiseLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGamma",
     "PosteriorSamples",

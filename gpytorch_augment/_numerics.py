@@ -5,7 +5,7 @@ Everything that needs care in floating point lives here, once:
 * special functions: :func:`log_cosh`; :func:`pg_mean`, :func:`pg_variance`, :func:`pg_kl` (moments of
   :math:`\mathrm{PG}(b, c)` and :math:`\mathrm{KL}(\mathrm{PG}(b,c)\,\Vert\,\mathrm{PG}(b,0))`, stable in value and
   gradient as :math:`c \to 0`); :func:`pg_tilt_c`, the tilt :math:`c = \sqrt{m^2 + s}` of an optimal Pólya-Gamma
-  :math:`q`; :func:`log_sigma_tilde_plus`, :func:`log_sigma_tilde` (the logistic bounds);
+  :math:`q`; :func:`log_sigma_tilde_plus`, :func:`log_sigma_tilde` (the logistic bounds); :func:`log1mexp`;
   :func:`student_t_log_normaliser`;
 * one-dimensional integrals: :func:`gauss_hermite` and :func:`quadrature_mixture` (expectations and predictives over
   :math:`\mathcal N(m, s)`), :func:`log_trapezoid` (the trapezoid rule on a log scale) and
@@ -118,6 +118,23 @@ def log_sigma_tilde_moments(mean: Tensor, var: Tensor, c: Tensor) -> tuple[Tenso
     half_sum = torch.where(mean < 0, var / (c - mean).clamp_min(torch.finfo(c.dtype).tiny), mean + c) / 2
     log_st = -half_sum - torch.nn.functional.softplus(-c)
     return log_st, torch.log(-torch.expm1(log_st))
+
+
+def log1mexp(d: Tensor) -> Tensor:
+    r""":math:`\log(1 - e^{d})` for :math:`d \le 0` (Mächler's two-branch form, accurate for every :math:`d`;
+    ``-inf`` at :math:`d = 0`). E.g. :math:`\log(1 - e^{b_{k-1} - b_k})`, the :math:`f`-free factor of an ordinal
+    class probability (:doc:`/maths/ordinal`).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._numerics import log1mexp
+        >>> d = torch.tensor([-1e-10, -1.0, -50.0], dtype=torch.float64)
+        >>> torch.allclose(log1mexp(d), torch.log(-torch.expm1(d)))
+        True
+    """
+    d = d.clamp(max=0.0)
+    return torch.where(d > -LOG2, torch.log(-torch.expm1(d)), torch.log1p(-torch.exp(d)))
 
 
 def pg_tilt_c(mean: Tensor, var: Tensor) -> Tensor:

@@ -142,6 +142,20 @@ def check_values_in(name: str, y: Tensor, allowed: tuple[float, ...]) -> None:
         raise ValueError(f"{name} must take values in {set(allowed)}; found {bad}")
 
 
+def check_class_labels(y: Tensor, num_classes: int) -> Tensor:
+    """Labels ``y`` must be integer class indices in ``0..num_classes-1`` (``ValueError`` naming the first bad one);
+    returned as floats (the default dtype for integer labels)."""
+    check_finite("labels y", y)
+    if not y.is_floating_point():
+        y = y.to(torch.get_default_dtype())
+    bad = (y != y.round()) | (y < 0) | (y > num_classes - 1)
+    if checking_values() and bad.any():
+        raise ValueError(
+            f"labels y must be integer class indices in 0..{num_classes - 1}; found {y[bad].flatten()[0].item()}"
+        )
+    return y
+
+
 def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tensor:
     """An integer (or boolean) tensor converted to the floating ``dtype`` (default: torch's default dtype), exactly:
     ``ValueError`` if some entry has no exact representation there (e.g. counts above ``2**24`` in float32). A

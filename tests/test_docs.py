@@ -50,6 +50,7 @@ PAGES = {
     "maths/counts",
     "maths/robust",
     "maths/multiclass",
+    "maths/ordinal",
     "maths/heteroscedastic",
     "maths/generic",
     "api/index",

@@ -8,9 +8,12 @@ hyper-parameter objectives do to the latent GP happens here, once:
 * :mod:`~gpytorch_augment.core.gaussian` -- the sufficient statistics of a batch (:class:`SufficientStatistics`: add,
   scale by :math:`N/|\mathcal B|`, reduce across processes), the optimal and damped :math:`q(v)`
   (:class:`NaturalParameters`, :class:`WhitenedGaussian`), marginals, KL and the pathwise draw;
+* :mod:`~gpytorch_augment.core.design` -- linear observations :math:`g = Df` (:class:`LinearObservations`), whose
+  prior terms the same steps run on;
 * :mod:`~gpytorch_augment.core.linalg` -- the batched triangular and matrix-vector helpers.
 """
 
+from .design import LinearObservations
 from .gaussian import NaturalParameters, SufficientStatistics, WhitenedGaussian, natural_gradient
 from .prior import (
     FactorizationError,
@@ -25,6 +28,7 @@ from .prior import (
 
 __all__ = [
     "FactorizationError",
+    "LinearObservations",
     "NaturalParameters",
     "PriorCache",
     "PriorFactorizationError",

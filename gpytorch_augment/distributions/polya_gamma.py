@@ -13,6 +13,7 @@ from torch.distributions import Distribution, constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
+from .._numerics import log1mexp as _log1mexp
 from .._numerics import log_cosh, pg_kl, pg_mean, pg_variance, safeguarded_newton
 from .._random import draw_device, numpy_generator
 from .auxiliary import NotReparameterized
@@ -28,12 +29,6 @@ _SERIES_MAX_TERMS = 5000
 _SERIES_CHUNK = 16
 #: above this ``b`` or ``|c|`` draws use the normal approximation with exact moments (see :func:`_sample_numpy`)
 _NORMAL_ABOVE = 1e8
-
-
-def _log1mexp(d: Tensor) -> Tensor:
-    r""":math:`\log(1 - e^{d})` for :math:`d \le 0` (Mächler's two-branch form; ``-inf`` at ``d = 0``)."""
-    d = d.clamp(max=0.0)
-    return torch.where(d > -_LOG2, torch.log(-torch.expm1(d)), torch.log1p(-torch.exp(d)))
 
 
 def _log_pg0_series(x: Tensor, b: Tensor) -> Tensor:

@@ -23,6 +23,7 @@ from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
 from .._validation import (
+    check_finite,
     check_inputs_targets,
     check_nonempty,
     check_target_keywords,
@@ -198,7 +199,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         keywords the likelihood takes, finite and aligned data, the model's batch shape and input dimension, and
         at least one data point (with sharded data a rank may hold none)."""
         check_target_keywords(self.likelihood, kwargs, where)
-        y = squeezed_targets(x, y)
+        if not self.likelihood.linear_observations:  # observations reading combinations of x are not aligned
+            y = squeezed_targets(x, y)
         self._check_inputs(x, y)
         if x.is_floating_point():  # integer targets (counts, trials=) converted exactly to the data's dtype
             y = float_targets(y, kwargs, x.dtype)
@@ -207,6 +209,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         return y
 
     def _check_inputs(self, x: Tensor, y: Tensor) -> None:
+        if self.likelihood.linear_observations:
+            return self._check_observation_inputs(x, y)
         batch_shape = self.strategy._variational_distribution.batch_shape
         try:
             data_batch = torch.broadcast_shapes(x.shape[:-2], batch_shape) if x.dim() >= 2 else None
@@ -228,6 +232,38 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             raise ValueError(
                 f"x has shape {tuple(x.shape)}, whose batch dimensions {tuple(x.shape[:-2])} do not fit the model's "
                 f"batch shape {tuple(batch_shape)}: pass x of shape (N, D) or (*batch_shape, N, D)"
+            )
+
+    def _check_observation_inputs(self, x: Tensor, y: Tensor) -> None:
+        """The checks of :meth:`_check_inputs` for a likelihood with linear observations, whose targets (one per
+        observation) are not aligned with the inputs: finite, ``x`` of shape ``(N, D)``, ``y`` of shape ``(n,)``."""
+        check_finite("x", x)
+        check_finite("y", y)
+        if x.dim() != 2 or y.dim() != 1:
+            raise ValueError(
+                f"{type(self.likelihood).__name__} takes x of shape (N, D) and y of shape (n,) (one target per "
+                f"observation); got x of shape {tuple(x.shape)} and y of shape {tuple(y.shape)}"
+            )
+        check_input_dim(x, self.strategy.inducing_points)
+        model_dtype = self.strategy.inducing_points.dtype
+        if x.is_floating_point() and x.dtype != model_dtype:
+            raise ValueError(f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert one of them")
+
+    def _prior_terms(self, x: Tensor, targets: Tensor, cache: bool) -> PriorTerms:
+        """The prior terms the CAVI step works on: those of the points ``x`` for a pointwise likelihood, those of
+        the observation functionals :math:`g = Df` for one with linear observations
+        (:mod:`gpytorch_augment.core.design`)."""
+        design = self.likelihood.observation_design(targets, x.shape[-2])
+        if design is None:
+            return self.strategy.cavi_terms(x, cache=cache)
+        return self.strategy.observation_terms(x, design, cache=cache)
+
+    def _refuse_partial_observations(self, num: int, what: str) -> None:
+        """Linear observations are fitted on all the observations at once (per process): ``ValueError`` otherwise."""
+        if self.likelihood.linear_observations and not self.distributed and num < self.num_data:
+            raise ValueError(
+                f"{type(self.likelihood).__name__} reads linear combinations of the inputs: {what} needs all "
+                f"num_data = {self.num_data} observations at once (mini-batches are not supported); got {num}"
             )
 
     def _to_likelihood_layout(self, t: Tensor) -> Tensor:
@@ -290,6 +326,13 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         if not self.distributed:
             check_batch_size(x.shape[-2], self.num_data, "CAVI.step")
         targets = self.likelihood.check_targets(y, **kwargs)
+        if self.likelihood.linear_observations:
+            self._refuse_partial_observations(targets.shape[-1], "CAVI.step")
+            if hyper_optimizer is not None:
+                raise ValueError(
+                    f"{type(self.likelihood).__name__} reads linear combinations of the inputs: learn the "
+                    "hyper-parameters with fit(x, y, learn_hyperparameters=True, ...), not a hyper_optimizer"
+                )
         if hyper_optimizer is not None and id(hyper_optimizer) not in self._checked_optimizers:
             self._check_hyper_optimizer(hyper_optimizer)
             self._checked_optimizers.add(id(hyper_optimizer))
@@ -300,7 +343,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         full_batch = targets.shape[-1] >= self.num_data or x is self._last_x
         self._last_x = x
         with torch.set_grad_enabled(fused):
-            graph_terms = self.strategy.cavi_terms(x, cache=full_batch)
+            graph_terms = self._prior_terms(x, targets, cache=full_batch)
         terms = graph_terms.detach() if fused else graph_terms
         with torch.no_grad():
             elbo, q = self._update(targets, terms, x.dtype)
@@ -380,6 +423,9 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         """
         y = self.likelihood.check_targets(self._checked_data(x, y, kwargs, "CAVI.elbo"), **kwargs)
         num_data = y.shape[-1]
+        if self.likelihood.linear_observations:  # one chunk: the observations read points anywhere in x
+            self._refuse_partial_observations(num_data, "CAVI.elbo")
+            chunk_size = num_data
         if chunk_size is None:
             num_inducing = self.strategy.inducing_points.shape[-2]
             chunk_size = max(1, _ELBO_CHUNK_ELEMENTS // max(num_inducing, 1))
@@ -390,7 +436,9 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         single = int(chunk_size) >= num_data  # only then are the prior terms worth caching
         for start in range(0, num_data, int(chunk_size)):
             piece = slice(start, start + int(chunk_size))
-            terms = self.strategy.cavi_terms(x if single else x[..., piece, :], cache=single)
+            terms = self._prior_terms(x, y, cache=True) if self.likelihood.linear_observations else (
+                self.strategy.cavi_terms(x if single else x[..., piece, :], cache=single)
+            )
             q = self.strategy.whitened_q(terms)
             if kl is None:
                 kl = q.kl().sum().to(x.dtype)
@@ -477,8 +525,13 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             ``learn_inducing_locations``.
         :returns: a :class:`CAVITrace`.
         """
-        if x is not None and y is not None:
+        if x is not None and y is not None and not self.likelihood.linear_observations:
             y = squeezed_targets(x, y)
+        if self.likelihood.linear_observations and (batch_size is not None or data_loader is not None):
+            raise ValueError(
+                f"{type(self.likelihood).__name__} reads linear combinations of the inputs: fit it on the full data "
+                "(no batch_size, no data_loader)"
+            )
         if learn_hyperparameters or hyper_options is not None:  # the one-call protocol (its own defaults)
             return self._fit_hyperparameters(
                 x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, callback=callback,

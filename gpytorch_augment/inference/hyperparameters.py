@@ -159,6 +159,11 @@ def fit_hyperparameters(
             "protocol='nested' works on one process's data only; with sharded data (torch.distributed) use "
             "protocol='stochastic' (or 'auto', which chooses it)"
         )
+    if protocol == "stochastic" and cavi.likelihood.linear_observations:
+        raise ValueError(
+            f"{type(cavi.likelihood).__name__} reads linear combinations of the inputs: its hyper-parameters are "
+            f"learnt by the nested protocol only (one process, at most {NESTED_MAX_DATA} observations)"
+        )
     if protocol == "nested" and num_epochs is not None:
         raise ValueError("num_epochs applies to the stochastic protocol only; the nested protocol caps max_iter")
     params = hyperparameters_of(cavi, learn_inducing_locations)

@@ -39,6 +39,9 @@ from gpytorch.variational import UnwhitenedVariationalStrategy
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
+from .._numerics import gauss_hermite
+from ..likelihoods.augmented_likelihood import NUM_QUADRATURE_LOCS
+
 __all__ = ["NestedObjective", "NestedProtocol"]
 
 
@@ -77,7 +80,16 @@ class NestedObjective:
         self.strategy = cavi.strategy
         self._distribution = self.strategy._variational_distribution
         self._fused = not isinstance(self.strategy, UnwhitenedVariationalStrategy)
-        self._true_elbo = gpytorch.mlls.VariationalELBO(cavi.likelihood, cavi.model, self.num_data)
+        #: whether the likelihood reads linear combinations of the inputs: the terms and marginals are then those of
+        #: the observation functionals g = Df, and the true expected log-likelihood is taken at their marginals
+        self._observed = observed = bool(cavi.likelihood.linear_observations)
+        if self._observed and not self._fused:
+            raise ValueError(
+                f"{type(cavi.likelihood).__name__} reads linear combinations of the inputs: the nested protocol needs "
+                "the whitened CAVIVariationalStrategy for it"
+            )
+        elbo_class = _ObservationELBO if observed else gpytorch.mlls.VariationalELBO
+        self._true_elbo = elbo_class(cavi.likelihood, cavi.model, self.num_data)
         #: the number of evaluations so far
         self.num_evaluations = 0
         self._snapshot: list[Tensor] = []
@@ -105,7 +117,17 @@ class NestedObjective:
 
     def _terms(self, graph: bool) -> Any:
         with torch.set_grad_enabled(graph):
-            return self.strategy.cavi_terms(self.x, cache=not graph)
+            return self.cavi._prior_terms(self.x, self.targets, cache=not graph)
+
+    def _expected_log_lik(self, mean: Tensor, var: Tensor) -> Tensor:
+        r""":math:`\sum_i E_{q(f_i)}\log p(y_i\mid f_i)` at the latent-major marginals ``mean``, ``var`` (those of
+        :math:`g = Df` for linear observations: Gauss--Hermite on the likelihood's ``log_prob_at``)."""
+        likelihood = self.cavi.likelihood
+        if self._observed:
+            nodes, weights = gauss_hermite(mean, var, NUM_QUADRATURE_LOCS)
+            return (weights * likelihood.log_prob_at(self.targets, nodes)).sum()
+        f_dist = marginal_distribution(likelihood, mean, var)
+        return likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
 
     @torch.no_grad()
     def _cavi_steps(self, steps: int, terms: Any) -> Any:
@@ -128,8 +150,7 @@ class NestedObjective:
         mean, var = q.marginals(terms)
         mean, var = mean.to(self.x.dtype).requires_grad_(True), var.to(self.x.dtype).requires_grad_(True)
         with torch.enable_grad():
-            f_dist = marginal_distribution(self.cavi.likelihood, mean, var)
-            ell = self.cavi.likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
+            ell = self._expected_log_lik(mean, var)
             d_mean, d_var = torch.autograd.grad(ell, (mean, var))
         lam = (-2 * d_var).clamp_min(0)
         stats = self.strategy.statistics(terms, d_mean + lam * mean.detach(), lam)
@@ -141,8 +162,7 @@ class NestedObjective:
     def true_elbo(self, terms: Any, q: Any) -> float:
         """GPyTorch's true ELBO per datum at the whitened ``q`` (no graph)."""
         mean, var = q.marginals(terms)
-        f_dist = marginal_distribution(self.cavi.likelihood, mean.to(self.x.dtype), var.to(self.x.dtype))
-        ell = self.cavi.likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
+        ell = self._expected_log_lik(mean.to(self.x.dtype), var.to(self.x.dtype))
         return float((ell - q.kl().sum().to(ell.dtype)) / self.num_data)
 
     # ------------------------------------------------------------------------------------------------ J(theta)
@@ -163,7 +183,19 @@ class NestedObjective:
         with cavi._frozen_q():
             mean, var = q.marginals(graph_terms)
             f_dist = marginal_distribution(cavi.likelihood, mean.to(self.x.dtype), var.to(self.x.dtype))
+            if self._observed:  # the marginals of g = Df and the canonical targets
+                return -self._true_elbo(f_dist, self.targets)
             return -self._true_elbo(f_dist, self.y, **self.kwargs)
+
+
+class _ObservationELBO(gpytorch.mlls.VariationalELBO):
+    """GPyTorch's ``VariationalELBO`` for a likelihood with linear observations, called with the diagonal
+    :math:`q(g)` of the observation functionals and the canonical targets: the expected log-likelihood is
+    Gauss--Hermite quadrature of the likelihood's ``log_prob_at`` at the marginals of :math:`g`."""
+
+    def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
+        nodes, weights = gauss_hermite(variational_dist_f.mean, variational_dist_f.variance, NUM_QUADRATURE_LOCS)
+        return (weights * self.likelihood.log_prob_at(target, nodes)).sum(0).sum(-1)
 
 
 def marginal_distribution(likelihood: Any, mean: Tensor, var: Tensor) -> MultivariateNormal:

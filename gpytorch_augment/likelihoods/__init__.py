@@ -15,6 +15,8 @@ from .logistic_softmax import LogisticSoftmaxLikelihood
 from .matern import MaternThreeHalvesLikelihood
 from .mixing_laws import GammaMixing, InverseGammaMixing, LaplaceTransformMixing, MixingLaw, PolyaGammaMixing
 from .negative_binomial import NegativeBinomialLogitLikelihood
+from .ordinal import OrdinalLogitLikelihood
+from .pairwise import PairwiseLogitLikelihood
 from .poisson import PoissonLogitLikelihood
 from .student_t import StudentTLikelihood
 
@@ -36,6 +38,8 @@ __all__ = [
     "NegativeBinomialLogitLikelihood",
     "NoiseVariance",
     "NormalLaplace",
+    "OrdinalLogitLikelihood",
+    "PairwiseLogitLikelihood",
     "PoissonLogitLikelihood",
     "PolyaGammaMixing",
     "StudentTLikelihood",

@@ -32,6 +32,7 @@ from torch.distributions import Distribution
 
 from .._numerics import gauss_hermite
 from .._validation import check_finite, checking_values, float_targets
+from ..core.design import LinearObservations
 from ..distributions.auxiliary import AuxiliaryDistribution
 
 __all__ = ["NUM_QUADRATURE_LOCS", "AugmentedLikelihood", "AuxDict", "validated_latent_blocks"]
@@ -103,6 +104,12 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: for a new likelihood). The figures behind each choice: the user guide's "Which engine, when".
     preferred_sampler: str = "gibbs"
 
+    #: Whether an observation reads a linear combination of latent values (e.g. a comparison :math:`f_a - f_b`)
+    #: rather than the latent value at its own input: then :meth:`observation_design` gives the combinations, the
+    #: targets need not be aligned with the inputs ``x``, and every protocol member below takes the observation
+    #: functionals :math:`g = Df` (and their marginals) where a pointwise likelihood takes :math:`f`.
+    linear_observations: bool = False
+
     #: Whether the targets are real values whose location and spread the latent GP must match (regression
     #: likelihoods): the one-call fit then warns when they are far from standardised, since every scale of the model
     #: starts at 1.
@@ -128,6 +135,12 @@ class AugmentedLikelihood(Likelihood, ABC):
         ``ValueError`` naming the offending value.
         """
         return check_finite("targets y", y)
+
+    def observation_design(self, y: Tensor, num_points: int) -> LinearObservations | None:
+        r"""The design :math:`g = Df` the canonical targets ``y`` read from ``num_points`` latent values
+        (:class:`~gpytorch_augment.core.LinearObservations`); ``None`` (the default) for a pointwise likelihood,
+        whose datum :math:`i` reads :math:`f_i`. Overridden by likelihoods with :attr:`linear_observations`."""
+        return None
 
     def check_observations(self, observations: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         """:meth:`check_targets`, plus agreement with :math:`q(f)`: as many targets as data points, finite moments.

@@ -30,7 +30,7 @@ from .._numerics import (
     pg_tilt_c,
 )
 from .._random import seeded_by
-from .._validation import check_finite, checking_values
+from .._validation import check_class_labels
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.negative_multinomial import NegativeMultinomial
 from ..distributions.polya_gamma import PolyaGamma
@@ -313,16 +313,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Labels must be integer class indices in ``0..K-1``; returned as floats."""
-        check_finite("labels y", y)
-        if not y.is_floating_point():
-            y = y.to(torch.get_default_dtype())
-        bad = (y != y.round()) | (y < 0) | (y > self.num_classes - 1)
-        if checking_values() and bad.any():
-            raise ValueError(
-                f"labels y must be integer class indices in 0..{self.num_classes - 1}; "
-                f"found {y[bad].flatten()[0].item()}"
-            )
-        return y
+        return check_class_labels(y, self.num_classes)
 
     # ------------------------------------------------------------------ drop-in
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Categorical:

@@ -108,8 +108,11 @@ class GPyTorchLikelihoodTestCase(BaseLikelihoodTestCase):
 
     @property
     def _adapted(self) -> bool:
-        """Whether GPyTorch's helpers need the generalisation (several latents or keyword data)."""
-        return self.case.num_latents > 1 or bool(self.case.make_kwargs(torch.Size([_NUM_DATA]), torch.Generator()))
+        """Whether GPyTorch's helpers need the generalisation (several latents, keyword data, or a ``Categorical``
+        predictive, whose ``mean`` GPyTorch's helpers would read)."""
+        if self.case.num_latents > 1 or bool(self.case.make_kwargs(torch.Size([_NUM_DATA]), torch.Generator())):
+            return True
+        return isinstance(self.create_likelihood()(torch.zeros(_NUM_DATA)), Categorical)
 
     def _generator(self) -> torch.Generator:
         """A generator seeded from torch's global RNG (which ``setUp`` seeds)."""

@@ -33,6 +33,7 @@ plain Python attributes that change what ``model.forward`` computes without chan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
@@ -52,6 +53,7 @@ from torch import Tensor
 from .._numerics import reverse_cholesky
 from .._validation import check_finite
 from ..core import NaturalParameters, PriorCache, PriorTerms, SufficientStatistics, WhitenedGaussian
+from ..core.design import LinearObservations
 from ..core.linalg import mv, tri_solve
 from ..core.prior import split_prior, whiten_prior
 
@@ -79,12 +81,16 @@ class _CAVIMixin:
     def _linalg_dtype(self) -> torch.dtype:
         return self.linalg_dtype or _linalg_dtype_cholesky.value()
 
+    def _store(self, name: str) -> PriorCache:
+        """The strategy's cache ``name``, created on first use (kept out of the module's state)."""
+        cache = self.__dict__.get(name)
+        if cache is None:
+            cache = self.__dict__[name] = PriorCache()
+        return cache
+
     @property
     def _prior_cache(self) -> PriorCache:
-        cache = self.__dict__.get("_cavi_prior_cache")
-        if cache is None:
-            cache = self.__dict__["_cavi_prior_cache"] = PriorCache()
-        return cache
+        return self._store("_cavi_prior_cache")
 
     @property
     def cached_cavi_terms(self) -> PriorTerms | None:
@@ -101,23 +107,49 @@ class _CAVIMixin:
         :math:`q(u)`'s, its train/eval flags, ``jitter_val`` and the linear-algebra dtype all keep their values
         (see the module docstring). When a graph is needed the terms are always recomputed.
         """
+        return self._cached(self._prior_cache, [x], cache, lambda: self._compute_terms(x))
+
+    def _cached(
+        self, store: PriorCache, inputs: list[Tensor], cache: bool, compute: Callable[[], PriorTerms]
+    ) -> PriorTerms:
+        """``compute()``, kept in ``store`` keyed on ``inputs`` and the model's prior dependencies when ``cache`` is
+        set and no autograd graph is needed (the rule of :meth:`cavi_terms`)."""
         use_cache = cache and not torch.is_inference_mode_enabled()
         if use_cache:
             tensors, flags = self._prior_dependencies()
-            if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)):
+            if torch.is_grad_enabled() and (inputs[0].requires_grad or any(t.requires_grad for t in tensors)):
                 use_cache = False
             else:
-                hit = self._prior_cache.get([x], tensors, flags)
+                hit = store.get(inputs, tensors, flags)
                 if hit is not None:
                     return PriorTerms(*hit)
-        terms = self._compute_terms(x)
+        terms = compute()
         if use_cache:
-            self._prior_cache.put([x], tensors, flags, tuple(terms))
+            store.put(inputs, tensors, flags, tuple(terms))
         return terms
+
+    def observation_terms(self, x: Tensor, design: LinearObservations, cache: bool = True) -> PriorTerms:
+        r"""The prior terms of the linear observations :math:`g = Df` of the latent values at ``x``
+        (:meth:`LinearObservations.observed <gpytorch_augment.core.LinearObservations.observed>`): :meth:`cavi_terms`
+        at ``x`` and the entries of :math:`K_{XX}` the observations read (the prior covariance at ``x`` is evaluated
+        densely, :math:`O(N^2)` for the ``N`` points of ``x``). Cached like :meth:`cavi_terms`, keyed also on the
+        design."""
+
+        def compute() -> PriorTerms:
+            terms = self.cavi_terms(x, cache=cache)
+            K_XX = self.model.forward(x).lazy_covariance_matrix.to_dense()
+            return design.observed(terms, K_XX, self.jitter_val if self._data_jitter else 0.0)
+
+        return self._cached(self._observation_cache, [x, design.index, design.weight], cache, compute)
+
+    @property
+    def _observation_cache(self) -> PriorCache:
+        return self._store("_cavi_observation_cache")
 
     def clear_cavi_cache(self) -> None:
         """Forget the cached prior terms of :meth:`cavi_terms` (only needed after a change it cannot see)."""
         self._prior_cache.clear()
+        self._observation_cache.clear()
 
     def _prior_dependencies(self) -> tuple[list[Tensor], tuple[Any, ...]]:
         """Every tensor the prior at ``cat[Z, x]`` may depend on -- the parameters and buffers of all the model's

@@ -69,6 +69,7 @@ from tests.likelihoods.cases_counts import COUNT_CASES
 from tests.likelihoods.cases_generic import GENERIC_CASES
 from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_CASES
 from tests.likelihoods.cases_multiclass import MULTICLASS_CASES
+from tests.likelihoods.cases_ordinal import ORDINAL_CASES
 from tests.likelihoods.cases_robust import ROBUST_CASES
 
 #: every registered likelihood, one case per line (a new likelihood appends its case)
@@ -79,6 +80,7 @@ CASES: list[LikelihoodCase] = [
     *MULTICLASS_CASES,
     *HETEROSCEDASTIC_CASES,
     *GENERIC_CASES,
+    *ORDINAL_CASES,
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

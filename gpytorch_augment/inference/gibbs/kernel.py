@@ -99,6 +99,11 @@ class GibbsKernel(MCMCKernel):
                 "overrelaxation is implemented for the exact model only (the inducing-point chain state holds f, "
                 "not the inducing values v it would need); use overrelaxation=0 with inducing_points"
             )
+        if target.design is not None and target.is_sparse:
+            raise ValueError(
+                f"{type(target.likelihood).__name__} reads linear combinations of the latents: the Gibbs sampler "
+                "supports it on the exact model only (no inducing_points)"
+            )
         self.alpha = check_alpha(alpha, target.is_sparse)
         self.target = target
         self.f_update = f_update
@@ -183,7 +188,7 @@ class GibbsKernel(MCMCKernel):
             and :math:`f_i \sim p(f_i \mid u)`).
         """
         target = self.target
-        T, N = target.num_latents, target.num_data
+        T, N = target.num_latents, target.num_observations
         batch = torch.broadcast_shapes(h.shape, lam.shape)[: -1 if T == 1 else -2]
         shape = torch.Size(batch) + (T, N)
         h_, lam_ = target.from_likelihood(h, shape), target.from_likelihood(lam, shape)
@@ -296,9 +301,13 @@ class GibbsKernel(MCMCKernel):
         lam: Tensor,
         generator: torch.Generator | None,
         f_old: Tensor | None = None,
+        observed: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         r"""``(f, v)`` with :math:`f = \mu + A^\top v` and :math:`v \sim \mathcal N(B^{-1}b, B^{-1})`: the
-        core's optimal whitened Gaussian for the statistics of ``(h, lam)`` and its pathwise draw.
+        core's optimal whitened Gaussian for the statistics of ``(h, lam)`` and its pathwise draw. For linear
+        observations :math:`g = Df`, ``observed`` holds their terms :math:`(AD^\top, D\mu)`, from which the
+        statistics are formed (:math:`B = I + AD^\top\Lambda DA^\top`), while :math:`f` is still
+        :math:`\mu + A^\top v`.
 
         With ``f_old`` (and ``overrelaxation`` :math:`a \ne 0`) the over-relaxed update
         :math:`f' = a f_{\text{old}} + (1 - a - c)\,m + c\tilde f` (:math:`c = \sqrt{1 - a^2}`, :math:`m` the
@@ -306,7 +315,7 @@ class GibbsKernel(MCMCKernel):
         :math:`f' = a f_{\text{old}} + (1 - a)\mu + A^\top C^{-1}\big((1 - a) C^{-\top} b + c\,\varepsilon\big)`,
         and ``v`` is ``None``."""
         a, c = self._relaxation(f_old)
-        q = WhitenedGaussian.optimal(SufficientStatistics.from_batch(A, mu, h, lam))
+        q = WhitenedGaussian.optimal(SufficientStatistics.from_batch(*(observed or (A, mu)), h, lam))
         eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
         if a == 0.0:
             v = q.draw(eps)
@@ -367,11 +376,22 @@ class GibbsKernel(MCMCKernel):
                 picked = (t.index_select(0, idx) if t is not None else None for t in terms)
                 self.workspace[key] = PriorTerms(*picked)
             terms = self.workspace[key]
+        if self.target.design is not None:  # linear observations: the whitened draw with their statistics
+            observed = self._observed_terms(terms, latents)
+            return self._whitened_draw(terms.A, terms.mu, h, lam, generator, f_old, observed)
         if self.target.is_sparse:
             return self._sparse_draw(terms, h, lam, generator, tuple(latents) if latents is not None else None)
         if self.f_update == "auto" and bool((lam >= torch.finfo(lam.dtype).tiny).all()):
             return self._gpml_draw(terms, h, lam, generator, f_old), None
         return self._whitened_draw(terms.A, terms.mu, h, lam, generator, f_old)
+
+    def _observed_terms(self, terms: PriorTerms, latents: list[int] | None) -> tuple[Tensor, Tensor]:
+        r""":math:`(AD^\top, D\mu)` of the linear observations (cached per prior and block)."""
+        key = ("observed", tuple(latents) if latents is not None else None)
+        if key not in self.workspace:
+            design = self.target.design
+            self.workspace[key] = (design.apply(terms.A), design.apply(terms.mu))
+        return self.workspace[key]
 
     def _q_alpha(self, terms: PriorTerms, h: Tensor, lam: Tensor) -> WhitenedGaussian:
         r""":math:`q^*_\alpha(v)`, the Power-EP fixed point of the Gaussian problem with tilts :math:`(h, \lambda)`:
@@ -417,7 +437,7 @@ class GibbsKernel(MCMCKernel):
         blocks = target.blocks or [None]
         v_all = None
         for block in blocks:
-            f_lik = target.to_likelihood(f)
+            f_lik = target.observed(target.to_likelihood(f))
             with self.target.constants(constants):
                 aux = likelihood.sample_aux(y, f_lik, generator=generator)
                 if self.samples_constants:
@@ -427,7 +447,8 @@ class GibbsKernel(MCMCKernel):
                         aux = fresh
             with self.target.constants(constants):
                 h, lam = likelihood.potential_and_precision(y, aux, f_lik)
-            h, lam = target.from_likelihood(h, f.shape), target.from_likelihood(lam, f.shape)
+            shape = f.shape if target.design is None else f.shape[:-1] + (target.num_observations,)
+            h, lam = target.from_likelihood(h, shape), target.from_likelihood(lam, shape)
             if block is None:
                 f, v_all = self._latent_draw(h, lam, generator, f_old=f)
             else:

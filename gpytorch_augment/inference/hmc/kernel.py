@@ -209,6 +209,11 @@ class HMCKernel(MCMCKernel):
     ) -> None:
         if target.is_sparse:
             raise ValueError("HMCSampler samples the exact posterior only; use GibbsSampler with inducing_points")
+        if target.design is not None:
+            raise ValueError(
+                f"{type(target.likelihood).__name__} reads linear combinations of the latents, which HMCSampler does "
+                "not support: use GibbsSampler"
+            )
         if getattr(target.likelihood, "samples_constants", False):
             raise ValueError(
                 f"{type(target.likelihood).__name__} has a prior on its constants, which HMCSampler would ignore (it "

@@ -418,7 +418,8 @@ class PosteriorSamples:
         Exact model: :math:`\frac1S\sum_s \mathcal N\big(f_* \mid \mu_* + K_{*X}K^{-1}(f^{(s)} - \mu_0),\
         K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (:doc:`/maths/engines`).
         :math:`y_*` is predicted with the **original** likelihood: ``likelihood.marginal`` of each conditional,
-        averaged over draws.
+        averaged over draws (not for a likelihood with linear observations, e.g. comparisons, whose targets read
+        several points: ``y_mean`` and ``y_probs`` are then ``None``; use ``f_draws``).
 
         :param x_new: ``(N*, D)`` inputs.
         :param generator: for the draws of :math:`f_*`.
@@ -489,6 +490,8 @@ class PosteriorSamples:
         values, one draw at a time, because a likelihood's marginal need not broadcast a batch of constants against
         a batch of predictive distributions."""
         target = self.target
+        if target.likelihood.linear_observations:  # an observation reads several points: no per-point predictive
+            return None, None
         n_draws, n_new = means.shape[0], means.shape[-1]
         chunk = 1 if self.hyper else chunk_size or max(1, (1 << 20) // max(1, n_new * target.num_latents))
         y_mean_sum, y_probs_sum, has_mean = None, None, True

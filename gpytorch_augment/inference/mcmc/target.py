@@ -148,8 +148,12 @@ class PosteriorTarget:
         if not callable(getattr(model, "forward", None)):
             raise TypeError(f"model must define forward(x) returning the prior; got {type(model).__name__}")
         check_target_keywords(likelihood, kwargs, caller)
-        y = squeezed_targets(x, y)
-        check_inputs_targets(x, y)
+        if likelihood.linear_observations:  # one target per observation, not per input
+            check_finite("x", x)
+            check_finite("y", y)
+        else:
+            y = squeezed_targets(x, y)
+            check_inputs_targets(x, y)
         check_nonempty(x, caller)
         _warn_exact_gp(model, caller)
         if y.dim() != 1:
@@ -172,6 +176,9 @@ class PosteriorTarget:
         self.model, self.likelihood, self.x = model, likelihood, x
         self.target_kwargs = kwargs
         self.y = likelihood.check_targets(y, **kwargs)
+        #: the linear observations :math:`g = Df` the targets read (:class:`~gpytorch_augment.core.LinearObservations`;
+        #: ``None`` for a pointwise likelihood, whose datum :math:`i` reads :math:`f_i`)
+        self.design = likelihood.observation_design(self.y, x.shape[-2])
         self.inducing_points = inducing_points
         self.jitter = float(jitter)
         self.linalg_dtype = linalg_dtype
@@ -198,7 +205,18 @@ class PosteriorTarget:
 
     @property
     def num_data(self) -> int:
+        """The number of latent points (the inputs ``x``)."""
+        return int(self.y.shape[-1]) if self.design is None else int(self.x.shape[-2])
+
+    @property
+    def num_observations(self) -> int:
+        """The number of targets: :attr:`num_data` for a pointwise likelihood, else the linear observations'."""
         return int(self.y.shape[-1])
+
+    def observed(self, f: Tensor) -> Tensor:
+        r"""The latents the likelihood reads, in its layout: :math:`f` itself, or :math:`g = Df` for linear
+        observations."""
+        return f if self.design is None else self.design.apply(f)
 
     @property
     def num_inducing(self) -> int | None:
@@ -384,8 +402,10 @@ class PosteriorTarget:
         if y is None:
             return self.y
         check_finite("y", y)
-        if y.shape[-1] != self.num_data:
-            raise ValueError(f"y must have {self.num_data} points in its last dimension; got shape {tuple(y.shape)}")
+        if y.shape[-1] != self.num_observations:
+            raise ValueError(
+                f"y must have {self.num_observations} points in its last dimension; got shape {tuple(y.shape)}"
+            )
         y = float_targets(y, dict(self.target_kwargs), self.dtype)
         return self.likelihood.check_targets(y, **self.target_kwargs)
 
