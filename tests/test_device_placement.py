@@ -29,6 +29,20 @@ ALLOWED = {
     ("_numerics.py", "standard_normal_rule"): "a cached quadrature rule built once, then moved with .to(device)",
     ("datasets.py", "load_keel.as_tensor"): "data sets are loaded on the host; the user moves them",
     ("demo.py", "_plot"): "the demo plots on the host",
+    ("distributions/laplace_transform.py", "<module>"): "the grid log phi is checked on, a host constant",
+    ("distributions/laplace_transform.py", "check_laplace_transform"): "log phi on the host check grid, at "
+    "construction",
+    ("distributions/laplace_transform.py", "__init__"): "as_tensor of the caller's r (a tensor keeps its device)",
+    ("likelihoods/laplace_transform.py", "__init__"): "a constructor constant, registered with the module and moved "
+    "with it",
+    ("likelihoods/laplace_transform.py", "coefficients"): "a coefficient's value: a tensor keeps its device, a number "
+    "is a 0-d tensor that combines with any device",
+    ("likelihoods/mixing_laws.py", "log_mass"): "log phi(0) as a 0-d value (combines with any device)",
+    ("likelihoods/ordinal.py", "__init__"): "a module parameter, moved with the module",
+    ("likelihoods/ordinal.py", "cutpoints"): "the setter validates the user's values on the host, then copies them "
+    "into the parameter on its device",
+    ("likelihoods/pairwise.py", "_required_comparisons"): "as_tensor of the user's index pairs (a tensor keeps its "
+    "device)",
     ("inference/mcmc/_arguments.py", "check_init_state"): "as_tensor of user tensors, to validate them",
     ("inference/mcmc/driver.py", "_sample"): "a fresh seed drawn on the host (a Python int)",
     ("inference/mcmc/samples.py", "summary"): "diagnostics computed on the host",

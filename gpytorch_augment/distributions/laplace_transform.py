@@ -195,13 +195,13 @@ class TiltedLaplaceTransform(NotReparameterized, Distribution):
         )
 
     def log_prob(self, value: Tensor | float) -> Tensor:
-        value = torch.as_tensor(value, dtype=self.r.dtype)
+        value = torch.as_tensor(value, dtype=self.r.dtype, device=self.r.device)
         density = self._invert(value)[1]
         out = torch.where(density > 0, density.clamp_min(1e-300).log(), torch.full_like(density, -math.inf))
         return out.to(self.r.dtype)
 
     def cdf(self, value: Tensor | float) -> Tensor:
-        return self._invert(torch.as_tensor(value, dtype=self.r.dtype))[0].to(self.r.dtype)
+        return self._invert(torch.as_tensor(value, dtype=self.r.dtype, device=self.r.device))[0].to(self.r.dtype)
 
     @torch.no_grad()
     def sample(self, sample_shape: torch.Size = torch.Size(), generator: torch.Generator | None = None) -> Tensor:

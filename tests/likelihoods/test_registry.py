@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gpytorch_augment.likelihoods as likelihoods_module
-from gpytorch_augment.likelihoods import AugmentedLikelihood, LaplaceTransformLikelihood
+from gpytorch_augment.likelihoods import AugmentedLikelihood, LaplaceTransformLikelihood, PairwiseLogitLikelihood
 from tests.likelihoods.registry import CASES, PRIMARY, TABLES, likelihood_table, registration_problems, table_in
 
 #: exported likelihood classes that are not registered themselves, and why
@@ -18,6 +18,8 @@ NOT_REGISTERED = {
     AugmentedLikelihood: "the abstract protocol",
     LaplaceTransformLikelihood: "the generic class: its named instances are registered, and "
     "tests/likelihoods/test_laplace_transform.py checks it against the hand-written likelihoods",
+    PairwiseLogitLikelihood: "linear observations (a comparison reads f_a - f_b), outside the pointwise protocol the "
+    "suite runs; tests/likelihoods/test_pairwise.py checks CAVI and exact Gibbs against brute force",
 }
 
 
