@@ -1,0 +1,310 @@
+r"""Integrals: Gauss--Hermite over :math:`\mathcal N(m, s)` and its predictive mixtures, discrete-mixture CDFs and
+quantiles, the log-scale trapezoid, Frullani's :math:`E\log(1 + (y-f)^2/c)`, and expectations over independent Gaussian
+latents (product rules, quasi-Monte Carlo)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.distributions import Categorical, Distribution, MixtureSameFamily
+
+
+@lru_cache(maxsize=16)
+def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.hermite.hermgauss(n)
+    return x * math.sqrt(2.0), w / math.sqrt(math.pi)
+
+
+@lru_cache(maxsize=64)
+def _hermgauss_tensors(n: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The standard-normal Gauss--Hermite rule as tensors, cached per ``(n, dtype, device)`` (no host copy per
+    call on a GPU); the cached tensors must not be modified."""
+    x, w = _hermgauss(n)
+    return torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(w, dtype=dtype, device=device)
+
+
+def gauss_hermite(mean: Tensor, var: Tensor, num_locs: int = 20) -> tuple[Tensor, Tensor]:
+    r"""Nodes ``f`` of shape ``(num_locs, *mean.shape)`` and weights of shape ``(num_locs, 1, ..)`` such
+    that :math:`E_{\mathcal N(m, s)} g(f) \approx \sum_k w_k\, g(f_k)`. The rule is cached per dtype and device.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._numerics import gauss_hermite
+        >>> nodes, weights = gauss_hermite(torch.tensor([1.0]), torch.tensor([4.0]), num_locs=10)
+        >>> (weights * nodes**2).sum(0)          # E f^2 = m^2 + s
+        tensor([5.])
+    """
+    x, w = _hermgauss_tensors(num_locs, mean.dtype, mean.device)
+    shape = (num_locs,) + (1,) * mean.dim()
+    return mean + var.clamp_min(0).sqrt() * x.view(shape), w.view(shape)
+
+
+def quadrature_mixture(
+    nodes: Tensor, weights: Tensor, component: Callable[[Tensor], Distribution]
+) -> MixtureSameFamily:
+    r"""The Gauss--Hermite predictive :math:`\sum_k w_k\, p(y \mid f_k)` as a ``MixtureSameFamily``.
+
+    ``nodes`` and ``weights`` are those of :func:`gauss_hermite` (node dimension first); ``component`` maps latent
+    values with the node dimension **last**, shape ``(*mean.shape, num_locs)``, to :math:`p(y \mid f)` (per-datum
+    parameters must be given a trailing singleton dimension). The mixture's ``.mean`` and ``.variance`` are the
+    quadrature moments and ``.log_prob(y)`` is the log of the quadrature-mixed density or mass.
+    """
+    f = nodes.movedim(0, -1)
+    w = weights.expand_as(nodes).movedim(0, -1)
+    return QuadratureMixture(Categorical(probs=w), component(f))
+
+
+class QuadratureMixture(MixtureSameFamily):
+    """The ``MixtureSameFamily`` of :func:`quadrature_mixture`: ``cdf`` also works for count components (by summing
+    the mass function), and ``icdf`` (which a mixture has in no closed form) says where the quantiles are."""
+
+    def cdf(self, x: Tensor) -> Tensor:
+        if self.component_distribution.support.is_discrete:
+            return discrete_mixture_cdf(self, x).to(self.mixture_distribution.probs.dtype)
+        try:
+            return super().cdf(x)
+        except NotImplementedError as err:
+            raise NotImplementedError(
+                f"the predictive mixture of {type(self.component_distribution).__name__} has no cdf; use the "
+                "likelihood's predictive_cdf(q_f, value) where it has one"
+            ) from err
+
+    def icdf(self, value: Tensor) -> Tensor:
+        raise NotImplementedError(
+            "a quadrature mixture has no closed-form icdf: use likelihood.predictive_quantile(q_f, q) or "
+            "likelihood.predictive_interval(q_f, level) (same keyword data as likelihood(q_f, ...))"
+        )
+
+
+#: grid points of the mass function evaluated at a time (per datum and quadrature node)
+_CHUNK = 256
+
+
+def _upper_bound(mixture: MixtureSameFamily) -> Tensor | None:
+    """The largest value of the components' support (the binomial's trials), per datum; ``None`` if unbounded."""
+    upper = getattr(mixture.component_distribution.support, "upper_bound", None)
+    device = mixture.mixture_distribution.probs.device
+    return None if upper is None else torch.as_tensor(upper, device=device)[..., 0]
+
+
+def discrete_mixture_cdf(mixture: MixtureSameFamily, value: Tensor | float) -> Tensor:
+    r""":math:`P(y \le \text{value})` of a mixture of distributions on :math:`\{0, 1, \dots\}`, by summing its mass
+    function over :math:`0, \dots, \lfloor\text{value}\rfloor` (float64; ``value`` broadcasts against the data)."""
+    shape, device = mixture.batch_shape, mixture.mixture_distribution.probs.device
+    value = torch.as_tensor(value, dtype=torch.float64, device=device).floor().expand(shape)
+    total = torch.zeros(shape, dtype=torch.float64, device=device)
+    top = int(value.max().clamp(min=-1).item())
+    upper = _upper_bound(mixture)
+    for start in range(0, top + 1, _CHUNK):
+        stop = min(start + _CHUNK, top + 1)
+        grid = torch.arange(start, stop, dtype=torch.float64, device=device).reshape(-1, *[1] * len(shape))
+        total = total + (_mass(mixture, grid, upper) * (grid <= value)).sum(0)
+    return total.clamp(max=1.0)
+
+
+def _mass(mixture: MixtureSameFamily, grid: Tensor, upper: Tensor | None) -> Tensor:
+    """The mixture's probability mass at ``grid`` (``(G, *batch)``), 0 beyond the support's upper bound."""
+    dtype = mixture.mixture_distribution.probs.dtype
+    grid = grid.expand(grid.shape[0], *mixture.batch_shape)
+    inside = torch.ones_like(grid, dtype=torch.bool) if upper is None else grid <= upper.to(grid)
+    safe = grid if upper is None else torch.minimum(grid, upper.to(grid))
+    return torch.where(inside, mixture.log_prob(safe.to(dtype)).double().exp(), 0.0)
+
+
+def discrete_mixture_quantile(mixture: MixtureSameFamily, q: Tensor | float) -> Tensor:
+    r"""The smallest integer :math:`k` with :math:`P(y \le k) \ge q`, per datum (``q`` broadcasts against the data),
+    found by summing the mass function upwards from 0 in chunks until every quantile is reached."""
+    shape, device = mixture.batch_shape, mixture.mixture_distribution.probs.device
+    q = torch.as_tensor(q, dtype=torch.float64, device=device).expand(shape)
+    upper = _upper_bound(mixture)
+    cdf = torch.zeros(shape, dtype=torch.float64, device=device)
+    out = torch.full(shape, -1.0, dtype=torch.float64, device=device)
+    start = 0
+    while bool((out < 0).any()):
+        grid = torch.arange(start, start + _CHUNK, dtype=torch.float64, device=device).reshape(-1, *[1] * len(shape))
+        running = cdf + _mass(mixture, grid, upper).cumsum(0)
+        reached = running >= q * (1 - 1e-12)
+        if upper is not None:  # the last support point holds the rest of the mass
+            reached = reached | (grid >= upper.to(grid))
+        first = torch.where(reached.any(0), reached.double().argmax(0).double() + start, torch.full_like(q, -1.0))
+        out = torch.where((out < 0) & (first >= 0), first, out)
+        cdf = running[-1]
+        start += _CHUNK
+    return out
+
+
+#: nodes of :func:`log_trapezoid` (step <= 0.25 on the widest range it is used on; error ~ exp(-pi^2 / step))
+LOG_GRID_NODES = 400
+#: nats of exponential decay of an integrand left out at each end of a log-scale range
+LOG_GRID_TAIL = 45.0
+
+
+def log_trapezoid(
+    log_integrand: Callable[[Tensor], Tensor], lo: Tensor, hi: Tensor, num: int = LOG_GRID_NODES
+) -> Tensor:
+    r""":math:`\log\int_{lo}^{hi} e^{g(u)}\,du` by the trapezoid rule on ``num`` nodes, elementwise.
+
+    ``log_integrand`` maps nodes of shape ``(num, *lo.shape)`` to :math:`g` there. For integrands analytic in a strip
+    around the real axis that decay exponentially at both ends (where the end weights do not matter) the rule
+    converges geometrically in the step; the sum is taken in log space.
+    """
+    steps = torch.linspace(0.0, 1.0, num, dtype=lo.dtype, device=lo.device).view(num, *([1] * lo.dim()))
+    u = lo + (hi - lo) * steps
+    return torch.logsumexp(log_integrand(u), dim=0) + torch.log((hi - lo) / (num - 1))
+
+
+def expected_log1p_square(d2: Tensor, var: Tensor, c: Tensor) -> Tensor:
+    r""":math:`E_{\mathcal N(f\mid m, s)}\log(1 + (y-f)^2/c)` for ``d2`` :math:`=(y-m)^2` and ``var`` :math:`=s`.
+
+    Frullani's integral and the Gaussian expectation of :math:`e^{-\tau(y-f)^2}` give
+
+    .. math::
+        E\log\Big(1 + \frac{(y-f)^2}{c}\Big) = \int_0^\infty\Big[1 - \Big(1 + \frac{2ts}c\Big)^{-1/2}
+        e^{-t d^2/(c + 2ts)}\Big]\,\frac{e^{-t}}t\,dt ,
+
+    integrated by :func:`log_trapezoid` in :math:`\log t`: accurate for any :math:`c/s`, where Gauss--Hermite over
+    :math:`f` is off by tenths of a nat once :math:`\sqrt c \ll \sqrt s`.
+    """
+    hi = torch.full_like(d2 + c + var, math.log(LOG_GRID_TAIL))
+    lo = torch.log(c / (c + var + d2)) - LOG_GRID_TAIL
+
+    def log_integrand(u: Tensor) -> Tensor:  # log[(1 - E e^{-t (y-f)^2 / c}) e^{-t}], t = e^u
+        t = u.exp()
+        log_laplace = -0.5 * torch.log1p(2 * t * var / c) - t * d2 / (c + 2 * t * var)
+        return torch.log(-torch.expm1(log_laplace)) - t
+
+    return log_trapezoid(log_integrand, lo, hi).exp()
+
+
+# ---------------------------------------------------------------------------------------------- latent integrals
+#: nodes per latent of the product Gauss--Hermite rule for J <= 3 latents (quasi-Monte Carlo beyond)
+PRODUCT_RULE_NODES = {1: 64, 2: 40, 3: 20}
+#: default number of quasi-Monte Carlo points (scrambled Sobol, fixed seed) for J > 3 latents
+NUM_QMC_POINTS = 2**14
+_QMC_SEED = 20240917
+#: elements of one chunk of (points x data x latents) in the latent integrals
+_CHUNK_ELEMENTS = 2**22
+
+
+@lru_cache(maxsize=32)
+def standard_normal_rule(
+    num_latents: int, dtype: torch.dtype, device: torch.device, num_points: int = NUM_QMC_POINTS
+) -> tuple[Tensor, Tensor]:
+    r"""Points :math:`z_p \in \mathbb R^J` and weights :math:`w_p` with :math:`E\,g(z) \approx \sum_p w_p g(z_p)`
+    for :math:`z \sim \mathcal N(0, I_J)`: a product Gauss--Hermite rule for :math:`J \le 3`
+    (:data:`PRODUCT_RULE_NODES`), else ``num_points`` scrambled Sobol points (fixed seed) through the inverse
+    normal CDF. Cached; the tensors must not be modified."""
+    if num_latents in PRODUCT_RULE_NODES:
+        zero = torch.zeros((), dtype=torch.float64)
+        x, w = gauss_hermite(zero, torch.ones_like(zero), PRODUCT_RULE_NODES[num_latents])
+        grid = torch.cartesian_prod(*([x] * num_latents)).reshape(-1, num_latents)
+        weights = torch.cartesian_prod(*([w] * num_latents)).reshape(-1, num_latents).prod(-1)
+    else:
+        engine = torch.quasirandom.SobolEngine(num_latents, scramble=True, seed=_QMC_SEED)
+        u = engine.draw(num_points, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+        grid = math.sqrt(2.0) * torch.erfinv(2 * u - 1)
+        weights = torch.full((num_points,), 1.0 / num_points, dtype=torch.float64)
+    return grid.to(device=device, dtype=dtype), weights.to(device=device, dtype=dtype)
+
+
+def latent_expectation(
+    fn: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor, num_points: int = NUM_QMC_POINTS
+) -> Tensor:
+    r""":math:`E_{f_{ij} \sim \mathcal N(m_{ij}, s_{ij})\ \text{indep.}}\, \mathrm{fn}(f)` for ``mean, var`` of shape
+    ``(..., N, J)`` by :func:`standard_normal_rule`; ``fn`` maps latents with a leading point dimension to values
+    with the same leading dimension. Chunked over the points; differentiable in ``mean`` and ``var``."""
+    z, w = standard_normal_rule(mean.shape[-1], mean.dtype, mean.device, num_points)
+    sd = var.clamp_min(0).sqrt()
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, mean.numel()))
+    total: Tensor | None = None
+    for start in range(0, z.shape[0], chunk):
+        zc = z[start : start + chunk].reshape(-1, *([1] * (mean.dim() - 1)), mean.shape[-1])
+        values = fn(mean + sd * zc)
+        wc = w[start : start + chunk].reshape(-1, *([1] * (values.dim() - 1)))
+        part = (wc * values).sum(0)
+        total = part if total is None else total + part
+    assert total is not None
+    return total
+
+
+def additive_product_rule(
+    link: Callable[[Tensor], Tensor],
+    mean: Tensor,
+    var: Tensor,
+    log_scales: Tensor,
+    offset: Tensor | None = None,
+    ratios: bool = False,
+) -> Tensor:
+    r"""Product Gauss--Hermite integrals of :math:`T(f) = b + \sum_{j\le J} a_j e^{\ell(f_j)}` over independent
+    :math:`f_j \sim \mathcal N(m_j, s_j)`, :math:`J \le 3` (:data:`PRODUCT_RULE_NODES` nodes per latent).
+
+    :math:`T` on the product grid is a sum of per-latent terms, so only the :math:`nJ` node values need the
+    ``link`` :math:`\ell` and the grid costs one division (or logarithm) per point.
+
+    :param link: :math:`\ell`, elementwise (e.g. ``logsigmoid``).
+    :param mean: :math:`m`, shape ``(B, J)``.
+    :param var: :math:`s`, shape ``(B, J)``.
+    :param log_scales: :math:`\log a_j`, shape ``(B, J)``.
+    :param offset: :math:`b \ge 0`, shape ``(B,)`` (default 0).
+    :param ratios: return :math:`E[a_j e^{\ell(f_j)} / T]`, shape ``(B, J)`` (with :math:`E[b/T]` appended as
+        column :math:`J + 1` when ``offset`` is given), instead of :math:`E\log T`, shape ``(B,)``.
+    """
+    J = mean.shape[-1]
+    n = PRODUCT_RULE_NODES[J]
+    zero = torch.zeros((), dtype=mean.dtype, device=mean.device)
+    z, w = gauss_hermite(zero, torch.ones_like(zero), n)  # (n,), (n,)
+    sd = var.clamp_min(0).sqrt()
+    grid_axes = tuple(range(J))
+    weights = w.reshape(-1, *([1] * J))
+    for j in range(1, J):
+        weights = weights * w.reshape(*([1] * j), n, *([1] * (J - j)))
+    chunk = max(1, _CHUNK_ELEMENTS // n**J)
+    parts = []
+    for start in range(0, mean.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        log_t = log_scales[rows] + link(mean[rows] + sd[rows] * z.view(n, 1, 1))  # (n, B, J)
+        log_b = offset[rows].log() if offset is not None else None
+        # each row shifted by its largest term: T e^{-shift} does not underflow where every term is tiny
+        shift = log_t.detach().amax((0, 2))
+        if log_b is not None:
+            shift = torch.maximum(shift, log_b.detach())
+        shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+        log_t = log_t - shift.unsqueeze(-1)
+
+        def grid_views(values: Tensor) -> list[Tensor]:
+            return [values[..., j].reshape(*([1] * j), n, *([1] * (J - 1 - j)), -1) for j in range(J)]
+
+        views = grid_views(log_t.exp())
+        total = (log_b - shift).exp() if log_b is not None else torch.zeros_like(shift)
+        for view in views:
+            total = total + view  # (n,)*J + (B,)
+        if bool((total <= 0).any()) or not bool(torch.isfinite(total).all()):
+            # a grid spread wider than the dtype's range: the log-domain sum (slower, exact in range)
+            views = grid_views(log_t)
+            log_total = (log_b - shift).expand_as(shift) if log_b is not None else None
+            for view in views:
+                log_total = view if log_total is None else torch.logaddexp(log_total, view)
+            assert log_total is not None
+            if ratios:
+                cols = [(weights * (view - log_total).exp()).sum(grid_axes) for view in views]
+                if log_b is not None:
+                    cols.append((weights * (log_b - shift - log_total).exp()).sum(grid_axes))
+                parts.append(torch.stack(cols, -1))
+            else:
+                parts.append((weights * log_total).sum(grid_axes) + shift)
+            continue
+        if ratios:
+            inv = weights / total
+            cols = [(inv * view).sum(grid_axes) for view in views]
+            if offset is not None:
+                cols.append(inv.sum(grid_axes) * (log_b - shift).exp())
+            parts.append(torch.stack(cols, -1))
+        else:
+            parts.append((weights * total.log()).sum(grid_axes) + shift)
+    return torch.cat(parts, 0)

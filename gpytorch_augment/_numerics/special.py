@@ -1,0 +1,125 @@
+r"""Special functions: the Pólya-Gamma moments and KL, the logistic bounds, :func:`log_cosh`, :func:`log1mexp`,
+the Student-t normaliser (stable in value and gradient where the naive formulas are not)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+LOG2 = math.log(2.0)
+
+
+def _small_threshold(x: Tensor, float64: float = 1e-4, float32: float = 1e-2) -> float:
+    """Below this |c| a Taylor series replaces a closed form that would cancel (or divide 0 by 0)."""
+    return float64 if x.dtype == torch.float64 else float32
+
+
+def log_cosh(x: Tensor) -> Tensor:
+    r""":math:`\log\cosh x = |x| + \mathrm{softplus}(-2|x|) - \log 2`, finite for every finite ``x``."""
+    ax = x.abs()
+    return ax + torch.nn.functional.softplus(-2.0 * ax) - LOG2
+
+
+def _tanh_half_over_c(c: Tensor) -> Tensor:
+    r""":math:`\tanh(c/2) / (2c)`, i.e. :math:`\mathrm{PGm}(1, c)`, with its series near 0."""
+    c = c.abs()
+    small = c < _small_threshold(c)
+    safe = torch.where(small, torch.ones_like(c), c)
+    closed = torch.tanh(safe / 2) / (2 * safe)
+    c2 = c * c
+    series = 0.25 - c2 / 48 + c2 * c2 / 480
+    return torch.where(small, series, closed)
+
+
+def pg_mean(b: Tensor | float, c: Tensor) -> Tensor:
+    r"""Mean of :math:`\mathrm{PG}(b, c)`: :math:`\frac{b}{2c}\tanh\frac c2` (:math:`b/4` at :math:`c=0`)."""
+    return b * _tanh_half_over_c(c)
+
+
+def pg_variance(b: Tensor | float, c: Tensor) -> Tensor:
+    r"""Variance of :math:`\mathrm{PG}(b, c)`: :math:`\frac{b(\sinh c - c)}{4c^3\cosh^2(c/2)}` (:math:`b/24` at 0)."""
+    c = c.abs()
+    small = c < _small_threshold(c, 5e-2, 2e-1)
+    safe = torch.where(small, torch.ones_like(c), c)
+    # (sinh c - c) / cosh^2(c/2) = 2 (sinh c - c) / (cosh c + 1); for large c use exp(-c) forms to avoid overflow.
+    big = safe > 20
+    mid = torch.where(big, torch.ones_like(safe), safe)
+    ratio_mid = 2 * (torch.sinh(mid) - mid) / (torch.cosh(mid) + 1)
+    # for c > 20: (sinh c - c)/cosh^2(c/2) -> 2 (1 - 2c e^{-c}) / (1 + 2 e^{-c}) ~ 2
+    e = torch.exp(-safe)
+    ratio_big = 2 * (1 - e * e - 2 * safe * e) / (1 + e) ** 2
+    ratio = torch.where(big, ratio_big, ratio_mid)
+    closed = ratio / (4 * safe**3)
+    c2 = c * c
+    series = 1.0 / 24 - c2 / 120 + 17 * c2 * c2 / 13440 - 31 * c2**3 / 181440
+    return b * torch.where(small, series, closed)
+
+
+def pg_kl(b: Tensor | float, c: Tensor) -> Tensor:
+    r""":math:`\mathrm{KL}(\mathrm{PG}(b,c)\Vert\mathrm{PG}(b,0))
+    = b[\log\cosh\frac c2 - \frac{c^2}{2}\mathrm{PGm}(1,c)]`."""
+    c = c.abs()
+    small = c < _small_threshold(c, 1e-1, 7e-1)
+    safe = torch.where(small, torch.ones_like(c), c)
+    closed = log_cosh(safe / 2) - safe / 4 * torch.tanh(safe / 2)
+    c2 = c * c
+    series = c2 * c2 * (1.0 / 192 - c2 / 1440 + 17 * c2 * c2 / 215040 - 31 * c2**3 / 3628800)
+    return b * torch.where(small, series, closed)
+
+
+def log_sigma_tilde_plus(m: Tensor, c: Tensor) -> Tensor:
+    r""":math:`\log\tilde\sigma^+(m, c) = \frac m2 - \log 2 - \log\cosh\frac c2` (Jaakkola--Jordan bound on
+    :math:`E\log\sigma(f)` for :math:`c = \sqrt{m^2 + s}`)."""
+    return m / 2 - LOG2 - log_cosh(c / 2)
+
+
+def log_sigma_tilde(m: Tensor, c: Tensor) -> Tensor:
+    r""":math:`\log\tilde\sigma(m, c) = -\frac m2 - \log 2 - \log\cosh\frac c2 = \log\tilde\sigma^+(-m, c)`
+    (:doc:`/maths/binary`): the factor :math:`e^{-m/2}/(2\cosh\frac c2) \in (0, 1)` an optimal Poisson or
+    negative-binomial :math:`q` produces; a lower bound on :math:`E\log\sigma(-f)` for :math:`c = \sqrt{m^2+s}`."""
+    return log_sigma_tilde_plus(-m, c)
+
+
+def log_sigma_tilde_moments(mean: Tensor, var: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`\log\tilde\sigma(m, c)` and :math:`\log(1 - \tilde\sigma(m, c))` at :math:`c = \sqrt{m^2 + s}`,
+    from the moments :math:`(m, s)` rather than from a rounded :math:`c`.
+
+    :math:`\log\tilde\sigma = -\frac{m + c}2 - \log(1 + e^{-c})`; for :math:`m < 0` the sum :math:`m + c` cancels
+    (at :math:`m = -10^3, s = 1` in float32, :math:`c - |m|` is below the spacing of :math:`c`, so
+    :math:`\tilde\sigma` would round to 1 and :math:`1 - \tilde\sigma` to 0) and is taken as
+    :math:`s / (c - m)` instead."""
+    half_sum = torch.where(mean < 0, var / (c - mean).clamp_min(torch.finfo(c.dtype).tiny), mean + c) / 2
+    log_st = -half_sum - torch.nn.functional.softplus(-c)
+    return log_st, torch.log(-torch.expm1(log_st))
+
+
+def log1mexp(d: Tensor) -> Tensor:
+    r""":math:`\log(1 - e^{d})` for :math:`d \le 0` (Mächler's two-branch form, accurate for every :math:`d`;
+    ``-inf`` at :math:`d = 0`). E.g. :math:`\log(1 - e^{b_{k-1} - b_k})`, the :math:`f`-free factor of an ordinal
+    class probability (:doc:`/maths/ordinal`).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._numerics import log1mexp
+        >>> d = torch.tensor([-1e-10, -1.0, -50.0], dtype=torch.float64)
+        >>> torch.allclose(log1mexp(d), torch.log(-torch.expm1(d)))
+        True
+    """
+    d = d.clamp(max=0.0)
+    return torch.where(d > -LOG2, torch.log(-torch.expm1(d)), torch.log1p(-torch.exp(d)))
+
+
+def pg_tilt_c(mean: Tensor, var: Tensor) -> Tensor:
+    r""":math:`c = \sqrt{m^2 + s}`: the tilt of the optimal :math:`q(\omega) = \mathrm{PG}(b, c)` under
+    :math:`q(f) = \mathcal N(m, s)`, since :math:`E_q f^2 = m^2 + s`. With ``mean`` a residual :math:`y - m` it is the
+    root mean square residual :math:`r = \sqrt{E_q (y - f)^2}` of the scale-mixture likelihoods."""
+    return (mean**2 + var).sqrt()
+
+
+def student_t_log_normaliser(df: Tensor) -> Tensor:
+    r""":math:`\log\frac{\Gamma(\frac{\nu+1}2)}{\Gamma(\frac\nu2)\sqrt{\pi\nu}}`, the log-normaliser of the unit-scale
+    Student-t density :math:`t_\nu(0\mid 0, 1)`."""
+    return torch.lgamma((df + 1) / 2) - torch.lgamma(df / 2) - 0.5 * torch.log(math.pi * df)
