@@ -26,7 +26,8 @@ CPU_PACKAGES = ("testing/",)
 
 #: (file, enclosing function) -> why a factory call there needs no device
 ALLOWED = {
-    ("_numerics/quadrature.py", "standard_normal_rule"): "a cached quadrature rule built once, then moved with .to(device)",
+    ("_numerics/quadrature.py", "standard_normal_rule"): "a cached quadrature rule built once, then moved with "
+    ".to(device)",
     ("datasets.py", "load_keel.as_tensor"): "data sets are loaded on the host; the user moves them",
     ("demo.py", "_plot"): "the demo plots on the host",
     ("distributions/laplace_transform.py", "<module>"): "the grid log phi is checked on, a host constant",
