@@ -68,10 +68,12 @@ def numpy_generator(generator: torch.Generator | None = None) -> np.random.Gener
         np_gen = _DEFAULT_NP_GENERATOR
         generator = None
     else:
-        np_gen = _EXPLICIT_NP_GENERATORS.get(generator)
-        if np_gen is None:
-            np_gen = np.random.Generator(np.random.PCG64())
-            _EXPLICIT_NP_GENERATORS[generator] = np_gen
+        try:
+            np_gen = _EXPLICIT_NP_GENERATORS.get(generator)
+            if np_gen is None:
+                np_gen = _EXPLICIT_NP_GENERATORS[generator] = np.random.Generator(np.random.PCG64(0))
+        except TypeError:  # older torch (2.11): a Generator takes no weak reference; a fresh one, set below
+            np_gen = np.random.Generator(np.random.PCG64(0))
     np_gen.bit_generator.state = {
         "bit_generator": "PCG64",
         "state": {"state": _draw_128_bits(generator), "inc": _PCG64_INC},

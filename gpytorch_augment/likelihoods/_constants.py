@@ -86,7 +86,7 @@ def set_positive_constant(module: torch.nn.Module, name: str, value: Any, update
         raise ValueError(f"{name} must be positive and finite; got {_first(wide, bad)}")
     narrow = wide.to(param.dtype)
     raw = constraint.inverse_transform(narrow.to(param.device))
-    if check and (lost := ~torch.isfinite(narrow) | (narrow <= 0) | ~torch.isfinite(raw.cpu())).any():
+    if check and (lost := ~torch.isfinite(narrow) | (narrow <= 0) | ~torch.isfinite(raw).to(narrow.device)).any():
         what = "the closed-form update of " if update else ""
         raise ValueError(
             f"{what}{name} = {_first(wide, lost)} is not representable in {param.dtype} (overflow or underflow): "

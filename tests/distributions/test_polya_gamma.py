@@ -237,6 +237,20 @@ def test_numpy_generator_is_persistent_per_torch_generator() -> None:
     assert numpy_generator(torch.default_generator) is numpy_generator()
 
 
+def test_numpy_generator_works_where_torch_generators_take_no_weak_reference(monkeypatch) -> None:
+    """torch 2.11 (the GPU image's) cannot weak-reference a ``torch.Generator``: the draws stay reproducible."""
+    import gpytorch_augment._random as random_module
+
+    class NoWeakReferences(dict):
+        def get(self, key, default=None):
+            raise TypeError("cannot create weak reference to 'torch._C.Generator' object")
+
+    monkeypatch.setattr(random_module, "_EXPLICIT_NP_GENERATORS", NoWeakReferences())
+    a = numpy_generator(torch.Generator().manual_seed(3)).random(4)
+    b = numpy_generator(torch.Generator().manual_seed(3)).random(4)
+    assert a.tolist() == b.tolist()
+
+
 def test_seeded_by_routes_global_rng_through_generator() -> None:
     state = torch.get_rng_state()
     with seeded_by(torch.Generator().manual_seed(5)):
