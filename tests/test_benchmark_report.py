@@ -140,3 +140,32 @@ def test_the_gpu_benchmark_renders_every_part_with_the_card_named(report, tmp_pa
     prose = [line for line in md.splitlines() if line.strip() and not line.startswith(("#", "|"))]
     assert not prose
     assert "| NumPyro NUTS (vectorized) | float64 | 64 | 100 | — | — | — | numpyro is not installed |" in md
+
+
+def test_the_gpu_benchmark_batches_are_full_from_the_first_step(report) -> None:
+    """The peers' index batches: full and disjoint within a pass over the data, from the very first call (the first
+    GPU run handed them empty batches until ``n / batch_size`` steps had passed)."""
+    import torch
+
+    next_batch = _script("gpu")._batches(100, 30, torch.device("cpu"), seed=0)
+    batches = [next_batch() for _ in range(3)]
+    assert [b.numel() for b in batches] == [30, 30, 30]
+    assert torch.cat(batches).unique().numel() == 90
+
+
+def test_the_gpu_reanalysis_removes_the_empty_steps_time(report) -> None:
+    """``gpu_reanalyse.py``: a peer that saw ⌊n / b⌋ empty batches first loses their time (the mean step time up to
+    the last checkpoint before them); a run that never passed them is marked, CAVI is left alone."""
+    script = _script("gpu_reanalyse")
+    base = {"n": 1000, "m": 8, "dtype": "float64", "batch_size": 100, "hyperparameters": "frozen", "lr": 0.1,
+            "error": None, "best_test_nll": 0.5}  # fmt: skip
+    peer = {**base, "engine": "adam", "steps": 20, "train_time": 4.0, "time_to_target": 3.0,
+            "trace": [(1.0, 5, 0.69), (2.0, 10, 0.69), (3.0, 15, 0.5), (4.0, 20, 0.5)]}  # fmt: skip
+    fixed = script.corrected(peer)
+    assert fixed["empty_steps"] == 10 and fixed["empty_time"] == 2.0
+    assert fixed["corrected_time_to_target"] == 1.0 and fixed["corrected_step_time"] == 0.2
+    assert not script.corrected({**peer, "steps": 10, "trace": peer["trace"][:2]})["trained"]
+    cavi = {**base, "engine": "cavi", "steps": 20, "train_time": 1.0, "time_to_target": 0.5, "trace": []}
+    assert script.corrected(cavi)["corrected_time_to_target"] == 0.5
+    rows = script.speedups([script.corrected(cavi), fixed])
+    assert rows[0]["speedup"] == 2.0 and rows[0]["raw_speedup"] == 6.0

@@ -88,6 +88,6 @@ def test_a_minibatch_cavi_step_on_checked_data_synchronises_at_most_twice():
             cavi._step(x[20:40], y[20:40], {})
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    # (the sync debug mode's own notice, "a prototype feature ... synchronizing operations", is not a synchronisation)
+    # (the sync debug mode's own notice about its coverage is not a synchronisation)
     syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
     assert len(syncs) <= 2, [str(w.message) for w in syncs]
