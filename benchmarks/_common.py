@@ -706,3 +706,11 @@ def timed_points(trace: dict[str, Any], *metrics: str) -> list[tuple[float, ...]
     log time axis cannot show ``time == 0``)."""
     columns = zip(trace["time"], *(trace["metrics"][m] for m in metrics))
     return [point for point in columns if point[0] > 0]
+
+
+def mean_sd(values: list[float], spec: str = ".3g") -> str:
+    """``"mean ± sd"`` of ``values`` (sample sd; a single value is printed alone)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    if t.numel() == 1:
+        return format(float(t), spec)
+    return f"{format(float(t.mean()), spec)} ± {format(float(t.std()), spec.lstrip('+'))}"
