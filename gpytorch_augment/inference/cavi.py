@@ -323,9 +323,10 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         """:meth:`step`, optionally followed by one step of ``hyper_optimizer`` on the hyper objective of the same
         batch at the updated :math:`q(u)`, re-using the prior terms (one kernel evaluation and one Cholesky)."""
         y = self._checked_data(x, y, kwargs, "CAVI.step")
-        if not self.distributed:
-            check_batch_size(x.shape[-2], self.num_data, "CAVI.step")
         targets = self.likelihood.check_targets(y, **kwargs)
+        if not self.distributed:  # num_data counts observations: the points, or the linear observations of them
+            observed = targets.shape[-1] if self.likelihood.linear_observations else x.shape[-2]
+            check_batch_size(observed, self.num_data, "CAVI.step")
         if self.likelihood.linear_observations:
             self._refuse_partial_observations(targets.shape[-1], "CAVI.step")
             if hyper_optimizer is not None:

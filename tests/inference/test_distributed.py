@@ -19,7 +19,13 @@ import gpytorch
 import pytest
 import torch
 
-from gpytorch_augment import CAVI, BernoulliLogitLikelihood, GibbsSampler, PoissonLogitLikelihood
+from gpytorch_augment import (
+    CAVI,
+    BernoulliLogitLikelihood,
+    GibbsSampler,
+    PairwiseLogitLikelihood,
+    PoissonLogitLikelihood,
+)
 from gpytorch_augment.core.distributed import DistributedError
 from gpytorch_augment.inference.mcmc import rank_seed
 from gpytorch_augment.inference.schedules import RobbinsMonro
@@ -74,6 +80,24 @@ def full_batch(rank: int, split: str, hyper: bool = False, counts: bool = False)
     out["hyper"] = [p.detach().clone() for p in model.hyperparameters()]
     out["likelihood"] = [p.detach().clone() for p in likelihood.parameters()]
     return out
+
+
+def comparisons(rank: int) -> dict:
+    """Full-batch CAVI on pairwise comparisons (linear observations): every rank holds all the points and its share
+    of the comparisons (the rows of the design), 70/30."""
+    x, _, z = _data()
+    g = torch.Generator().manual_seed(4)
+    first = torch.randint(0, N, (40,), generator=g)
+    pairs = torch.stack([first, (first + torch.randint(1, N, (40,), generator=g)) % N], -1)
+    labels = torch.ones(40, dtype=torch.float64)
+    if rank >= 0:
+        rows = _shard(40, rank, "uneven")
+        pairs, labels = pairs[rows], labels[rows]
+    torch.manual_seed(0)
+    model = SVGP(z).double()
+    cavi = CAVI(model, PairwiseLogitLikelihood(), num_data=40)
+    trace = cavi.fit(x, labels, comparisons=pairs, max_iter=6, tol=0.0)
+    return {"elbo": torch.tensor(trace.elbo), "q": _q(model)}
 
 
 def minibatch(rank: int) -> dict:
@@ -137,6 +161,7 @@ def _worker(rank: int, port: int, out_dir: str, fail: bool) -> None:
             result["full/hyper"] = full_batch(rank, "uneven", hyper=True)
             result["full/poisson"] = full_batch(rank, "uneven", counts=True)
             result["minibatch"] = minibatch(rank)
+            result["comparisons"] = comparisons(rank)
             result["chains"] = chains(rank)
             result["checkpoint"] = checkpoint(rank, str(Path(out_dir) / "checkpoint.pt"))
     except BaseException:
@@ -196,6 +221,15 @@ def test_sharded_hyperparameter_gradients_and_closed_form_constants(two_ranks):
         _close(res["full/hyper"]["q"], hyper["q"], tol=1e-9)
         _close(res["full/poisson"]["likelihood"], poisson["likelihood"])
         _close(res["full/poisson"]["q"], poisson["q"])
+
+
+def test_sharded_comparisons_equal_one_process(two_ranks):
+    """Linear observations (a comparison reads f_i - f_j) reduce over ranks like pointwise ones."""
+    results, _ = two_ranks
+    reference = comparisons(-1)
+    for res in results:
+        _close(res["comparisons"]["q"], reference["q"])
+        _close([res["comparisons"]["elbo"]], [reference["elbo"]])
 
 
 def test_sharded_minibatch_trajectory_equals_one_process(two_ranks):

@@ -145,3 +145,12 @@ def test_bad_input_raises_naming_it():
         HMCSampler(prior, likelihood, x, LABELS, comparisons=PAIRS)
     with pytest.raises(ValueError, match="inducing_points"):
         GibbsSampler(prior, likelihood, x, LABELS, comparisons=PAIRS, inducing_points=x[:2])
+
+
+def test_more_points_than_comparisons_is_a_full_batch():
+    """``num_data`` counts the comparisons, not the points they read: 12 points and 7 comparisons fit in one batch."""
+    x = _inputs(12)
+    model = make_cavi_model(1, x[::3].clone()).double()
+    cavi = CAVI(model, PairwiseLogitLikelihood(), num_data=len(PAIRS))
+    trace = cavi.fit(x, LABELS, comparisons=PAIRS * 3, max_iter=20, tol=1e-10)
+    assert math.isfinite(trace.elbo[-1]) and trace.elbo[-1] >= trace.elbo[0]
