@@ -539,10 +539,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="boston and heart, 100 training points, 1 split")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--output-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     problems, splits = (["boston", "heart"], 1) if args.quick else (args.problems, args.splits)
-    machine = common.start_run(threads=1, seed=0)
+    machine = common.start_run(threads=args.threads, seed=0)
     results = []
     for name in problems:  # the record is rewritten after every problem: a crash keeps what was measured
         results.append(run_problem(name, splits, args.quick))
