@@ -50,7 +50,7 @@ def test_the_renderer_writes_a_figure_link(report, tmp_path: Path) -> None:
 #: scripts that report through the renderer: each renders its committed result record (benchmarks/results/)
 CONVERTED = {name: name for name in ("regression", "classification", "multiclass", "scale", "sampler_choice",
                                       "hyper_objective", "distributed", "sparse_sampling",
-                                      "hyperparameters_large")}  # fmt: skip
+                                      "hyperparameters_large", "quadrature_route")}  # fmt: skip
 CONVERTED["_sampling_report"] = "sampling"
 
 
@@ -169,3 +169,22 @@ def test_the_gpu_reanalysis_removes_the_empty_steps_time(report) -> None:
     assert script.corrected(cavi)["corrected_time_to_target"] == 0.5
     rows = script.speedups([script.corrected(cavi), fixed])
     assert rows[0]["speedup"] == 2.0 and rows[0]["raw_speedup"] == 6.0
+
+
+def test_the_quadrature_route_baselines_are_our_observation_models() -> None:
+    """``benchmarks/quadrature_route.py``'s GPyTorch likelihoods: ``forward(f).log_prob(y)`` is our
+    ``log_prob_at(y, f)`` (Matérn-3/2 at the same ρ; the SVM's pseudo-likelihood), so both routes fit one model."""
+    import torch
+
+    from gpytorch_augment import BayesianSVMLikelihood, MaternThreeHalvesLikelihood
+
+    script = _script("quadrature_route")
+    f = torch.linspace(-3, 3, 25, dtype=torch.float64)
+    y = torch.linspace(-2, 2, 25, dtype=torch.float64).flip(0)
+    ours, peer = MaternThreeHalvesLikelihood(scale=0.4).double(), script.QuadratureMatern(0.4).double()
+    assert torch.allclose(peer.scale.detach(), torch.tensor(0.4, dtype=torch.float64))
+    assert torch.allclose(peer.forward(f).log_prob(y), ours.log_prob_at(y, f))
+    labels = (torch.arange(25) % 2).double()
+    assert torch.allclose(
+        script.QuadratureSVM().forward(f).log_prob(labels), BayesianSVMLikelihood().log_prob_at(labels, f)
+    )
