@@ -323,8 +323,9 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         """:meth:`step`, optionally followed by one step of ``hyper_optimizer`` on the hyper objective of the same
         batch at the updated :math:`q(u)`, re-using the prior terms (one kernel evaluation and one Cholesky)."""
         y = self._checked_data(x, y, kwargs, "CAVI.step")
-        if not self.distributed:
-            check_batch_size(x.shape[-2], self.num_data, "CAVI.step")
+        if not self.distributed:  # linear observations: the data are the observations, not the rows of x
+            num = y.shape[-1] if self.likelihood.linear_observations else x.shape[-2]
+            check_batch_size(num, self.num_data, "CAVI.step")
         targets = self.likelihood.check_targets(y, **kwargs)
         if self.likelihood.linear_observations:
             self._refuse_partial_observations(targets.shape[-1], "CAVI.step")
