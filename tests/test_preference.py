@@ -85,6 +85,18 @@ def test_optimize_eubo_proposes_a_pair(fitted):
     assert candidates.shape == (2, 2) and torch.isfinite(value)
 
 
+def test_fit_at_fixed_hyperparameters_with_more_datapoints_than_comparisons():
+    # a BO loop's data: every comparison between two fresh points (2m datapoints, m comparisons)
+    X, _ = _data(12, 1, seed=3)
+    comparisons = torch.tensor([[1, 0], [2, 3], [5, 4], [6, 7], [9, 8], [10, 11]])
+    model = PairwiseAugmentedGP(X, comparisons)
+    trace = model.fit(learn_hyperparameters=False, max_iter=30)
+    assert trace.elbo
+    with torch.no_grad():
+        mean = model.posterior(X).mean.squeeze(-1)
+    assert torch.isfinite(mean).all() and float((mean[comparisons[:, 0]] - mean[comparisons[:, 1]]).mean()) > 0
+
+
 def test_bad_input_raises_naming_it():
     X = torch.rand(4, 2, dtype=torch.float64)
     with pytest.raises(ValueError, match="comparisons"):

@@ -140,7 +140,7 @@ def prior_cholesky(K: Tensor, what: str = "K_ZZ + jitter I", source_dtype: torch
             f"(an optimizer step too large? lower its learning rate), or the inputs hold NaN. ({err})"
         ) from err
     except NotPSDError as err:
-        scale = float(K.diagonal(dim1=-2, dim2=-1).abs().max()) if K.numel() else 0.0
+        scale = float(K.detach().diagonal(dim1=-2, dim2=-1).abs().max()) if K.numel() else 0.0
         where = f"{K.dtype}" if source_dtype in (None, K.dtype) else f"{source_dtype} (factorised in {K.dtype})"
         raise PriorFactorizationError(
             f"the prior covariance {what}, evaluated in {where}, is not positive definite (largest diagonal entry "

@@ -7,6 +7,7 @@ and a linear-algebra failure that still happens reaches the user as the package'
 from __future__ import annotations
 
 import copy
+import warnings
 
 import gpytorch
 import pytest
@@ -14,7 +15,7 @@ import torch
 from linear_operator.utils.errors import NanError, NotPSDError
 
 from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior, HMCSampler, posterior_sampler
-from gpytorch_augment.core import FactorizationError, PriorFactorizationError
+from gpytorch_augment.core import FactorizationError, PriorFactorizationError, prior_cholesky
 
 
 def _line(n=200, dtype=torch.float32):
@@ -100,6 +101,15 @@ def test_nan_hyper_parameter_is_a_package_error():
     with pytest.raises(PriorFactorizationError) as info:
         GibbsSampler(prior, BernoulliLogitLikelihood(), x, y)
     assert isinstance(info.value, ValueError)
+
+
+def test_failed_prior_factorisation_of_a_graph_raises_without_a_warning():
+    # during a hyper-parameter fit K carries a graph: the error message's float() of it must not warn
+    K = -torch.eye(3, dtype=torch.float64).requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*requires_grad.*")
+        with pytest.raises(PriorFactorizationError, match="not positive definite"):
+            prior_cholesky(K)
 
 
 def test_failed_joint_prediction_advises_joint_false(monkeypatch):

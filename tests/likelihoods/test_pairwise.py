@@ -124,6 +124,19 @@ def test_exact_gibbs_matches_a_brute_force_posterior():
         assert ((values.mean(0) - exact).abs() < 5 * se).all(), (values.mean(0), exact)
 
 
+def test_more_inputs_than_comparisons():
+    # each comparison of fresh points (a BO loop's usual data) leaves more inputs than observations: the number of
+    # data that CAVI scales by is the number of comparisons, not of rows of x
+    x = _inputs(8)
+    pairs, labels = torch.tensor([[1, 0], [3, 2], [5, 4]]), torch.ones(3, dtype=torch.float64)
+    model = make_cavi_model(1, x).double()
+    trace = CAVI(model, PairwiseLogitLikelihood(), num_data=3).fit(x, labels, comparisons=pairs, max_iter=50)
+    assert trace.elbo and all(math.isfinite(value) for value in trace.elbo)
+    with torch.no_grad():
+        mean = model(x).mean
+    assert (mean[pairs[:, 0]] > mean[pairs[:, 1]]).all()
+
+
 def test_bad_input_raises_naming_it():
     x = _inputs()
     model, likelihood = make_cavi_model(1, x).double(), PairwiseLogitLikelihood()
