@@ -61,7 +61,7 @@ from gpytorch_augment import (  # noqa: E402
     StudentTLikelihood,
 )
 from gpytorch_augment.datasets import load_keel, load_rdataset  # noqa: E402
-from gpytorch_augment.inference.hyperparameters import NESTED_TOL  # noqa: E402
+from gpytorch_augment.inference.hyperparameters import NESTED_MAX_ITER, NESTED_TOL  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------- declared
 #: the grid, declared before any run: inner_steps k (CAVI steps per evaluation) x true_steps j (natural-gradient
@@ -220,7 +220,8 @@ def run_setting(problem: str, data: dict[str, Any], Z: Tensor, k: int, j: int, m
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     values = trace.elbo
     by_rule = len(values) >= 2 and abs(values[-1] - values[-2]) <= NESTED_TOL * max(1.0, abs(values[-1]))
-    ended = "cap" if not trace.converged else ("rule" if by_rule else "stall")
+    capped = not trace.converged and trace.num_steps >= (max_iter or NESTED_MAX_ITER)
+    ended = "cap" if capped else ("rule" if by_rule else "stall") + ("" if trace.converged else ", uncertified")
     elbo = true_elbo(model, lik, x, y, data["kw"])
     nll = test_nll(model, lik, data["xt"], data["yt"], data["kwt"])
     return {"k": k, "j": j, "time": wall, "cpu_time": cpu, "true_elbo": elbo, "test_nll": nll,
@@ -288,8 +289,8 @@ def summarise(problem: str, runs: list[dict[str, Any]], n: int | None, settings:
         ok = [r for r in of if "failed" not in r and r["finite"]]
         row: dict[str, Any] = {"k": k, "j": j, "splits": len(of), "failed": len(of) - len(ok),
                                "capped": sum(not r["converged"] for r in ok),
-                               "stalled": sum(r["ended"] == "stall" for r in ok) if all("ended" in r for r in ok)
-                               else None,
+                               "stalled": sum(r["ended"].startswith("stall") for r in ok)
+                               if all("ended" in r for r in ok) else None,
                                "warned": sum(bool(r.get("warnings")) for r in of)}  # fmt: skip
         for key in ("time", "cpu_time", "true_elbo", "test_nll", "iterations"):
             row[key + "_mean"], row[key + "_sd"] = _mean_sd([float(r[key]) for r in ok])

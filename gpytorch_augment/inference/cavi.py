@@ -54,7 +54,7 @@ __all__ = ["CAVI", "CAVITrace", "Convergence", "HeldOut", "RelativeChange"]
 StepSize = float | str | StepSchedule | Callable[[int], float] | None
 
 #: the keys ``fit(..., hyper_options=)`` accepts (keyword arguments of ``fit_hyperparameters``)
-_HYPER_OPTIONS = {"protocol", "lr", "inner_steps", "true_steps", "learn_inducing_locations"}
+_HYPER_OPTIONS = {"protocol", "lr", "inner_steps", "true_steps", "restarts", "learn_inducing_locations"}
 
 #: above this many elements of the M x N cross-covariance, :meth:`CAVI.elbo` works in chunks of the data
 _ELBO_CHUNK_ELEMENTS = 2**22
@@ -523,7 +523,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         :param learn_hyperparameters: learn the hyper-parameters too (above).
         :param hyper_options: further keyword arguments of ``fit_hyperparameters``: ``protocol`` (``"auto"``,
             ``"nested"``, ``"stochastic"``), ``lr`` (stochastic), ``inner_steps`` (nested, default 3),
-            ``learn_inducing_locations``.
+            ``true_steps`` (nested, default 3), ``restarts`` (nested, default 0: polish a stop that fails the
+            stationarity test), ``learn_inducing_locations``.
         :returns: a :class:`CAVITrace`.
         """
         if x is not None and y is not None and not self.likelihood.linear_observations:

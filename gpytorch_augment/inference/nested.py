@@ -23,7 +23,10 @@ part of :math:`\theta` here: L-BFGS moves them along the true ELBO, and the inne
 
 Safeguards: an evaluation that fails (a kernel matrix that cannot be factorised) or is not finite counts as a very
 high objective without a gradient, so the strong-Wolfe line search shortens its step; an iteration that cannot move
-restarts L-BFGS with its short first step, and a second one in a row ends the run.
+restarts L-BFGS with its short first step, and a second one in a row ends the run. Such a stop is certified by
+:meth:`NestedProtocol.stationarity` (the true ELBO's gradient with :math:`q(u)` at its optimum); where it is not
+stationary, :meth:`NestedProtocol.restart` goes on in *polish* mode: exact gradients at a held :math:`q(u)`, which is
+re-solved after every iteration.
 """
 
 from __future__ import annotations
@@ -130,13 +133,13 @@ class NestedObjective:
         return likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
 
     @torch.no_grad()
-    def _cavi_steps(self, steps: int, terms: Any) -> Any:
-        """``steps`` full-batch CAVI steps with the likelihood's constants held, then :attr:`true_steps`
-        conjugate-computation steps on the true ELBO; the final whitened q(v)."""
+    def _cavi_steps(self, steps: int, terms: Any, true_steps: bool = True) -> Any:
+        """``steps`` full-batch CAVI steps with the likelihood's constants held, then (if ``true_steps`` and
+        ``steps``) :attr:`true_steps` conjugate-computation steps on the true ELBO; the final whitened q(v)."""
         q = None
         for _ in range(steps):
             _, q = self.cavi._update(self.targets, terms, self.x.dtype, update_constants=False, with_elbo=False)
-        for _ in range(self.true_steps if steps else 0):
+        for _ in range(self.true_steps if steps and true_steps else 0):
             q = self._true_elbo_step(terms, q)
         return q
 
@@ -166,18 +169,20 @@ class NestedObjective:
         return float((ell - q.kl().sum().to(ell.dtype)) / self.num_data)
 
     # ------------------------------------------------------------------------------------------------ J(theta)
-    def __call__(self) -> Tensor:
-        r""":math:`J(\theta)` with its autograd graph to the hyper-parameters (call ``backward()`` on it)."""
+    def __call__(self, solve: bool = True) -> Tensor:
+        r""":math:`J(\theta)` with its autograd graph to the hyper-parameters (call ``backward()`` on it);
+        ``solve=False``: the negative true ELBO per datum at the snapshot itself (no inner steps)."""
         self.num_evaluations += 1
         self.restore()
         cavi = self.cavi
+        inner_steps = self.inner_steps if solve else 0
         if not self._fused:
             with torch.no_grad():
-                self._cavi_steps(self.inner_steps, self._terms(graph=False))
+                self._cavi_steps(inner_steps, self._terms(graph=False), solve)
             with cavi._frozen_q():
                 return -self._true_elbo(cavi.model(self.x), self.y, **self.kwargs)
         graph_terms = self._terms(graph=True)
-        q = self._cavi_steps(self.inner_steps, graph_terms.detach())
+        q = self._cavi_steps(inner_steps, graph_terms.detach(), solve)
         if q is None:
             q = self.strategy.whitened_q(graph_terms.detach())
         with cavi._frozen_q():
@@ -255,6 +260,8 @@ class NestedProtocol:
         #: whether the last two iterations could not move the hyper-parameters (L-BFGS restarted in between)
         self.stalled = False
         self._stalls = 0
+        #: whether the iterations hold q(u) at the snapshot and re-solve it after each one (:meth:`restart`)
+        self.polish = False
 
     def _new_optimizer(self) -> torch.optim.LBFGS:
         return torch.optim.LBFGS(
@@ -266,7 +273,7 @@ class NestedProtocol:
         optimizer = self._optimizer
         optimizer.zero_grad()
         try:
-            loss = self.objective()
+            loss = self.objective(solve=not self.polish)
             if torch.isfinite(loss):
                 loss.backward()
                 grads_finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in self.params)
@@ -302,8 +309,33 @@ class NestedProtocol:
         if not moved:  # forget the curvature pairs: the next iteration starts afresh with a short step
             self._optimizer = None
         self.stalled = self._stalls >= 2
-        self.objective.advance()
+        if self.polish:
+            self.finish()
+        else:
+            self.objective.advance()
         return -value
+
+    def stationarity(self) -> float:
+        r"""The largest absolute entry of :math:`\partial J/\partial\theta` at the snapshot, with :math:`q(u)`
+        held there (after :meth:`finish`, :math:`q(u)` is at its optimum and this is the gradient of the true
+        ELBO per datum, maximised over :math:`q(u)`: zero at a stationary point of the fit). Infinite where the
+        true ELBO or its gradient is not finite."""
+        for p in self.params:
+            p.grad = None
+        try:
+            loss = self.objective(solve=False)
+            grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+        except (ValueError, RuntimeError):  # a factorisation that failed
+            return math.inf
+        largest = max((float(g.abs().max()) for g in grads if g is not None and g.numel()), default=0.0)
+        return largest if math.isfinite(largest) and math.isfinite(float(loss.detach())) else math.inf
+
+    def restart(self) -> None:
+        r"""Go on in *polish* mode: L-BFGS afresh, on the true ELBO with :math:`q(u)` held at the snapshot (an
+        exact gradient), and :meth:`finish` after every iteration. Each iteration then raises the true ELBO
+        maximised over :math:`q(u)`; it is slower than the nested objective but cannot stall where the envelope
+        gradient of :math:`J` is inexact (:math:`q_\theta(u)` short of its optimum)."""
+        self._optimizer, self._stalls, self.stalled, self.polish = None, 0, False, True
 
     def _closure_with_entry(self, value: float) -> Callable[[], Tensor]:
         """L-BFGS's closure, whose first call returns the entry evaluation just made (no repeated work)."""
