@@ -27,6 +27,7 @@ Example::
     >>> from gpytorch_augment.testing import SVGP
     >>> x = torch.linspace(-3, 3, 60, dtype=torch.float64).unsqueeze(-1)
     >>> y = (x.squeeze(-1).sin() > 0).double()
+    >>> y[::7] = 1 - y[::7]                      # noisy labels (separable ones send the outputscale to infinity)
     >>> model = SVGP(x[::6].clone()).double()
     >>> trace = CAVI(model, BernoulliLogitLikelihood(), num_data=60).fit(x, y, learn_hyperparameters=True)
     >>> trace.converged, trace.elbo[-1] > trace.elbo[0]

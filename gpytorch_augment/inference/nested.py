@@ -220,7 +220,8 @@ class NestedProtocol:
     snapshot to the new hyper-parameters. Safeguards: an evaluation that fails (a kernel matrix that cannot be
     factorised) or is not finite counts as a very high objective with no gradient, so the line search backs off;
     an iteration that cannot move restarts L-BFGS from its short first step, and a second one in a row marks the
-    run :attr:`stalled`. :meth:`finish` runs CAVI at the final hyper-parameters until :math:`q(u)` stops moving.
+    run :attr:`stalled`. :meth:`finish` runs CAVI at the final hyper-parameters until :math:`q(u)` stops moving;
+    :meth:`stationarity` then certifies the stop, and :meth:`restart` goes on in polish mode where it fails.
 
     Example::
 
