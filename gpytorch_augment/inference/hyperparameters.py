@@ -63,12 +63,12 @@ NESTED_MAX_ITER = 500
 NESTED_TOL = 1e-6
 #: the nested protocol's stationarity test: a stop (rule or stall) counts as converged when the true ELBO's
 #: gradient per datum in the hyper-parameters, with q(u) at its optimum, is at most this in every entry (measured
-#: by benchmarks/nested_settings.py: converged fits end at 1e-5 to 3e-3; stalls 0.1 to 0.2 nats per datum below a
-#: reachable ELBO at 1.2e-2 to 2.3e-2)
+#: by benchmarks/stationarity.py: stops that polishing does not move end at 1e-6 to 8.5e-3; stalls 0.2 to 0.4 nats
+#: per datum below a reachable ELBO at 1.2e-2 to 2.3e-2)
 NESTED_GTOL = 1e-2
 #: the default of ``restarts``: restarts in polish mode (:meth:`NestedProtocol.restart`) after a stop that fails the
 #: stationarity test. None: on logistic-softmax (satimage, 300 points, 36 ARD inputs) polishing to the stationary
-#: point took 5x longer and ended 0.06 nats worse in test NLL (benchmarks/README.md)
+#: point took 6 to 19 times longer and ended 0.03 to 0.09 nats worse in test NLL (benchmarks/stationarity.py)
 NESTED_RESTARTS = 0
 STOCHASTIC_NUM_EPOCHS = 20
 STOCHASTIC_TOL = 1e-4
