@@ -133,13 +133,13 @@ class NestedObjective:
         return likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
 
     @torch.no_grad()
-    def _cavi_steps(self, steps: int, terms: Any, true_steps: bool = True) -> Any:
-        """``steps`` full-batch CAVI steps with the likelihood's constants held, then (if ``true_steps`` and
+    def _cavi_steps(self, steps: int, terms: Any, with_true_steps: bool = True) -> Any:
+        """``steps`` full-batch CAVI steps with the likelihood's constants held, then (if ``with_true_steps`` and
         ``steps``) :attr:`true_steps` conjugate-computation steps on the true ELBO; the final whitened q(v)."""
         q = None
         for _ in range(steps):
             _, q = self.cavi._update(self.targets, terms, self.x.dtype, update_constants=False, with_elbo=False)
-        for _ in range(self.true_steps if steps and true_steps else 0):
+        for _ in range(self.true_steps if steps and with_true_steps else 0):
             q = self._true_elbo_step(terms, q)
         return q
 
