@@ -303,7 +303,7 @@ def _fit_nested(
                     bar.update(1)
                 with clock.paused():
                     done = rule.check(trace, True) if isinstance(rule, Convergence) else bool(rule(trace))
-                done = done and since >= 2  # not on the iteration that follows a restart alone
+                done = done and (not restarted or since >= 2)  # not on the first iteration after a restart
                 if not (done or protocol.stalled):
                     continue
                 protocol.finish()  # q(u) at its optimum for these hyper-parameters
@@ -314,6 +314,10 @@ def _fit_nested(
                 if gradient <= NESTED_GTOL:
                     trace.converged = True
                     break
+                if restarted < restarts:  # L-BFGS afresh, in polish mode, from the refreshed q(u)
+                    restarted, since = restarted + 1, 0
+                    protocol.restart()
+                    continue
                 message = (
                     f"stopped where L-BFGS makes no further progress, but the true ELBO's largest gradient in the "
                     f"hyper-parameters is {gradient:.2g} per datum (> {NESTED_GTOL:g}) after {restarted} restart(s): "
@@ -321,10 +325,7 @@ def _fit_nested(
                     "hyper_options={'restarts': 2} polishes them to a stationary point; standardised inputs and "
                     "targets or a prior on them can help)"
                 )
-                if restarted >= restarts:
-                    break
-                restarted, since = restarted + 1, 0  # L-BFGS afresh, in polish mode, from the refreshed q(u)
-                protocol.restart()
+                break
             else:
                 protocol.finish()
         trace.time[-1] = clock.elapsed()

@@ -147,6 +147,14 @@ def test_a_stop_counts_as_converged_only_at_a_stationary_point(monkeypatch):
     assert not trace.converged
 
 
+def test_the_callers_rule_is_final_even_on_the_first_iteration():
+    model, cavi, data = _setup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, max_iter=1, convergence=lambda tr: True)
+    assert trace.converged and trace.num_steps == 1
+
+
 def test_a_stall_short_of_a_stationary_point_warns_and_restarts_polish_it():
     case = next(c for c in CASES if c.name == "bayesian_svm")  # its nested objective stalls at a gradient of 0.03
     model, cavi, data = _setup(case)
