@@ -157,16 +157,8 @@ def fit_hyperparameters(
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if x is None or y is None:
         raise ValueError("learn_hyperparameters=True needs the training data x and y")
-    for name, value, least in (("inner_steps", inner_steps, 1), ("true_steps", true_steps, 0),
-                               ("restarts", restarts, 0), ("batch_size", batch_size, 1)):  # fmt: skip
-        if isinstance(value, bool) or int(value) != value or int(value) < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value}")
-    if max_iter is not None and (isinstance(max_iter, bool) or int(max_iter) < 1):
-        raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
-    if not (math.isfinite(float(lr)) and float(lr) > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}")
-    if tol is not None and not (math.isfinite(float(tol)) and float(tol) >= 0):
-        raise ValueError(f"tol must be a finite number >= 0, got {tol}")
+    _check_numbers(inner_steps=inner_steps, true_steps=true_steps, restarts=restarts, batch_size=batch_size,
+                   max_iter=max_iter, lr=lr, tol=tol)  # fmt: skip
     if protocol == "auto":
         # with sharded data (torch.distributed) only the stochastic protocol reduces over the ranks
         protocol = "stochastic" if cavi.distributed else choose_protocol(cavi.likelihood, y.shape[-1])
@@ -206,6 +198,22 @@ def fit_hyperparameters(
             stacklevel=3,
         )
     return trace
+
+
+def _check_numbers(
+    *, inner_steps: Any, true_steps: Any, restarts: Any, batch_size: Any, max_iter: Any, lr: Any, tol: Any
+) -> None:
+    """``ValueError`` naming the first numeric argument of :func:`fit_hyperparameters` out of its range."""
+    for name, value, least in (("inner_steps", inner_steps, 1), ("true_steps", true_steps, 0),
+                               ("restarts", restarts, 0), ("batch_size", batch_size, 1)):  # fmt: skip
+        if isinstance(value, bool) or int(value) != value or int(value) < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value}")
+    if max_iter is not None and (isinstance(max_iter, bool) or int(max_iter) < 1):
+        raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
+    if not (math.isfinite(float(lr)) and float(lr) > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {lr}")
+    if tol is not None and not (math.isfinite(float(tol)) and float(tol) >= 0):
+        raise ValueError(f"tol must be a finite number >= 0, got {tol}")
 
 
 def _warn_unstandardised(y: Tensor) -> None:
