@@ -40,6 +40,32 @@ def test_expected_log1p_square_matches_fine_gauss_hermite_where_that_is_accurate
     torch.testing.assert_close(nx.expected_log1p_square(d2, var, c), reference, rtol=1e-10, atol=0)
 
 
+@pytest.mark.parametrize("var_scale", [1e-6, 1.0, 1e4])
+def test_expected_log1p_square_gradient_from_its_own_quadrature(var_scale: float) -> None:
+    g = torch.Generator().manual_seed(3)
+    d2 = 3 * torch.rand(6, generator=g, dtype=torch.float64)
+    d2[0] = 0.0
+    var = var_scale * torch.rand(6, generator=g, dtype=torch.float64) + 1e-3
+    c = torch.rand(6, generator=g, dtype=torch.float64) + 0.1
+    inputs = tuple(v.requires_grad_() for v in (d2, var, c))
+    assert torch.autograd.gradcheck(nx.expected_log1p_square, inputs, eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+def test_expected_log1p_square_step_is_fine_enough_on_extreme_ranges() -> None:
+    g = torch.Generator().manual_seed(4)
+    d2 = 10 ** (30 * torch.rand(400, generator=g, dtype=torch.float64) - 10)
+    var = 10 ** (16 * torch.rand(400, generator=g, dtype=torch.float64) - 8)
+    c = 10 ** (12 * torch.rand(400, generator=g, dtype=torch.float64) - 6)
+    lo, hi = torch.log(c / (c + var + d2)) - nx.LOG_GRID_TAIL, torch.full_like(d2, math.log(nx.LOG_GRID_TAIL))
+
+    def log_integrand(u: torch.Tensor) -> torch.Tensor:
+        t = u.exp()
+        return torch.log(-torch.expm1(-0.5 * torch.log1p(2 * t * var / c) - t * d2 / (c + 2 * t * var))) - t
+
+    reference = nx.log_trapezoid(log_integrand, lo, hi, 4000).exp()
+    torch.testing.assert_close(nx.expected_log1p_square(d2, var, c), reference, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("J", [2, 4])
 def test_latent_expectation_moments(J: int) -> None:
     mean = torch.randn(5, J, generator=torch.Generator().manual_seed(0))

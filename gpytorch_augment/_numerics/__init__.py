@@ -23,6 +23,7 @@ Everything that needs care in floating point lives here, once, in three modules 
 """
 
 from .quadrature import (
+    LOG1P_SQUARE_STEP,
     LOG_GRID_NODES,
     LOG_GRID_TAIL,
     NUM_QMC_POINTS,
@@ -68,6 +69,7 @@ __all__ = [
     "LOG2",
     "LOG_GRID_NODES",
     "LOG_GRID_TAIL",
+    "LOG1P_SQUARE_STEP",
     "NUM_QMC_POINTS",
     "PRODUCT_RULE_NODES",
     "QuadratureMixture",
