@@ -358,7 +358,7 @@ def run_problem(
                           "failed": f"{type(error).__name__}: {str(error)[:200]}"}  # fmt: skip
             runs.setdefault(label, []).append({"seed": seed, **result})
             note = f"  (failed: {result['failed'][:60]})" if "failed" in result else (
-                "" if result["converged"] else "  (cap)")  # fmt: skip
+                "" if result["converged"] else "  (not converged)")  # fmt: skip
             print(f"   {label:34s} {result['time']:7.2f}s  nll {result['test_nll']:.4f}{note}", flush=True)
     return summarise(name, p, runs, data["y"].shape[-1])
 
