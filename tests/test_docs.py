@@ -10,6 +10,7 @@ snippets of the pages in :data:`EXECUTED_PAGES` run, and the README's example an
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import posixpath
@@ -235,6 +236,30 @@ def citation_problems(texts: dict[str, str], file_names: set[str]) -> list[str]:
             if re.search(r"\bthesis\b", line, re.IGNORECASE) and not names_thesis:
                 problems.append(f"{where}  (a thesis, unnamed: write Galy-Fajou's thesis (2023))")
     return problems
+
+
+#: control characters a Python string escape leaves in a text (``"\\theta"`` written as ``"\theta"``: a tab)
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
+
+
+def test_no_page_holds_a_control_character() -> None:
+    """A tab or another control character in a Markdown or reST page is an escape gone wrong (``\\theta``)."""
+    problems = [f"{rel}:{number}: {line.strip()[:80]!r}" for rel, text in _source_texts().items()
+                if rel.endswith((".md", ".rst")) for number, line in enumerate(text.splitlines(), 1)
+                if _CONTROL.search(line)]  # fmt: skip
+    assert not problems, problems
+
+
+def test_no_docstring_holds_a_control_character() -> None:
+    """The same for the package's docstrings (``"\\varepsilon"`` in a plain string is a vertical tab)."""
+    problems = []
+    for path in sorted((ROOT / "gpytorch_augment").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=False) or ""
+                if _CONTROL.search(doc.replace("\n", "")):
+                    problems.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 1)}")
+    assert not problems, problems
 
 
 def test_no_text_cites_a_file_outside_the_repository() -> None:

@@ -103,6 +103,15 @@ def hyperparameters_of(cavi: Any, learn_inducing_locations: bool | None = None) 
     return params
 
 
+def _parameter_name(cavi: Any, tensor: Tensor) -> str:
+    """``tensor``'s name as ``model.<name>`` or ``likelihood.<name>``."""
+    for prefix, module in (("model", cavi.model), ("likelihood", cavi.likelihood)):
+        for name, p in module.named_parameters():
+            if p is tensor:
+                return f"{prefix}.{name}"
+    return "an unnamed parameter"
+
+
 def fit_hyperparameters(
     cavi: Any,
     x: Tensor,
@@ -326,12 +335,14 @@ def _fit_nested(
                     restarted, since = restarted + 1, 0
                     protocol.restart()
                     continue
+                where = _parameter_name(cavi, params[protocol.largest_at]) if protocol.largest_at is not None else "?"
                 message = (
                     f"stopped where L-BFGS makes no further progress, but the true ELBO's largest gradient in the "
-                    f"hyper-parameters is {gradient:.2g} per datum (> {NESTED_GTOL:g}) after {restarted} restart(s): "
+                    f"hyper-parameters is {gradient:.2g} per datum (> {NESTED_GTOL:g}, in {where}) after "
+                    f"{restarted} restart(s): "
                     "the hyper-parameters may be short of their optimum or drifting along a ridge (check them; "
-                    "hyper_options={'restarts': 2} polishes them to a stationary point; standardised inputs and "
-                    "targets or a prior on them can help)"
+                    "hyper_options={'restarts': 2} polishes them towards a stationary point; standardised inputs "
+                    "and targets, or a prior on that parameter, can help)"
                 )
                 break
             else:

@@ -263,6 +263,8 @@ class NestedProtocol:
         self._stalls = 0
         #: whether the iterations hold q(u) at the snapshot and re-solve it after each one (:meth:`restart`)
         self.polish = False
+        #: the index in ``params`` of the tensor holding the largest gradient entry at the last :meth:`stationarity`
+        self.largest_at: int | None = None
 
     def _new_optimizer(self) -> torch.optim.LBFGS:
         return torch.optim.LBFGS(
@@ -320,15 +322,19 @@ class NestedProtocol:
         r"""The largest absolute entry of :math:`\partial J/\partial\theta` at the snapshot, with :math:`q(u)`
         held there (after :meth:`finish`, :math:`q(u)` is at its optimum and this is the gradient of the true
         ELBO per datum, maximised over :math:`q(u)`: zero at a stationary point of the fit). Infinite where the
-        true ELBO or its gradient is not finite."""
+        true ELBO or its gradient is not finite. :attr:`largest_at` says which of ``params`` holds it."""
         for p in self.params:
             p.grad = None
+        self.largest_at = None
         try:
             loss = self.objective(solve=False)
             grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         except (ValueError, RuntimeError):  # a factorisation that failed
             return math.inf
-        largest = max((float(g.abs().max()) for g in grads if g is not None and g.numel()), default=0.0)
+        entries = [float(g.abs().max()) if g is not None and g.numel() else 0.0 for g in grads]
+        if entries:
+            self.largest_at = max(range(len(entries)), key=lambda i: (not math.isfinite(entries[i]), entries[i]))
+        largest = entries[self.largest_at] if entries else 0.0
         return largest if math.isfinite(largest) and math.isfinite(float(loss.detach())) else math.inf
 
     def restart(self) -> None:

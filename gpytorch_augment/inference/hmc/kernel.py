@@ -413,7 +413,7 @@ class HMCKernel(MCMCKernel):
         )
 
     def _chees_steps(self, length: float, eps: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-        """Leapfrog steps per chain for a jittered time :math:`uT` (u shared by the chains) and the chains'
+        r"""Leapfrog steps per chain for a jittered time :math:`uT` (u shared by the chains) and the chains'
         integration times :math:`n_c \varepsilon_c`."""
         u = float(torch.rand((1,), generator=generator, dtype=eps.dtype, device=eps.device))
         steps = torch.ceil(u * length / eps).clamp(1, self.max_leapfrog_steps).to(torch.int64)
