@@ -243,9 +243,10 @@ _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
 
 
 def test_no_page_holds_a_control_character() -> None:
-    """A tab or another control character in a Markdown or reST page is an escape gone wrong (``\\theta``)."""
+    """A tab or another control character in a Markdown or reST page or a notebook cell is an escape gone wrong
+    (``\\theta``)."""
     problems = [f"{rel}:{number}: {line.strip()[:80]!r}" for rel, text in _source_texts().items()
-                if rel.endswith((".md", ".rst")) for number, line in enumerate(text.splitlines(), 1)
+                if rel.endswith((".md", ".rst", ".ipynb")) for number, line in enumerate(text.splitlines(), 1)
                 if _CONTROL.search(line)]  # fmt: skip
     assert not problems, problems
 
