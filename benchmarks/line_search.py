@@ -20,7 +20,8 @@ import argparse
 import statistics
 import sys
 import time
-import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
-import gpytorch  # noqa: E402
-import hyperparameters as hp  # noqa: E402
 import nested_settings as ns  # noqa: E402
+import stationarity as st  # noqa: E402
 import torch  # noqa: E402
 
-from gpytorch_augment import CAVI, CAVIVariationalStrategy  # noqa: E402
 from gpytorch_augment.inference import hyperparameters as module  # noqa: E402
-from gpytorch_augment.inference.hyperparameters import NESTED_MAX_ITER, NESTED_TOL, hyperparameters_of  # noqa: E402
-from gpytorch_augment.inference.nested import NestedObjective, NestedProtocol  # noqa: E402
+from gpytorch_augment.inference.nested import NestedObjective  # noqa: E402
 
 #: the caps compared, declared before any run: torch's own default (25, the package's until this script) and 10
 CAPS = (25, 10)
@@ -44,62 +42,29 @@ SEEDS = ns.SEEDS  #: the splits of nested_settings.py
 
 
 def run_cap(problem: str, data: dict[str, Any], Z: torch.Tensor, cap: int, max_iter: int | None) -> dict[str, Any]:
-    lik = ns.make_likelihood(problem, data["K"])
-    model = hp.Model(Z, lik.num_latents, gpytorch.variational.CholeskyVariationalDistribution,
-                     CAVIVariationalStrategy).double()  # fmt: skip
-    x, y, n = data["x"], data["y"], data["y"].shape[-1]
-    cavi = CAVI(model, lik, num_data=n)
+    """The default one-call fit with ``cap`` evaluations per line search, and how many evaluations of J it made."""
     counts = {"evaluations": 0}
-    call = NestedObjective.__call__
 
-    def counted(self: NestedObjective, *args: Any, **kwargs: Any) -> torch.Tensor:
-        counts["evaluations"] += 1
-        return call(self, *args, **kwargs)
+    @contextmanager
+    def capped_and_counted() -> Iterator[None]:
+        call, previous = NestedObjective.__call__, module.NESTED_MAX_LINE_SEARCH
 
-    previous, module.NESTED_MAX_LINE_SEARCH, NestedObjective.__call__ = module.NESTED_MAX_LINE_SEARCH, cap, counted
-    start = time.perf_counter()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            trace = cavi.fit(x, y, learn_hyperparameters=True, max_iter=max_iter, **data["kw"])
-    except Exception as error:  # noqa: BLE001 - a failure is a result, reported
-        return {"cap": cap, "time": time.perf_counter() - start, "failed": f"{type(error).__name__}: {error}"}
-    finally:
-        module.NESTED_MAX_LINE_SEARCH, NestedObjective.__call__ = previous, call
-    wall = time.perf_counter() - start
-    values = trace.elbo
-    by_rule = len(values) >= 2 and abs(values[-1] - values[-2]) <= NESTED_TOL * max(1.0, abs(values[-1]))
-    capped = not trace.converged and trace.num_steps >= (max_iter or NESTED_MAX_ITER)
-    model.train()
-    lik.train()
-    gradient = NestedProtocol(cavi, x, y, hyperparameters_of(cavi), **data["kw"]).stationarity()
-    return {"cap": cap, "time": wall, "converged": bool(trace.converged),
-            "ended": "cap" if capped else ("rule" if by_rule else "stall"), "iterations": trace.num_steps,
-            "evaluations": counts["evaluations"], "gradient": gradient,
-            "true_elbo": ns.true_elbo(model, lik, x, y, data["kw"]),
-            "test_nll": ns.test_nll(model, lik, data["xt"], data["yt"], data["kwt"]),
-            "warnings": [f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught]}  # fmt: skip
+        def counted(self: NestedObjective, *args: Any, **kwargs: Any) -> torch.Tensor:
+            counts["evaluations"] += 1
+            return call(self, *args, **kwargs)
+
+        module.NESTED_MAX_LINE_SEARCH, NestedObjective.__call__ = cap, counted
+        try:
+            yield
+        finally:
+            module.NESTED_MAX_LINE_SEARCH, NestedObjective.__call__ = previous, call
+
+    result = st.measure_fit(problem, data, Z, max_iter, around=capped_and_counted)
+    return {"cap": cap, **result, **({} if "failed" in result else counts)}
 
 
 def run_problem(problem: str, seeds: list[int], quick: bool) -> dict[str, Any]:
-    cap = 60 if quick else ns.PROBLEMS[problem]["max_train"]
-    runs, n = [], None
-    ns.warm_up(problem, seeds[0])
-    for s, seed in enumerate(seeds):
-        data = ns.load(problem, seed, cap, max_test=100 if quick else None)
-        n = data["y"].shape[-1]
-        Z = common.kmeans_inducing_points(data["x"], min(8 if quick else ns.NUM_INDUCING, n), seed=seed)
-        for c in CAPS[s % len(CAPS):] + CAPS[: s % len(CAPS)]:
-            torch.manual_seed(seed)
-            r = {"seed": seed, **run_cap(problem, data, Z, c, 10 if quick else None)}
-            runs.append(r)
-            if "failed" in r:
-                print(f"   {problem} {seed} cap {c}: FAILED {r['failed'][:100]}", flush=True)
-                continue
-            print(f"   {problem} {seed} cap {c:2d} {r['time']:7.2f}s it {r['iterations']:3d} ev {r['evaluations']:4d} "
-                  f"{r['ended']:5s} certified {r['converged']!s:5s} |g| {r['gradient']:.1e} "
-                  f"elbo {r['true_elbo']:+.4f} nll {r['test_nll']:.4f}", flush=True)  # fmt: skip
-    return {"problem": problem, "num_train": n, "runs": runs}
+    return st.run_rotated(problem, seeds, quick, list(CAPS), run_cap, "cap ")
 
 
 def report_tables(results: list[dict[str, Any]]) -> list[_report.Table]:

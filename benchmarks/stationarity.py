@@ -24,6 +24,8 @@ import argparse
 import sys
 import time
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +52,25 @@ SETTINGS = {"default": {}, "restarts=2": {"restarts": 2}}
 SEEDS = ns.SEEDS  #: the splits of nested_settings.py (no tuning used them)
 
 
-def run_setting(problem: str, data: dict[str, Any], Z: torch.Tensor, name: str, max_iter: int | None) -> dict:
+def measure_fit(problem: str, data: dict[str, Any], Z: torch.Tensor, max_iter: int | None,
+                hyper_options: dict[str, Any] | None = None,
+                around: Callable[[], AbstractContextManager] = nullcontext) -> dict[str, Any]:  # fmt: skip
+    """The default one-call fit (``hyper_options`` added; inside ``around()``) of split ``data``: its wall time, how
+    it ended, the largest gradient entry at the end (measured after the timed call), the true ELBO per datum and
+    the test NLL."""
     lik = ns.make_likelihood(problem, data["K"])
     model = hp.Model(Z, lik.num_latents, gpytorch.variational.CholeskyVariationalDistribution,
                      CAVIVariationalStrategy).double()  # fmt: skip
     x, y, n = data["x"], data["y"], data["y"].shape[-1]
     cavi = CAVI(model, lik, num_data=n)
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, around():
         warnings.simplefilter("always")
         try:
-            trace = cavi.fit(x, y, learn_hyperparameters=True, max_iter=max_iter, hyper_options=SETTINGS[name],
+            trace = cavi.fit(x, y, learn_hyperparameters=True, max_iter=max_iter, hyper_options=hyper_options,
                              **data["kw"])  # fmt: skip
         except Exception as error:  # noqa: BLE001 - a failure is a result, reported
-            return {"setting": name, "time": time.perf_counter() - start, "failed": f"{type(error).__name__}: {error}"}
+            return {"time": time.perf_counter() - start, "failed": f"{type(error).__name__}: {error}"}
     wall = time.perf_counter() - start
     values = trace.elbo
     by_rule = len(values) >= 2 and abs(values[-1] - values[-2]) <= NESTED_TOL * max(1.0, abs(values[-1]))
@@ -74,31 +81,43 @@ def run_setting(problem: str, data: dict[str, Any], Z: torch.Tensor, name: str, 
     gradient = NestedProtocol(cavi, x, y, hyperparameters_of(cavi), **data["kw"]).stationarity()
     elbo = ns.true_elbo(model, lik, x, y, data["kw"])
     nll = ns.test_nll(model, lik, data["xt"], data["yt"], data["kwt"])
-    return {"setting": name, "time": wall, "converged": bool(trace.converged), "ended": ended,
-            "iterations": trace.num_steps, "gradient": gradient, "true_elbo": elbo, "test_nll": nll,
+    return {"time": wall, "converged": bool(trace.converged), "ended": ended, "iterations": trace.num_steps,
+            "gradient": gradient, "true_elbo": elbo, "test_nll": nll,
             "warnings": [f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught]}  # fmt: skip
 
 
-def run_problem(problem: str, seeds: list[int], quick: bool) -> dict[str, Any]:
+def run_setting(problem: str, data: dict[str, Any], Z: torch.Tensor, name: str, max_iter: int | None) -> dict:
+    return {"setting": name, **measure_fit(problem, data, Z, max_iter, SETTINGS[name])}
+
+
+def run_rotated(
+    problem: str, seeds: list[int], quick: bool, choices: list[Any], run: Callable[..., dict[str, Any]], label: str
+) -> dict[str, Any]:
+    """``run(problem, data, Z, choice, max_iter)`` for every choice on every split of ``problem``, the choices in a
+    rotating order per split, after an untimed warm-up; each run printed as ``label`` and the choice."""
     cap = 60 if quick else ns.PROBLEMS[problem]["max_train"]
-    names = list(SETTINGS)
     runs, n = [], None
     ns.warm_up(problem, seeds[0])
     for s, seed in enumerate(seeds):
         data = ns.load(problem, seed, cap, max_test=100 if quick else None)
         n = data["y"].shape[-1]
         Z = common.kmeans_inducing_points(data["x"], min(8 if quick else ns.NUM_INDUCING, n), seed=seed)
-        for name in names[s % len(names):] + names[: s % len(names)]:
+        for choice in choices[s % len(choices):] + choices[: s % len(choices)]:
             torch.manual_seed(seed)
-            r = {"seed": seed, **run_setting(problem, data, Z, name, 10 if quick else None)}
+            r = {"seed": seed, **run(problem, data, Z, choice, 10 if quick else None)}
             runs.append(r)
             if "failed" in r:
-                print(f"   {problem} {seed} {name}: FAILED {r['failed'][:100]}", flush=True)
+                print(f"   {problem} {seed} {label}{choice}: FAILED {r['failed'][:100]}", flush=True)
                 continue
-            print(f"   {problem} {seed} {name:10s} {r['time']:7.2f}s it {r['iterations']:3d} {r['ended']:5s} "
-                  f"certified {r['converged']!s:5s} |g| {r['gradient']:.1e} elbo {r['true_elbo']:+.4f} "
-                  f"nll {r['test_nll']:.4f}", flush=True)  # fmt: skip
+            evaluations = f" ev {r['evaluations']:4d}" if "evaluations" in r else ""
+            print(f"   {problem} {seed} {label}{choice!s:10s} {r['time']:7.2f}s it {r['iterations']:3d}{evaluations} "
+                  f"{r['ended']:5s} certified {r['converged']!s:5s} |g| {r['gradient']:.1e} "
+                  f"elbo {r['true_elbo']:+.4f} nll {r['test_nll']:.4f}", flush=True)  # fmt: skip
     return {"problem": problem, "num_train": n, "runs": runs}
+
+
+def run_problem(problem: str, seeds: list[int], quick: bool) -> dict[str, Any]:
+    return run_rotated(problem, seeds, quick, list(SETTINGS), run_setting, "")
 
 
 def _end(run: dict[str, Any]) -> str:
