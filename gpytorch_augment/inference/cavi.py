@@ -47,14 +47,12 @@ from ._fit_config import FitConfig
 from ._hyper_steps import HyperStepMixin
 from ._modes import training_mode
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
+from .fit_options import FitOptions
 from .schedules import StepSchedule, make_schedule
 
 __all__ = ["CAVI", "CAVITrace", "Convergence", "HeldOut", "RelativeChange"]
 
 StepSize = float | str | StepSchedule | Callable[[int], float] | None
-
-#: the keys ``fit(..., hyper_options=)`` accepts (keyword arguments of ``fit_hyperparameters``)
-_HYPER_OPTIONS = {"protocol", "lr", "inner_steps", "true_steps", "restarts", "learn_inducing_locations"}
 
 #: above this many elements of the M x N cross-covariance, :meth:`CAVI.elbo` works in chunks of the data
 _ELBO_CHUNK_ELEMENTS = 2**22
@@ -503,7 +501,10 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         window=steps per epoch)`` on the per-step ELBO estimates). A step touches only its batch.
 
         **Learning the hyper-parameters** (``learn_hyperparameters=True``; needs ``x, y``, no ``hyper_optimizer``
-        and no ``data_loader``): :func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`. Up to
+        and no ``data_loader``): :func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`. The fit is
+        MAP under default hyper-priors for every lengthscale and outputscale without one of yours
+        (``hyper_options={"priors": False}``: maximum likelihood), starts every lengthscale still at GPyTorch's
+        initial value at a data-aware point, and restarts a fit that ends at a constant predictor. Up to
         :data:`~gpytorch_augment.inference.hyperparameters.NESTED_MAX_DATA` points the *nested* protocol runs
         L-BFGS on the hyper-parameters, with :math:`q(u)` re-solved by CAVI inside every evaluation of the true
         ELBO; there ``max_iter`` caps L-BFGS iterations (default 500), ``tol`` is the relative change of the
@@ -521,11 +522,13 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         :param convergence: a :class:`RelativeChange`, a :class:`HeldOut` or any callable ``trace -> bool``.
         :param progress: show a ``tqdm`` progress bar (per step, with the ELBO estimate and held-out metric).
         :param learn_hyperparameters: learn the hyper-parameters too (above).
-        :param hyper_options: further keyword arguments of ``fit_hyperparameters``: ``protocol`` (``"auto"``,
-            ``"nested"``, ``"stochastic"``), ``lr`` (stochastic), ``inner_steps`` (nested, default 3),
-            ``true_steps`` (nested, default 3), ``restarts`` (nested, default 0: polish a stop that fails the
-            stationarity test), ``learn_inducing_locations``.
-        :returns: a :class:`CAVITrace`.
+        :param hyper_options: the one-call fit's options: a
+            :class:`~gpytorch_augment.inference.fit_options.FitOptions` or a dict of its fields (``priors``,
+            ``protocol``, ``optimizer``, ``restarts``, ``lr``, ...); an option that does not apply to the protocol
+            that runs is a ``ValueError``.
+        :returns: a :class:`CAVITrace`; with ``learn_hyperparameters=True`` a
+            :class:`~gpytorch_augment.inference.fit_result.FitResult` (a trace with the status, the reason, the
+            objective and the priors used).
         """
         if x is not None and y is not None and not self.likelihood.linear_observations:
             y = squeezed_targets(x, y)
@@ -557,7 +560,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
 
     def _fit_hyperparameters(
         self, x: Tensor | None, y: Tensor | None, *, hyper_optimizer: Any, data_loader: Any, learn: bool,
-        options: dict[str, Any] | None, batch_size: int | None, kwargs: dict[str, Any], **shared: Any,
+        options: FitOptions | dict[str, Any] | None, batch_size: int | None, kwargs: dict[str, Any], **shared: Any,
     ) -> CAVITrace:  # fmt: skip
         """``fit(..., learn_hyperparameters=True)``: checks, then :mod:`~gpytorch_augment.inference.hyperparameters`."""
         from .hyperparameters import fit_hyperparameters
@@ -568,15 +571,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             raise ValueError("pass either hyper_optimizer (your own loop) or learn_hyperparameters=True, not both")
         if data_loader is not None:
             raise ValueError("learn_hyperparameters=True needs the data as tensors x, y, not a data_loader")
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"hyper_options must be a dict, got {type(options).__name__}")
-        options = dict(options or {})
-        unknown = sorted(set(options) - _HYPER_OPTIONS)
-        if unknown:
-            raise ValueError(f"unknown hyper_options {unknown}; known: {sorted(_HYPER_OPTIONS)}")
-        if batch_size is not None:
-            options["batch_size"] = batch_size
-        return fit_hyperparameters(self, x, y, **shared, **options, **kwargs)
+        options = FitOptions.from_mapping(options, batch_size=batch_size, num_epochs=shared.pop("num_epochs"))
+        return fit_hyperparameters(self, x, y, options, **shared, **kwargs)
 
     def _run(self, config: FitConfig, callback: Callable[[int, float], Any] | None, bar: Any) -> CAVITrace:
         """The loop of :meth:`fit`: steps, hyper-parameter steps, the trace, the stopping rule and the caps."""

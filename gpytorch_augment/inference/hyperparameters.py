@@ -1,37 +1,42 @@
-r"""One-call fits that learn the hyper-parameters: ``CAVI.fit(x, y, learn_hyperparameters=True)``.
+r"""One-call fits that learn the hyper-parameters: ``CAVI.fit(x, y, learn_hyperparameters=True)``, or
+:func:`fit_hyperparameters` for the full :class:`~gpytorch_augment.inference.fit_result.FitResult`.
 
-Two protocols, chosen by :func:`choose_protocol` from the data size:
+**The model.** By default the fit is MAP: the objective is GPyTorch's true ``VariationalELBO`` plus the log densities
+of the hyper-priors, per datum. Every lengthscale and outputscale without a prior of the user's gets the default
+prior of :mod:`~gpytorch_augment.inference.default_priors` (dimension-scaled log-normal lengthscales, a Gamma
+outputscale) for the duration of the fit, and every lengthscale still at GPyTorch's initial value starts at the
+data-aware point (the mode of its default prior). ``FitOptions(priors=False)`` fits maximum likelihood (ML-II) under
+the user's priors only. A fit that ends at a constant predictor (:mod:`~gpytorch_augment.inference.collapse`)
+restarts from data-aware points and keeps the best objective; it is never reported as converged.
 
-* ``"nested"`` (up to :data:`NESTED_MAX_DATA` points) -- L-BFGS on the hyper-parameters :math:`\theta` alone, on
-  :math:`J(\theta)`, GPyTorch's true ``VariationalELBO`` at the :math:`q(u)` that ``inner_steps`` closed-form CAVI
-  steps reach from a snapshot (:mod:`~gpytorch_augment.inference.nested`). Every evaluation costs one kernel
-  evaluation on all the data, a few closed-form CAVI steps and one backward pass; L-BFGS's strong-Wolfe line search
-  sees a deterministic function. Stops when :math:`J` changes by less than ``tol`` (relative) between iterations
-  or L-BFGS cannot move; such a stop counts as converged only where the true ELBO's gradient in :math:`\theta`, at
-  the optimal :math:`q(u)`, is below :data:`NESTED_GTOL` per datum (else a warning; ``restarts`` polishes it).
-* ``"stochastic"`` (above it, and with data sharded over processes) -- mini-batch CAVI (``batch_size``, the default
-  Robbins-Monro step on :math:`q(u)`) with one Adam step (``lr``) on the CAVI's ``hyper_objective`` per CAVI step,
-  fused with it (one kernel evaluation per batch): :meth:`CAVI.fit` with ``hyper_optimizer``. Stops when the
+**The protocols**, chosen by :func:`choose_protocol` from the data size:
+
+* ``"nested"`` (up to :data:`NESTED_MAX_DATA` points) -- L-BFGS (``torch`` or ``scipy``,
+  :mod:`~gpytorch_augment.inference.lbfgs`) on the hyper-parameters :math:`\theta` alone, on :math:`J(\theta)`, the
+  objective at the :math:`q(u)` that ``inner_steps`` closed-form CAVI steps reach from a snapshot
+  (:mod:`~gpytorch_augment.inference.nested`). Stops when :math:`J` changes by less than ``tol`` (relative) between
+  iterations or L-BFGS cannot move; such a stop counts as converged only where the objective's gradient in
+  :math:`\theta`, at the optimal :math:`q(u)`, is at most ``gtol`` per datum in every entry.
+* ``"stochastic"`` (above it, and with data sharded over processes) -- mini-batch CAVI with one Adam step (``lr``)
+  on the CAVI's ``hyper_objective`` per CAVI step: :meth:`CAVI.fit` with ``hyper_optimizer``. Stops when the
   epoch-averaged bound changes by less than ``tol`` (relative) or after ``num_epochs`` epochs.
 
-Both protocols put the model and the likelihood in training mode and restore the caller's modes, validate the data
-once, warn and return ``trace.converged = False`` when they stop on a cap, and leave :math:`q(u)` at its optimum for
-the final hyper-parameters. The trace (:class:`~gpytorch_augment.inference.convergence.CAVITrace`) holds, per
-iteration or step, the objective per datum (nested: the true ELBO entering the iteration; stochastic: the augmented
-bound's mini-batch estimate) and the training wall time.
+Both put the model and the likelihood in training mode and restore the caller's modes, validate the data once, warn
+when the result is not converged (naming why), and leave :math:`q(u)` at its optimum for the final hyper-parameters.
 
 Example::
 
     >>> import torch
     >>> from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+    >>> from gpytorch_augment.inference.hyperparameters import fit_hyperparameters
     >>> from gpytorch_augment.testing import SVGP
     >>> x = torch.linspace(-3, 3, 60, dtype=torch.float64).unsqueeze(-1)
     >>> y = (x.squeeze(-1).sin() > 0).double()
     >>> y[::7] = 1 - y[::7]                      # noisy labels (separable ones send the outputscale to infinity)
     >>> model = SVGP(x[::6].clone()).double()
-    >>> trace = CAVI(model, BernoulliLogitLikelihood(), num_data=60).fit(x, y, learn_hyperparameters=True)
-    >>> trace.converged, trace.elbo[-1] > trace.elbo[0]
-    (True, True)
+    >>> result = fit_hyperparameters(CAVI(model, BernoulliLogitLikelihood(), num_data=60), x, y)
+    >>> result.status.value, result.objective, sorted(result.default_priors)
+    ('converged', 'MAP', ['covar_module.base_kernel.lengthscale', 'covar_module.outputscale'])
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,7 +53,12 @@ from torch import Tensor
 from .._validation import check_nonempty, checked_data
 from ._batches import Clock, progress_bar
 from ._modes import training_mode
+from .collapse import SPREAD_TOL, is_constant, latent_spread
 from .convergence import CAVITrace, Convergence, RelativeChange
+from .default_priors import default_priors, initial_point, registered, user_priors
+from .fit_options import FitOptions
+from .fit_result import FitResult, FitStatus
+from .lbfgs import OPTIMIZERS
 from .nested import NestedProtocol
 
 __all__ = ["NESTED_MAX_DATA", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
@@ -56,25 +67,9 @@ __all__ = ["NESTED_MAX_DATA", "choose_protocol", "fit_hyperparameters", "hyperpa
 #: kernel on all the data at once; ``benchmarks/README.md`` has the measured crossover)
 NESTED_MAX_DATA = 50_000
 
-PROTOCOLS = ("auto", "nested", "stochastic")
-
-#: the defaults of the caps and tolerances, per protocol
-NESTED_MAX_ITER = 500
-NESTED_TOL = 1e-6
-#: the nested protocol's stationarity test: a stop (rule or stall) counts as converged when the true ELBO's
-#: gradient per datum in the hyper-parameters, with q(u) at its optimum, is at most this in every entry (measured
-#: by benchmarks/stationarity.py: stops that polishing does not move end at 1e-6 to 8.5e-3; stalls 0.2 to 0.4 nats
-#: per datum below a reachable ELBO at 1.2e-2 to 2.3e-2)
-NESTED_GTOL = 1e-2
-#: the default of ``restarts``: restarts in polish mode (:meth:`NestedProtocol.restart`) after a stop that fails the
-#: stationarity test. None: on logistic-softmax (satimage, 300 points, 36 ARD inputs) polishing to the stationary
-#: point took 6 to 19 times longer and ended 0.03 to 0.09 nats worse in test NLL (benchmarks/stationarity.py)
-NESTED_RESTARTS = 0
-#: evaluations of J that one strong-Wolfe line search of the nested protocol may spend (torch's own default;
-#: benchmarks/line_search.py measures 10: 12% fewer evaluations, the same stops, test NLL within -0.002 to +0.008)
-NESTED_MAX_LINE_SEARCH = 25
-STOCHASTIC_NUM_EPOCHS = 20
-STOCHASTIC_TOL = 1e-4
+#: the lengthscales of the restarts after a collapse, as multiples of the data-aware start (the first restart
+#: starts there; the second at lengthscales one prior standard deviation of log-lengthscale longer)
+COLLAPSE_RESTART_SCALES = (1.0, math.exp(math.sqrt(3.0)))
 
 
 def choose_protocol(likelihood: Any, num_data: int) -> str:
@@ -119,58 +114,38 @@ def fit_hyperparameters(
     cavi: Any,
     x: Tensor,
     y: Tensor,
+    options: FitOptions | dict[str, Any] | None = None,
     *,
-    protocol: str = "auto",
     max_iter: int | None = None,
     tol: float | None = None,
     convergence: Convergence | Callable[[CAVITrace], bool] | None = None,
-    learn_inducing_locations: bool | None = None,
-    inner_steps: int = 3,
-    true_steps: int = 3,
-    restarts: int = NESTED_RESTARTS,
-    batch_size: int = 1024,
-    lr: float = 0.05,
-    num_epochs: int | None = None,
     progress: bool = False,
     callback: Callable[[int, float], Any] | None = None,
     generator: torch.Generator | None = None,
     **kwargs: Any,
-) -> CAVITrace:
+) -> FitResult:
     r"""Learn :math:`q(u)` and the hyper-parameters together (what ``CAVI.fit(..., learn_hyperparameters=True)``
-    runs); see the module docstring for the two protocols.
+    runs); the module docstring says how.
 
     :param x: all the training inputs, ``(N, D)``.
-    :param y: all the training targets, ``(N,)`` (``(N, T)`` never: multi-latent likelihoods take one target per
-        point too).
-    :param protocol: ``"auto"`` (:func:`choose_protocol`; always ``"stochastic"`` with sharded data), ``"nested"``
-        (one process only) or ``"stochastic"``.
-    :param max_iter: the cap on L-BFGS iterations (nested, default 500) or on CAVI steps (stochastic, default none).
-    :param tol: the default rule's relative tolerance (nested: on :math:`J` between iterations, default ``1e-6``;
-        stochastic: on the epoch-averaged bound, default ``1e-4``).
+    :param y: all the training targets, ``(N,)`` (one target per point, for multi-latent likelihoods too).
+    :param options: a :class:`~gpytorch_augment.inference.fit_options.FitOptions` (or a dict of its fields).
+    :param max_iter: overrides ``options.max_iter``.
+    :param tol: overrides ``options.tol``.
     :param convergence: a :class:`~gpytorch_augment.inference.convergence.Convergence` or callable ``trace -> bool``
-        replacing the default rule (checked after every iteration or step; its time is not counted).
-    :param learn_inducing_locations: see :func:`hyperparameters_of`.
-    :param inner_steps: nested: the CAVI steps of every evaluation of :math:`J`.
-    :param true_steps: nested: natural-gradient steps of :math:`q(u)` on the true ELBO after them
-        (:meth:`~gpytorch_augment.inference.nested.NestedObjective._true_elbo_step`).
-    :param restarts: nested: how many times a stop that fails the stationarity test (:data:`NESTED_GTOL`) goes on
-        in polish mode (:meth:`~gpytorch_augment.inference.nested.NestedProtocol.restart`: exact gradients,
-        :math:`q(u)` re-solved after every iteration) before the fit gives up with a warning.
-    :param batch_size: stochastic: the mini-batch size.
-    :param lr: stochastic: Adam's learning rate.
-    :param num_epochs: stochastic: the cap on epochs (default 20). The nested protocol has no epochs
-        (``ValueError``).
+        replacing the default rule (checked after every iteration or step; its time is not counted); a stop by it
+        is final.
     :param progress: show a progress bar with the objective.
     :param callback: called as ``callback(t, objective)`` after every iteration or step.
     :param generator: stochastic: the mini-batches.
-    :raises ValueError: on a bad argument or bad data.
+    :param kwargs: the likelihood's per-datum keyword arguments (e.g. ``trials=``).
+    :returns: a :class:`~gpytorch_augment.inference.fit_result.FitResult`.
+    :raises ValueError: on a bad argument, an option that does not apply to the protocol, or bad data.
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    options = FitOptions.from_mapping(options, max_iter=max_iter, tol=tol)
     if x is None or y is None:
         raise ValueError("learn_hyperparameters=True needs the training data x and y")
-    _check_numbers(inner_steps=inner_steps, true_steps=true_steps, restarts=restarts, batch_size=batch_size,
-                   max_iter=max_iter, lr=lr, tol=tol)  # fmt: skip
+    protocol = options.protocol
     if protocol == "auto":
         # with sharded data (torch.distributed) only the stochastic protocol reduces over the ranks
         protocol = "stochastic" if cavi.distributed else choose_protocol(cavi.likelihood, y.shape[-1])
@@ -184,48 +159,214 @@ def fit_hyperparameters(
             f"{type(cavi.likelihood).__name__} reads linear combinations of the inputs: its hyper-parameters are "
             f"learnt by the nested protocol only (one process, at most {NESTED_MAX_DATA} observations)"
         )
-    if protocol == "nested" and num_epochs is not None:
-        raise ValueError("num_epochs applies to the stochastic protocol only; the nested protocol caps max_iter")
-    params = hyperparameters_of(cavi, learn_inducing_locations)
+    options = options.resolved(protocol)
+    params = hyperparameters_of(cavi, options.learn_inducing_locations)
     if cavi.likelihood.real_valued_targets:
         _warn_unstandardised(y)
+    run = _Run(cavi, x, y, params, options, convergence, progress, callback, generator, kwargs)
     with training_mode(cavi.model, cavi.likelihood):
-        if protocol == "stochastic":
-            trace = _fit_stochastic(
-                cavi, x, y, params, max_iter=max_iter, tol=STOCHASTIC_TOL if tol is None else float(tol),
-                batch_size=int(batch_size), lr=float(lr), num_epochs=num_epochs, convergence=convergence,
-                progress=progress, callback=callback, generator=generator, kwargs=kwargs,
-            )  # fmt: skip
-            message = None if trace.converged else _cap_message(protocol, max_iter, num_epochs)
+        result = run.fit()
+    if not result.converged:
+        warnings.warn(f"the {protocol} protocol {result.message} (result.status: {result.status.value})",
+                      UserWarning, stacklevel=3)  # fmt: skip
+    return result
+
+
+@dataclass
+class _Attempt:
+    """One run of a protocol from one start: its result, its final objective and the state it ended at."""
+
+    result: FitResult
+    value: float
+    constant: bool
+    state: list[Tensor]
+
+
+class _Run:
+    """One fit: the first run of the protocol, then restarts after a collapse; keeps the best attempt."""
+
+    def __init__(
+        self, cavi: Any, x: Tensor, y: Tensor, params: list[Tensor], options: FitOptions, convergence: Any,
+        progress: bool, callback: Any, generator: Any, kwargs: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.cavi, self.x, self.y, self.params, self.options = cavi, x, y, params, options
+        self.convergence, self.progress, self.callback, self.generator = convergence, progress, callback, generator
+        self.kwargs = kwargs
+        self.tensors = [*params, *cavi.model.variational_parameters()]
+        self.initial = [t.detach().clone() for t in self.tensors]
+        self.num_latents = int(cavi.likelihood.num_latents) if not cavi.likelihood.linear_observations else 1
+        #: a constant target is fitted best by a constant predictor: no collapse to restart from or warn about
+        self.constant_targets = not cavi.likelihood.linear_observations and bool((y == y.reshape(-1)[0]).all())
+
+    def fit(self) -> FitResult:
+        options = self.options
+        started_at_data = initial_point(self.cavi.model, self.x) if options.initialise else []
+        defaults = default_priors(self.cavi.model, self.x) if options.priors else []
+        with registered(defaults):
+            priors = {**user_priors(self.cavi.model), **{f"likelihood.{k}": v
+                                                         for k, v in user_priors(self.cavi.likelihood).items()}}
+            attempts = [self._attempt()]
+            scales = COLLAPSE_RESTART_SCALES if not started_at_data else COLLAPSE_RESTART_SCALES[1:]
+            for scale in scales[: options.collapse_restarts]:
+                if not attempts[-1].constant:
+                    break
+                self._restore(self.initial)
+                initial_point(self.cavi.model, self.x, force=True, scale=scale)
+                attempts.append(self._attempt())
+        best = max(attempts, key=lambda a: (not a.constant, a.value))
+        self._restore(best.state)
+        result = best.result
+        result.objective = "MAP" if priors else "ML-II"
+        result.priors = priors
+        result.default_priors = tuple(p.name for p in defaults)
+        result.attempts = [a.result.status.value if not a.constant else "collapsed" for a in attempts]
+        result.restarted_after_collapse = best is not attempts[0]
+        if result.restarted_after_collapse:
+            result.message = "restarted from a data-aware point after a collapse: " + result.message
+        if best.constant:
+            spread = float(latent_spread(self.cavi.model, self.x, self.num_latents).max())
+            result.status = FitStatus.COLLAPSED
+            result.message = (
+                f"ended at a constant predictor (the latent posterior mean varies by {spread:.2g} < {SPREAD_TOL:g} "
+                f"over the training inputs) after {len(attempts) - 1} restart(s) from data-aware points: the "
+                "targets show no dependence on the inputs that the kernel can represent (a constant target, or "
+                "inputs unrelated to it), or the kernel's scales are far from the data's (standardise x)"
+            )
+        return result
+
+    def _restore(self, state: list[Tensor]) -> None:
+        with torch.no_grad():
+            for t, saved in zip(self.tensors, state):
+                t.copy_(saved)
+        self.cavi.strategy._clear_cache()
+
+    def _attempt(self) -> _Attempt:
+        if self.options.protocol == "stochastic":
+            result, value = self._stochastic()
         else:
-            trace, message = _fit_nested(
-                cavi, x, y, params, max_iter=NESTED_MAX_ITER if max_iter is None else int(max_iter),
-                tol=NESTED_TOL if tol is None else float(tol), inner_steps=int(inner_steps),
-                true_steps=int(true_steps), restarts=int(restarts), convergence=convergence,
-                progress=progress, callback=callback, kwargs=kwargs,
+            result, value = self._nested()
+        constant = not self.constant_targets and is_constant(self.cavi.model, self.x, self.num_latents)
+        return _Attempt(result, value, constant, [t.detach().clone() for t in self.tensors])
+
+    # ---------------------------------------------------------------------------------------------- stochastic
+    def _stochastic(self) -> tuple[FitResult, float]:
+        """Mini-batch CAVI with fused Adam steps: :meth:`CAVI.fit` with ``hyper_optimizer``."""
+        o = self.options
+        optimizer = torch.optim.Adam(self.params, lr=o.lr)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="CAVI.fit stopped at max_iter")
+            trace = self.cavi.fit(
+                self.x, self.y, hyper_optimizer=optimizer, batch_size=o.batch_size, num_epochs=o.num_epochs,
+                max_iter=o.max_iter, tol=o.tol, convergence=self.convergence, progress=self.progress,
+                callback=self.callback, generator=self.generator, **self.kwargs,
             )  # fmt: skip
-    if not trace.converged:
-        warnings.warn(f"the {protocol} protocol {message} (trace.converged is False)",
-            UserWarning,
-            stacklevel=3,
+        status = FitStatus.CONVERGED if trace.converged else FitStatus.CAP
+        message = "met its stopping rule" if trace.converged else (
+            f"stopped on its cap ({_stochastic_cap(o)}) before its convergence rule was met: raise the cap or "
+            "loosen tol"
         )
-    return trace
+        last = [v for v, e in zip(trace.elbo, trace.epoch) if e == trace.epoch[-1]] if trace.elbo else [-math.inf]
+        value = sum(last) / len(last)
+        result = FitResult(**vars(trace), status=status, message=message, protocol="stochastic", optimizer="adam",
+                           final_objective=value)  # fmt: skip
+        return result, value
+
+    # -------------------------------------------------------------------------------------------------- nested
+    def _nested(self) -> tuple[FitResult, float]:
+        """L-BFGS iterations until the rule, a stall or ``max_iter``, then :meth:`NestedProtocol.finish` and the
+        stationarity test; a stop that fails it goes on in polish mode, at most ``restarts`` times."""
+        cavi, o = self.cavi, self.options
+        cavi._check_inputs(self.x, self.y)
+        check_nonempty(self.x, "CAVI.fit")
+        targets = cavi.likelihood.check_targets(self.y, **self.kwargs)  # the whole data, once
+        if targets.shape[-1] != cavi.num_data:
+            raise ValueError(f"y has {targets.shape[-1]} data points but CAVI was built with num_data={cavi.num_data}")
+        rule = RelativeChange(o.tol, window=1) if self.convergence is None else self.convergence
+        if isinstance(rule, Convergence):
+            rule.reset()
+        trace, clock = CAVITrace(), Clock()
+        bar = progress_bar(o.max_iter, desc="nested L-BFGS", unit="iteration") if self.progress else None
+        state = {"since": 0, "restarted": 0}
+
+        def on_iteration(value: float) -> bool:
+            trace.elbo.append(value)
+            trace.time.append(clock.elapsed())
+            trace.epoch.append(trace.num_steps - 1)
+            trace.step_size.append(1.0)
+            state["since"] += 1
+            if self.callback is not None:
+                self.callback(trace.num_steps - 1, value)
+            if bar is not None:
+                bar.set_postfix({"objective": f"{value:.5f}"}, refresh=False)
+                bar.update(1)
+            with clock.paused():
+                done = rule.check(trace, True) if isinstance(rule, Convergence) else bool(rule(trace))
+            return done and (not state["restarted"] or state["since"] >= 2)  # not right after a restart
+
+        run_optimizer = OPTIMIZERS[o.optimizer]
+        try:
+            with checked_data():
+                protocol = NestedProtocol(
+                    cavi, self.x, self.y, self.params, inner_steps=o.inner_steps, true_steps=o.true_steps,
+                    max_line_search=o.max_line_search, **self.kwargs,
+                )  # fmt: skip
+                while True:
+                    outcome = run_optimizer(protocol, on_iteration, o.max_iter - trace.num_steps)
+                    protocol.finish()  # q(u) at its optimum for these hyper-parameters
+                    status, message, gradient = self._judge(protocol, outcome)
+                    if status is not FitStatus.NOT_STATIONARY or state["restarted"] >= o.restarts:
+                        break
+                    if o.max_iter - trace.num_steps < 1:
+                        status, message = FitStatus.CAP, _nested_cap(o)
+                        break
+                    state["restarted"], state["since"] = state["restarted"] + 1, 0
+                    protocol.restart()  # L-BFGS afresh, in polish mode, from the refreshed q(u)
+                value = protocol.objective_value()
+            if trace.time:
+                trace.time[-1] = clock.elapsed()
+        finally:
+            if bar is not None:
+                bar.close()
+        if status is FitStatus.NOT_STATIONARY:
+            message += f" after {state['restarted']} restart(s): the hyper-parameters may be short of their optimum " \
+                       "or drifting along a ridge (check them; hyper_options={'restarts': 2} polishes them towards " \
+                       "a stationary point; standardised inputs and targets, or a prior on that parameter, can help)"
+        result = FitResult(**vars(trace), status=status, message=message, protocol="nested", optimizer=o.optimizer,
+                           gradient=gradient, final_objective=value)  # fmt: skip
+        return result, value
+
+    def _judge(self, protocol: NestedProtocol, outcome: str) -> tuple[FitStatus, str, float | None]:
+        """How a run of the optimizer ended: the status, the reason and the final gradient."""
+        o = self.options
+        if outcome == "rule" and self.convergence is not None:  # the caller's rule is final
+            return FitStatus.CONVERGED, "met the caller's convergence rule", None
+        gradient = protocol.stationarity()
+        if outcome == "cap":
+            return FitStatus.CAP, _nested_cap(o), gradient
+        if gradient <= o.gtol:
+            if outcome == "rule":
+                return FitStatus.CONVERGED, f"met its stopping rule at a stationary point (gradient {gradient:.2g} " \
+                                            f"<= gtol={o.gtol:g} per datum)", gradient  # fmt: skip
+            return FitStatus.CERTIFIED, f"stopped where L-BFGS makes no further progress, at a stationary point " \
+                                        f"(gradient {gradient:.2g} <= gtol={o.gtol:g} per datum)", gradient  # fmt: skip
+        where = _parameter_name(self.cavi, self.params[protocol.largest_at]) if protocol.largest_at is not None else "?"
+        stop = "stopped where L-BFGS makes no further progress" if outcome == "stalled" else "met its stopping rule"
+        message = (
+            f"{stop}, but the objective's largest gradient in the hyper-parameters is {gradient:.2g} per datum "
+            f"(> gtol={o.gtol:g}, in {where})"
+        )
+        return FitStatus.NOT_STATIONARY, message, gradient
 
 
-def _check_numbers(
-    *, inner_steps: Any, true_steps: Any, restarts: Any, batch_size: Any, max_iter: Any, lr: Any, tol: Any
-) -> None:
-    """``ValueError`` naming the first numeric argument of :func:`fit_hyperparameters` out of its range."""
-    for name, value, least in (("inner_steps", inner_steps, 1), ("true_steps", true_steps, 0),
-                               ("restarts", restarts, 0), ("batch_size", batch_size, 1)):  # fmt: skip
-        if isinstance(value, bool) or int(value) != value or int(value) < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value}")
-    if max_iter is not None and (isinstance(max_iter, bool) or int(max_iter) < 1):
-        raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
-    if not (math.isfinite(float(lr)) and float(lr) > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}")
-    if tol is not None and not (math.isfinite(float(tol)) and float(tol) >= 0):
-        raise ValueError(f"tol must be a finite number >= 0, got {tol}")
+def _nested_cap(o: FitOptions) -> str:
+    return f"stopped on its cap (max_iter={o.max_iter} L-BFGS iterations) before its convergence rule was met: " \
+           "raise the cap or loosen tol"  # fmt: skip
+
+
+def _stochastic_cap(o: FitOptions) -> str:
+    if o.max_iter is not None:
+        return f"max_iter={o.max_iter} steps or num_epochs={o.num_epochs}"
+    return f"num_epochs={o.num_epochs} epochs"
 
 
 def _warn_unstandardised(y: Tensor) -> None:
@@ -243,116 +384,3 @@ def _warn_unstandardised(y: Tensor) -> None:
             UserWarning,
             stacklevel=4,
         )
-
-
-def _cap_message(protocol: str, max_iter: int | None, num_epochs: int | None) -> str:
-    return (
-        f"stopped on its cap ({_cap_text(protocol, max_iter, num_epochs)}) before its convergence rule was met: "
-        "raise the cap or loosen tol"
-    )
-
-
-def _cap_text(protocol: str, max_iter: int | None, num_epochs: int | None) -> str:
-    if protocol == "nested":
-        return f"max_iter={NESTED_MAX_ITER if max_iter is None else max_iter} L-BFGS iterations"
-    if max_iter is not None:
-        return f"max_iter={max_iter} steps or num_epochs={num_epochs or STOCHASTIC_NUM_EPOCHS}"
-    return f"num_epochs={num_epochs or STOCHASTIC_NUM_EPOCHS} epochs"
-
-
-def _fit_stochastic(
-    cavi: Any, x: Tensor, y: Tensor, params: list[Tensor], *, batch_size: int, lr: float, num_epochs: int | None,
-    kwargs: dict[str, Any], **options: Any,
-) -> CAVITrace:  # fmt: skip
-    """Mini-batch CAVI with fused Adam steps: :meth:`CAVI.fit` with ``hyper_optimizer`` (its cap warning is
-    replaced by :func:`fit_hyperparameters`'s)."""
-    optimizer = torch.optim.Adam(params, lr=lr)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="CAVI.fit stopped at max_iter")
-        return cavi.fit(
-            x, y, hyper_optimizer=optimizer, batch_size=batch_size,
-            num_epochs=STOCHASTIC_NUM_EPOCHS if num_epochs is None else num_epochs, **options, **kwargs,
-        )  # fmt: skip
-
-
-def _fit_nested(
-    cavi: Any,
-    x: Tensor,
-    y: Tensor,
-    params: list[Tensor],
-    *,
-    max_iter: int,
-    tol: float,
-    inner_steps: int,
-    true_steps: int,
-    restarts: int,
-    convergence: Any,
-    progress: bool,
-    callback: Callable[[int, float], Any] | None,
-    kwargs: dict[str, Any],
-) -> tuple[CAVITrace, str | None]:
-    """The loop of the nested protocol: L-BFGS iterations until the rule, a stall or ``max_iter``, then
-    :meth:`NestedProtocol.finish`. A stop by the default rule or a stall counts as converged only if it passes the
-    stationarity test (:data:`NESTED_GTOL`); one that fails it goes on in polish mode, at most ``restarts`` times.
-    Returns the trace and, when it did not converge, why."""
-    cavi._check_inputs(x, y)
-    check_nonempty(x, "CAVI.fit")
-    targets = cavi.likelihood.check_targets(y, **kwargs)  # the whole data, once; later checks skip the values
-    if targets.shape[-1] != cavi.num_data:
-        raise ValueError(f"y has {targets.shape[-1]} data points but CAVI was built with num_data={cavi.num_data}")
-    rule = RelativeChange(tol, window=1) if convergence is None else convergence
-    if isinstance(rule, Convergence):
-        rule.reset()
-    trace, clock = CAVITrace(), Clock()
-    bar = progress_bar(max_iter, desc="nested L-BFGS", unit="iteration") if progress else None
-    message, restarted, since = _cap_message("nested", max_iter, None), 0, 0
-    try:
-        with checked_data():
-            protocol = NestedProtocol(cavi, x, y, params, inner_steps=inner_steps, true_steps=true_steps,
-                                      max_line_search=NESTED_MAX_LINE_SEARCH, **kwargs)  # fmt: skip
-            for t in range(max_iter):
-                value = protocol.step()
-                trace.elbo.append(value)
-                trace.time.append(clock.elapsed())
-                trace.epoch.append(t)
-                trace.step_size.append(1.0)
-                since += 1
-                if callback is not None:
-                    callback(t, value)
-                if bar is not None:
-                    bar.set_postfix({"ELBO": f"{value:.5f}"}, refresh=False)
-                    bar.update(1)
-                with clock.paused():
-                    done = rule.check(trace, True) if isinstance(rule, Convergence) else bool(rule(trace))
-                done = done and (not restarted or since >= 2)  # not on the first iteration after a restart
-                if not (done or protocol.stalled):
-                    continue
-                protocol.finish()  # q(u) at its optimum for these hyper-parameters
-                if done and convergence is not None:  # the caller's rule is final
-                    trace.converged = True
-                    break
-                gradient = protocol.stationarity()
-                if gradient <= NESTED_GTOL:
-                    trace.converged = True
-                    break
-                if restarted < restarts:  # L-BFGS afresh, in polish mode, from the refreshed q(u)
-                    restarted, since = restarted + 1, 0
-                    protocol.restart()
-                    continue
-                where = _parameter_name(cavi, params[protocol.largest_at]) if protocol.largest_at is not None else "?"
-                message = (
-                    f"stopped where L-BFGS makes no further progress, but the true ELBO's largest gradient in the "
-                    f"hyper-parameters is {gradient:.2g} per datum (> {NESTED_GTOL:g}, in {where}) after "
-                    f"{restarted} restart(s): "
-                    "the hyper-parameters may be short of their optimum or drifting along a ridge (check them; "
-                    "hyper_options={'restarts': 2} polishes them towards a stationary point; standardised inputs "
-                    "and targets, or a prior on that parameter, can help)"
-                )
-                break
-            else:
-                protocol.finish()
-        trace.time[-1] = clock.elapsed()
-    finally:
-        if bar is not None:
-            bar.close()
-    return trace, None if trace.converged else message

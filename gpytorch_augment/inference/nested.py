@@ -273,8 +273,8 @@ class NestedProtocol:
         )  # fmt: skip
 
     def _closure(self) -> Tensor:
-        optimizer = self._optimizer
-        optimizer.zero_grad()
+        for p in self.params:
+            p.grad = None
         try:
             loss = self.objective(solve=not self.polish)
             if torch.isfinite(loss):
@@ -285,10 +285,8 @@ class NestedProtocol:
         except (ValueError, RuntimeError):  # a factorisation that failed (PriorFactorizationError, NotPSDError)
             pass
         # an unusable point: a high value without a gradient, so that the line search shortens its step
-        optimizer.zero_grad(set_to_none=False)
         for p in self.params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+            p.grad = torch.zeros_like(p)
         if self._reference is None:
             raise FloatingPointError(
                 "the true ELBO or its gradient is not finite at the initial hyper-parameters: check the data's "
@@ -296,11 +294,45 @@ class NestedProtocol:
             )
         return torch.tensor(self._reference + 1e3 * (1.0 + abs(self._reference)), dtype=torch.float64)
 
-    def step(self) -> float:
-        """One L-BFGS iteration; returns the objective's value entering it as a true ELBO per datum."""
+    def start(self) -> None:
+        """``initial_steps`` CAVI steps at the initial hyper-parameters (once; :meth:`step` calls it)."""
         if not self._started:
             self.objective.advance(self.initial_steps)
             self._started = True
+
+    def after_iteration(self) -> None:
+        """Move the snapshot to :math:`q_\\theta(u)` at the new hyper-parameters (polish mode: :meth:`finish`)."""
+        if self.polish:
+            self.finish()
+        else:
+            self.objective.advance()
+
+    def begin_iteration(self, value: float | None) -> None:
+        """An external optimizer starts an iteration from a point of objective ``value`` (``None``: the next
+        evaluation is the entry point, which must be usable); an unusable trial point counts as far above it."""
+        self._reference = value
+
+    def evaluate(self) -> tuple[float, list[Tensor]]:
+        """The objective and its gradient at the current hyper-parameters (what an external optimizer calls: an
+        unusable point gives a high value and a zero gradient, see :meth:`step`)."""
+        value = float(self._closure())
+        if self._reference is None:
+            self._reference = value
+        return value, [p.grad.detach().clone() for p in self.params]
+
+    def objective_value(self) -> float:
+        """The fit's objective per datum at the snapshot (the true ELBO plus the registered log prior densities;
+        ``-inf`` where it cannot be evaluated)."""
+        try:
+            with torch.no_grad():
+                value = -float(self.objective(solve=False))
+        except (ValueError, RuntimeError):
+            return -math.inf
+        return value if math.isfinite(value) else -math.inf
+
+    def step(self) -> float:
+        """One L-BFGS iteration; returns the objective's value entering it as a true ELBO per datum."""
+        self.start()
         if self._optimizer is None:
             self._optimizer = self._new_optimizer()
         before = [p.detach().clone() for p in self.params]
@@ -312,10 +344,7 @@ class NestedProtocol:
         if not moved:  # forget the curvature pairs: the next iteration starts afresh with a short step
             self._optimizer = None
         self.stalled = self._stalls >= 2
-        if self.polish:
-            self.finish()
-        else:
-            self.objective.advance()
+        self.after_iteration()
         return -value
 
     def stationarity(self) -> float:

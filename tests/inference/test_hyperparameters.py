@@ -11,7 +11,7 @@ import torch
 
 from gpytorch_augment import CAVI, CAVIVariationalStrategy
 from gpytorch_augment._validation import checking_values
-from gpytorch_augment.inference.convergence import CAVITrace
+from gpytorch_augment.inference.fit_result import FitResult
 from gpytorch_augment.inference.hyperparameters import NESTED_MAX_DATA, choose_protocol, hyperparameters_of
 from gpytorch_augment.inference.nested import NestedObjective, NestedProtocol
 from gpytorch_augment.testing import gp_data, make_cavi_model
@@ -60,8 +60,9 @@ def test_protocol_choice_follows_the_data_size():
 
 def test_nested_fit_ascends_the_true_elbo_and_leaves_q_at_its_optimum():
     model, cavi, data = _setup(n=60)
-    trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, tol=1e-7)
-    assert trace.converged
+    # maximum likelihood: the objective is then the true ELBO itself
+    trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, tol=1e-7, hyper_options={"priors": False})
+    assert trace.converged and trace.objective == "ML-II"
     # each L-BFGS iteration lowers J at a fixed snapshot; the snapshot's move between iterations only raises it
     assert all(b >= a - 1e-6 for a, b in zip(trace.elbo, trace.elbo[1:])), trace.elbo
     assert trace.elbo[-1] > trace.elbo[0] + 5e-3
@@ -131,20 +132,15 @@ def test_every_protocol_warns_when_it_stops_on_its_cap():
     assert trace.num_steps == 4 and not trace.converged
 
 
-def test_a_stop_counts_as_converged_only_at_a_stationary_point(monkeypatch):
-    from gpytorch_augment.inference import hyperparameters as module
-
+def test_a_stop_counts_as_converged_only_at_a_stationary_point():
     model, cavi, data = _setup()
     trace = cavi.fit(data.x, data.y, learn_hyperparameters=True)
-    assert trace.converged
-    protocol = NestedProtocol(cavi, data.x, data.y, hyperparameters_of(cavi))
-    assert protocol.stationarity() <= module.NESTED_GTOL
+    assert trace.converged and trace.status.value == "converged" and trace.gradient <= 1e-2
     # the test can fail: with no tolerance at all the same fit is not certified, and says why
     model, cavi, data = _setup()
-    monkeypatch.setattr(module, "NESTED_GTOL", 0.0)
-    with pytest.warns(UserWarning, match=r"no further progress, but the true ELBO's largest gradient .* 1 restart"):
-        trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, hyper_options={"restarts": 1})
-    assert not trace.converged
+    with pytest.warns(UserWarning, match=r"largest gradient .* 1 restart"):
+        trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, hyper_options={"restarts": 1, "gtol": 0.0})
+    assert not trace.converged and trace.status.value == "not_stationary"
 
 
 def test_the_callers_rule_is_final_even_on_the_first_iteration():
@@ -159,7 +155,7 @@ def test_a_stall_short_of_a_stationary_point_warns_and_restarts_polish_it():
     case = next(c for c in CASES if c.name == "bayesian_svm")  # its nested objective stalls at a gradient of 0.03
     model, cavi, data = _setup(case)
     # the warning names the parameter with the largest gradient entry
-    with pytest.warns(UserWarning, match=r"no further progress.*, in model\.covar_module\.\S+\) after 0 restart\(s\)"
+    with pytest.warns(UserWarning, match=r"largest gradient.*, in model\.covar_module\.\S+\) after 0 restart\(s\)"
                       r".*\{'restarts': 2\}"):  # fmt: skip
         trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, **data.kwargs)
     assert not trace.converged
@@ -234,7 +230,7 @@ def test_progress_bar_shows_the_objective(capsys):
     trace = cavi.fit(data.x, data.y, learn_hyperparameters=True, progress=True, convergence=stop)
     assert trace.num_steps == 2
     err = capsys.readouterr().err
-    assert "nested L-BFGS" in err and "ELBO=" in err
+    assert "nested L-BFGS" in err and "objective=" in err
 
 
 @pytest.mark.parametrize(
@@ -247,7 +243,12 @@ def test_progress_bar_shows_the_objective(capsys):
         ({"hyper_options": {"inner_steps": 0}}, "inner_steps"),
         ({"num_epochs": 3}, "num_epochs applies to the stochastic protocol"),
         ({"tol": -1.0}, "tol"),
-        ({"hyper_options": [1]}, "must be a dict"),
+        ({"hyper_options": [1]}, "must be a FitOptions or a dict"),
+        ({"hyper_options": {"lr": 0.1}}, "lr applies to the stochastic protocol only"),
+        ({"hyper_options": {"restarts": math.inf}}, "restarts must be an integer"),
+        ({"hyper_options": {"restarts": None, "max_iter": 2.5}}, "max_iter must be an integer"),
+        ({"hyper_options": {"optimizer": "adam"}}, "optimizer must be 'torch' or 'scipy'"),
+        ({"hyper_options": {"priors": "yes"}}, "priors must be True or False"),
         ({"max_iter": 0}, "max_iter"),
         ({"learn_hyperparameters": False, "hyper_options": {"lr": 0.1}}, "only used with"),
     ],
@@ -301,9 +302,9 @@ def test_sharded_data_refuse_the_nested_protocol_and_auto_chooses_the_stochastic
     with pytest.raises(ValueError, match="protocol='stochastic'"):
         cavi.fit(data.x, data.y, learn_hyperparameters=True, hyper_options={"protocol": "nested"})
     chosen = {}
-    monkeypatch.setattr(hyper, "_fit_nested", lambda *a, **k: chosen.setdefault("protocol", "nested"))
-    stochastic = lambda *a, **k: chosen.setdefault("protocol", "stochastic") and CAVITrace(converged=True)  # noqa: E731
-    monkeypatch.setattr(hyper, "_fit_stochastic", stochastic)
+    monkeypatch.setattr(hyper._Run, "_nested", lambda *a, **k: chosen.setdefault("protocol", "nested"))
+    stochastic = lambda *a, **k: (chosen.setdefault("protocol", "stochastic"), FitResult(status="converged"))  # noqa: E731
+    monkeypatch.setattr(hyper._Run, "_stochastic", lambda self: (stochastic()[1], 0.0))
     hyper.fit_hyperparameters(cavi, data.x, data.y)
     assert chosen["protocol"] == "stochastic"
 
@@ -313,7 +314,7 @@ def test_the_one_call_fit_keeps_its_own_default_tolerance(monkeypatch):
     import gpytorch_augment.inference.hyperparameters as hyper
 
     seen = {}
-    monkeypatch.setattr(hyper, "fit_hyperparameters", lambda cavi, x, y, **kw: seen.update(kw))
+    monkeypatch.setattr(hyper, "fit_hyperparameters", lambda cavi, x, y, options=None, **kw: seen.update(kw))
     _, cavi, data = _setup()
     cavi.fit(data.x, data.y, learn_hyperparameters=True)
     assert seen["tol"] is None
@@ -343,17 +344,24 @@ def test_count_and_constant_targets_stay_finite():
 
     x = torch.linspace(0, 10, 60, dtype=torch.float64).unsqueeze(-1)
     counts = torch.poisson(1e5 * x.squeeze(-1).sin().exp(), generator=torch.Generator().manual_seed(0))
-    model = make_cavi_model(1, x[::6].clone()).double()
-    trace = CAVI(model, LaplaceLikelihood().double(), num_data=60).fit(
-        x, torch.full((60,), 3.0, dtype=torch.float64), learn_hyperparameters=True
-    )  # fmt: skip
-    assert trace.converged and all(math.isfinite(v) for v in trace.elbo)
+    model, likelihood = make_cavi_model(1, x[::6].clone()).double(), LaplaceLikelihood().double()
+    with warnings.catch_warnings():  # the Laplace scale shrinks towards 0 with no end: a cap or a flat stop
+        warnings.simplefilter("ignore")
+        trace = CAVI(model, likelihood, num_data=60).fit(
+            x, torch.full((60,), 3.0, dtype=torch.float64), learn_hyperparameters=True
+        )  # fmt: skip
+    # the behaviour: a finite fit that predicts the constant, never called a collapse
+    assert all(math.isfinite(v) for v in trace.elbo) and trace.status.value != "collapsed"
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(x).mean, torch.full((60,), 3.0, dtype=torch.float64), atol=0.05)
     # the large counts stall far from a stationary point (gradient 0.87 per datum): said, not claimed converged;
     # polishing gains 4 nats per datum
     ends = []
     for restarts in (0, 2):
         model = make_cavi_model(1, x[::6].clone()).double()
-        with pytest.warns(UserWarning, match="no further progress"):
+        with pytest.warns(UserWarning, match="largest gradient"):
             trace = CAVI(model, NegativeBinomialLogitLikelihood().double(), num_data=60).fit(
                 x, counts, learn_hyperparameters=True, hyper_options={"restarts": restarts}
             )  # fmt: skip

@@ -1,0 +1,169 @@
+r"""The options of the one-call fit (``CAVI.fit(x, y, learn_hyperparameters=True)``), as one typed object.
+
+Every option has a documented default; an option that does not apply to the protocol the fit runs is an error,
+never silently ignored. ``CAVI.fit(..., hyper_options={...})`` takes the same names as a dict.
+
+Example::
+
+    >>> from gpytorch_augment.inference.fit_options import FitOptions
+    >>> options = FitOptions(priors=False, optimizer="scipy")
+    >>> options.resolved("nested").inner_steps, options.resolved("nested").max_iter
+    (3, 500)
+    >>> FitOptions(lr=0.1).resolved("nested")
+    Traceback (most recent call last):
+    ...
+    ValueError: lr applies to the stochastic protocol only (this fit runs the nested protocol)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+__all__ = ["FitOptions"]
+
+Protocol = Literal["auto", "nested", "stochastic"]
+Optimizer = Literal["torch", "scipy"]
+
+#: which options belong to one protocol only (the others apply to both)
+_NESTED_ONLY = ("inner_steps", "true_steps", "restarts", "optimizer", "max_line_search", "gtol")
+_STOCHASTIC_ONLY = ("lr", "batch_size", "num_epochs")
+#: the defaults of the protocol-specific options (``None`` in a :class:`FitOptions` means "this default")
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "nested": {
+        "max_iter": 500, "tol": 1e-6, "inner_steps": 3, "true_steps": 3, "restarts": 0, "optimizer": "torch",
+        "max_line_search": 25, "gtol": 1e-2,
+    },
+    "stochastic": {"max_iter": None, "tol": 1e-4, "lr": 0.05, "batch_size": 1024, "num_epochs": 20},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    r"""How the one-call fit runs. ``None`` means the protocol's default (listed per option).
+
+    **The model** (both protocols):
+
+    :param priors: add the default hyper-priors (:mod:`~gpytorch_augment.inference.default_priors`) to every
+        hyper-parameter that has no prior of the user's, and fit the maximum a posteriori (MAP) point; ``False``:
+        maximum likelihood (ML-II) under the user's priors only. Default ``True``.
+    :param initialise: start every lengthscale still at GPyTorch's default initial value at the data-aware point
+        (the mode of its default prior); explicit initial values are kept. Default ``True``.
+    :param collapse_restarts: how many times a fit that ends at a constant predictor restarts from a data-aware
+        point (:mod:`~gpytorch_augment.inference.collapse`). Default 2.
+    :param learn_inducing_locations: see :func:`~gpytorch_augment.inference.hyperparameters.hyperparameters_of`.
+
+    **The protocol**: ``protocol`` is ``"auto"`` (nested up to
+    :data:`~gpytorch_augment.inference.hyperparameters.NESTED_MAX_DATA` points on one process), ``"nested"`` or
+    ``"stochastic"``.
+
+    :param max_iter: nested: L-BFGS iterations (500); stochastic: CAVI steps (none).
+    :param tol: nested: the relative change of the objective between iterations that stops it (``1e-6``);
+        stochastic: the relative change of the epoch-averaged bound (``1e-4``).
+
+    **Nested only**:
+
+    :param optimizer: ``"torch"`` (``torch.optim.LBFGS`` with a strong-Wolfe line search) or ``"scipy"``
+        (SciPy's L-BFGS-B). Default ``"torch"``.
+    :param inner_steps: the CAVI steps inside every evaluation of the objective (3).
+    :param true_steps: natural-gradient steps of :math:`q(u)` on the true ELBO after them (3).
+    :param restarts: how often a stop that fails the stationarity test goes on in polish mode (0).
+    :param max_line_search: evaluations one line search may spend (25).
+    :param gtol: the stationarity test: a stop is certified when every entry of the objective's gradient per
+        datum, with :math:`q(u)` at its optimum, is at most this (``1e-2``).
+
+    **Stochastic only**: ``lr`` (Adam's learning rate, 0.05), ``batch_size`` (1024), ``num_epochs`` (20).
+    """
+
+    priors: bool = True
+    initialise: bool = True
+    collapse_restarts: int = 2
+    learn_inducing_locations: bool | None = None
+    protocol: Protocol = "auto"
+    max_iter: int | None = None
+    tol: float | None = None
+    optimizer: Optimizer | None = None
+    inner_steps: int | None = None
+    true_steps: int | None = None
+    restarts: int | None = None
+    max_line_search: int | None = None
+    gtol: float | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    num_epochs: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_flag("priors", self.priors)
+        _check_flag("initialise", self.initialise)
+        if self.learn_inducing_locations is not None:
+            _check_flag("learn_inducing_locations", self.learn_inducing_locations)
+        if not isinstance(self.protocol, str) or self.protocol not in ("auto", "nested", "stochastic"):
+            raise ValueError(f"protocol must be one of 'auto', 'nested', 'stochastic', got {self.protocol!r}")
+        if self.optimizer is not None and self.optimizer not in ("torch", "scipy"):
+            raise ValueError(f"optimizer must be 'torch' or 'scipy', got {self.optimizer!r}")
+        for name, least in (("collapse_restarts", 0), ("inner_steps", 1), ("true_steps", 0), ("restarts", 0),
+                            ("max_line_search", 1), ("batch_size", 1), ("num_epochs", 1), ("max_iter", 1)):  # fmt: skip
+            value = getattr(self, name)
+            if value is not None:
+                _check_integer(name, value, least)
+                object.__setattr__(self, name, int(value))
+        for name, positive in (("tol", False), ("gtol", False), ("lr", True)):
+            value = getattr(self, name)
+            if value is not None:
+                _check_real(name, value, positive)
+                object.__setattr__(self, name, float(value))
+
+    @classmethod
+    def from_mapping(cls, options: FitOptions | dict[str, Any] | None, **overrides: Any) -> FitOptions:
+        """``options`` (a :class:`FitOptions`, a dict of its fields or ``None``) with ``overrides`` whose value is
+        not ``None`` put in; ``ValueError`` naming an unknown key."""
+        if options is None:
+            options = cls()
+        elif isinstance(options, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(options) - known)
+            if unknown:
+                raise ValueError(f"unknown hyper_options {unknown}; known: {sorted(known)}")
+            options = cls(**options)
+        elif not isinstance(options, cls):
+            raise ValueError(f"hyper_options must be a FitOptions or a dict, got {type(options).__name__}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(options, **given) if given else options
+
+    def resolved(self, protocol: str) -> FitOptions:
+        """These options for ``protocol`` (``"nested"`` or ``"stochastic"``) with every default filled in;
+        ``ValueError`` naming an option set here that the protocol does not use."""
+        foreign = _STOCHASTIC_ONLY if protocol == "nested" else _NESTED_ONLY
+        for name in foreign:
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"{name} applies to the {_other(protocol)} protocol only (this fit runs the {protocol} protocol)"
+                )
+        filled = {k: v for k, v in _DEFAULTS[protocol].items() if getattr(self, k) is None}
+        return dataclasses.replace(self, protocol=protocol, **filled)  # type: ignore[arg-type]
+
+
+def _other(protocol: str) -> str:
+    return "stochastic" if protocol == "nested" else "nested"
+
+
+def _check_flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _check_integer(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    if int(value) != value or int(value) < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+def _check_real(name: str, value: Any, positive: bool) -> None:
+    bound = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
