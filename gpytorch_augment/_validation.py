@@ -286,3 +286,27 @@ def check_nonempty(x: Tensor, where: str) -> None:
     """Raise ``ValueError`` if the inputs ``x`` (``(..., N, D)``) hold no data points."""
     if x.dim() >= 2 and x.shape[-2] == 0:
         raise ValueError(f"{where} got no data: x has shape {tuple(x.shape)} (N = 0 data points)")
+
+
+def check_broadcasts(name: str, t: Tensor, shape: torch.Size) -> torch.Size:
+    """The shape that ``t`` and the data's ``shape`` broadcast to; ``ValueError`` naming ``name`` if they do not
+    (one value per datum, a number, or a column ``(K, 1)`` of ``K`` values for every datum all broadcast).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import check_broadcasts
+        >>> check_broadcasts("q", torch.zeros(2, 1), torch.Size([3]))
+        torch.Size([2, 3])
+        >>> check_broadcasts("q", torch.zeros(2), torch.Size([3]))
+        Traceback (most recent call last):
+            ...
+        ValueError: q has shape (2,), which does not broadcast against the data's shape (3,): ...
+    """
+    try:
+        return torch.broadcast_shapes(t.shape, shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} has shape {tuple(t.shape)}, which does not broadcast against the data's shape {tuple(shape)}: "
+            f"pass a number, one {name} per datum, or a column (K, 1) for K values per datum"
+        ) from None
