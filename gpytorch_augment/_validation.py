@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -176,9 +177,12 @@ def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tenso
         return t
     dtype = torch.get_default_dtype() if dtype is None else dtype
     out = t.to(dtype)
-    if checking_values() and t.numel() and t.dtype != torch.bool:
-        limit = 2 ** {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}.get(dtype, 53)
-        inexact = t.abs() > limit  # beyond, not every integer is representable: ask for exactness up front
+    limit = 2 ** {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}.get(dtype, 53)
+    info = torch.iinfo(t.dtype) if t.dtype != torch.bool else None
+    # a narrow integer dtype (int8 .. int32, uint8) may hold no value beyond the limit; then there is nothing to check
+    # (and comparing with the limit would overflow in that dtype)
+    if checking_values() and t.numel() and info is not None and max(info.max, -info.min) > limit:
+        inexact = (t > limit) | (t < -limit)  # beyond, not every integer is representable: ask for exactness up front
         if inexact.any():
             bad = t[inexact].flatten()[0].item()
             raise ValueError(
@@ -186,6 +190,27 @@ def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tenso
                 "(y.double()) with a float64 model (model.double(), likelihood.double())"
             )
     return out
+
+
+def as_tensors(*values: Any, kwargs: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """``values`` with every numpy array (what scikit-learn and pandas' ``.to_numpy()`` return) converted as
+    ``torch.as_tensor`` converts it (its dtype kept: float64 stays float64, int64 stays int64); anything else is
+    returned unchanged. Numpy arrays among the per-datum keyword data ``kwargs`` (``trials=``) are replaced in place.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from gpytorch_augment._validation import as_tensors
+        >>> kwargs = {"trials": np.array([3, 4])}
+        >>> x, y = as_tensors(np.zeros((2, 1)), [0, 1], kwargs=kwargs)
+        >>> x.dtype, y, kwargs["trials"]
+        (torch.float64, [0, 1], tensor([3, 4]))
+    """
+    if kwargs is not None:
+        for key, value in list(kwargs.items()):
+            if isinstance(value, np.ndarray):
+                kwargs[key] = torch.as_tensor(value)
+    return tuple(torch.as_tensor(v) if isinstance(v, np.ndarray) else v for v in values)
 
 
 def float_targets(y: Tensor, kwargs: dict[str, Any], dtype: torch.dtype, name: str = "y") -> Tensor:

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .._numerics import gauss_hermite
-from .._validation import check_finite, checking_values, float_targets
+from .._validation import as_tensors, check_finite, checking_values, float_targets
 from ..core.design import LinearObservations
 from ..distributions.auxiliary import AuxiliaryDistribution
 
@@ -149,6 +149,7 @@ class AugmentedLikelihood(Likelihood, ABC):
         ``log_marginal``, ``AugmentedELBO``); returns the canonical targets.
         """
         mean = function_dist.mean
+        (observations,) = as_tensors(observations, kwargs=kwargs)
         observations = (
             float_targets(observations, kwargs, mean.dtype) if isinstance(observations, Tensor) else observations
         )

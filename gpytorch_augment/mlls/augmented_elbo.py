@@ -11,7 +11,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls._approximate_mll import _ApproximateMarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import check_target_keywords
+from .._validation import as_tensors, check_target_keywords
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..variational.cavi_variational_strategy import cavi_strategy_of
 
@@ -92,6 +92,7 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
 
     def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
         check_target_keywords(self.likelihood, kwargs, "AugmentedELBO")
+        (target,) = as_tensors(target, kwargs=kwargs)
         if target.dim() == 2 and target.shape[-1] == 1 and self.likelihood.num_latents == 1:
             target = target.squeeze(-1)  # a column of targets, as from a data frame
         y = self.likelihood.check_observations(target, variational_dist_f, **kwargs)
