@@ -71,15 +71,22 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         kl_divergence: Tensor | None = None,
         **kwargs: Any,
     ) -> Tensor:
-        r"""The bound per datum for :math:`q(f)` = ``approximate_dist_f`` at the batch ``target``.
+        r"""The bound per datum for :math:`q(f)` = ``approximate_dist_f`` at the batch ``target``. For a likelihood
+        of :attr:`linear_observations` (pairwise comparisons) a datum is an observation: the bound is taken at the
+        observations' marginals under :math:`q(f)` and averaged over them.
 
         :param kl_divergence: :math:`\mathrm{KL}(q(u)\Vert p(u))` when the caller already has it (e.g. CAVI's
             whitened KL of the :math:`q(u)` it just wrote); by default ``model.variational_strategy.kl_divergence()``.
             The terms are combined exactly as GPyTorch's ``_ApproximateMarginalLogLikelihood`` does.
         """
-        if kl_divergence is None:
+        if kl_divergence is None and not self.likelihood.linear_observations:
             return super().forward(approximate_dist_f, target, **kwargs)
+        if kl_divergence is None:
+            kl_divergence = self.model.variational_strategy.kl_divergence()
         num_batch = approximate_dist_f.event_shape[0]
+        if self.likelihood.linear_observations:  # per observation (e.g. comparison), not per point of q(f)
+            (target,) = as_tensors(target, kwargs=kwargs)
+            num_batch = self.likelihood.check_targets(target, **kwargs).shape[-1]
         log_likelihood = self._log_likelihood_term(approximate_dist_f, target, **kwargs).div(num_batch)
         kl_divergence = kl_divergence.div(self.num_data / self.beta)
         added_loss = torch.zeros_like(log_likelihood)
@@ -97,5 +104,9 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
             target = target.squeeze(-1)  # a column of targets, as from a data frame
         y = self.likelihood.check_observations(target, variational_dist_f, **kwargs)
         mean, var = variational_dist_f.mean, variational_dist_f.variance
+        if self.likelihood.linear_observations:  # the bound at the observations g = Df: their marginals under q(f)
+            design = self.likelihood.observation_design(y, mean.shape[-1])
+            covariance = variational_dist_f.lazy_covariance_matrix.to_dense()
+            mean, var = design.apply(mean), design.quadratic_diagonal(covariance).clamp_min(0.0)
         q_aux = self.likelihood.aux_posterior(y, mean.detach(), var.detach())
         return self.likelihood.elbo_terms(y, q_aux, mean, var).sum(-1)
