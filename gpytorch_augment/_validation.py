@@ -313,9 +313,10 @@ def check_nonempty(x: Tensor, where: str) -> None:
         raise ValueError(f"{where} got no data: x has shape {tuple(x.shape)} (N = 0 data points)")
 
 
-def check_broadcasts(name: str, t: Tensor, shape: torch.Size) -> torch.Size:
+def check_broadcasts(name: str, t: Tensor, shape: torch.Size, hint: str | None = None) -> torch.Size:
     """The shape that ``t`` and the data's ``shape`` broadcast to; ``ValueError`` naming ``name`` if they do not
-    (one value per datum, a number, or a column ``(K, 1)`` of ``K`` values for every datum all broadcast).
+    (one value per datum, a number, or a column ``(K, 1)`` of ``K`` values for every datum all broadcast). The
+    message ends with ``hint`` (default: those three forms).
 
     Example::
 
@@ -333,5 +334,5 @@ def check_broadcasts(name: str, t: Tensor, shape: torch.Size) -> torch.Size:
     except RuntimeError:
         raise ValueError(
             f"{name} has shape {tuple(t.shape)}, which does not broadcast against the data's shape {tuple(shape)}: "
-            f"pass a number, one {name} per datum, or a column (K, 1) for K values per datum"
+            + (hint or f"pass a number, one {name} per datum, or a column (K, 1) for K values per datum")
         ) from None
