@@ -336,3 +336,32 @@ def check_broadcasts(name: str, t: Tensor, shape: torch.Size, hint: str | None =
             f"{name} has shape {tuple(t.shape)}, which does not broadcast against the data's shape {tuple(shape)}: "
             + (hint or f"pass a number, one {name} per datum, or a column (K, 1) for K values per datum")
         ) from None
+
+
+def check_points(name: str, x: Any, dim: int, dtype: torch.dtype) -> Tensor:
+    """Query inputs ``x`` of shape ``(..., q, dim)`` in the model's floating ``dtype``, finite: ``x`` itself, else
+    ``ValueError`` naming ``name`` (a 1-D ``x`` is refused: ``(q,)`` and ``(1, q)`` would be ambiguous; numpy arrays
+    are converted as ``torch.as_tensor`` does).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import check_points
+        >>> check_points("X", torch.zeros(4), 2, torch.float64)
+        Traceback (most recent call last):
+            ...
+        ValueError: X must have shape (..., q, 2) (q points of dimension 2); got shape (4,)
+    """
+    (x,) = as_tensors(x)
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 2 or x.shape[-1] != dim:
+        raise ValueError(
+            f"{name} must have shape (..., q, {dim}) (q points of dimension {dim}); got shape {tuple(x.shape)}"
+        )
+    if x.dtype != dtype:
+        raise ValueError(
+            f"{name} has dtype {x.dtype} but the model's parameters are {dtype}: pass {name}.to({dtype}) or convert "
+            "the model"
+        )
+    return check_finite(name, x)
