@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -365,3 +366,52 @@ def check_points(name: str, x: Any, dim: int, dtype: torch.dtype) -> Tensor:
             "the model"
         )
     return check_finite(name, x)
+
+
+def check_integer(name: str, value: Any, least: int, *, optional: bool = False) -> int | None:
+    """``value`` as an ``int`` if it is a whole number (an ``int``, or a float such as ``3.0``) ``>= least``
+    (``None`` passes where ``optional``); else ``ValueError`` naming ``name`` (``True``, ``2.5``, ``inf``, ``nan``,
+    strings and ``None`` where not optional are refused, never truncated).
+
+    Example::
+
+        >>> from gpytorch_augment._validation import check_integer
+        >>> check_integer("restarts", 2.0, 0)
+        2
+        >>> check_integer("max_iter", 2.5, 1, optional=True)
+        Traceback (most recent call last):
+            ...
+        ValueError: max_iter must be an integer >= 1 or None, got 2.5
+    """
+    if value is None and optional:
+        return None
+    whole = (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and int(value) == value
+        and value >= least
+    )
+    if not whole:
+        raise ValueError(f"{name} must be an integer >= {least}{' or None' if optional else ''}, got {value!r}")
+    return int(value)
+
+
+def check_real(name: str, value: Any, *, positive: bool = False, optional: bool = False) -> float | None:
+    """``value`` as a finite ``float``, ``> 0`` if ``positive`` else ``>= 0`` (``None`` passes where ``optional``);
+    else ``ValueError`` naming ``name``.
+
+    Example::
+
+        >>> from gpytorch_augment._validation import check_real
+        >>> check_real("lr", "a", positive=True)
+        Traceback (most recent call last):
+            ...
+        ValueError: lr must be a finite number > 0, got 'a'
+    """
+    if value is None and optional:
+        return None
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (value <= 0 if positive else value < 0):
+        raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
+    return float(value)

@@ -226,3 +226,45 @@ def test_non_positive_num_data_is_rejected(num_data):
     _, _, z = _data()
     with pytest.raises(ValueError, match="num_data"):
         CAVI(SVGP(z), BernoulliLogitLikelihood(), num_data=num_data)
+
+
+# ------------------------------------------------------------------------------------------------ options
+@pytest.mark.parametrize("value", [math.inf, math.nan, None, 2.5, "3", True])
+@pytest.mark.parametrize("likelihood", ["OrdinalLogitLikelihood", "LogisticSoftmaxLikelihood"])
+def test_num_classes_that_is_not_a_whole_number_is_named(likelihood, value):
+    """inf, None and nan raised OverflowError/TypeError/ValueError from int() without naming num_classes."""
+    import gpytorch_augment
+
+    with pytest.raises(ValueError, match="^num_classes must be an integer >= 2, got "):
+        getattr(gpytorch_augment, likelihood)(value)
+
+
+@pytest.mark.parametrize("method", [["gibbs"], ("hmc",), None, 1])
+def test_sampler_method_that_is_not_a_name_is_named(method):
+    from gpytorch_augment import posterior_sampler
+
+    x, y, z = _data()
+    with pytest.raises(ValueError, match="^method must be 'auto' or one of"):
+        posterior_sampler(SVGP(z), BernoulliLogitLikelihood(), x, y, method=method)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"hyper_options": {"restarts": math.inf}}, "^restarts must be an integer >= 0, got inf"),
+        ({"hyper_options": {"restarts": math.nan}}, "^restarts must be an integer >= 0, got nan"),
+        ({"hyper_options": {"restarts": None}}, "^restarts must be an integer >= 0, got None"),
+        ({"hyper_options": {"lr": "a"}}, "^lr must be a finite number > 0, got 'a'"),
+        ({"max_iter": 2.5}, r"^max_iter must be an integer >= 1 or None, got 2.5"),
+        ({"max_iter": math.inf}, r"^max_iter must be an integer >= 1 or None, got inf"),
+    ],
+    ids=["restarts-inf", "restarts-nan", "restarts-None", "lr-string", "max_iter-2.5", "max_iter-inf"],
+)
+@pytest.mark.parametrize("learn", [True, False], ids=["one-call", "plain"])
+def test_fit_options_out_of_range_are_named_not_truncated(options, message, learn):
+    if not learn and "hyper_options" in options:
+        pytest.skip("hyper_options belong to the one-call fit")
+    x, y, z = _data()
+    cavi = CAVI(SVGP(z), BernoulliLogitLikelihood(), num_data=N)
+    with pytest.raises(ValueError, match=message):
+        cavi.fit(x, y, learn_hyperparameters=learn, **options)

@@ -36,7 +36,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._validation import check_nonempty, checked_data
+from .._validation import check_integer, check_nonempty, check_real, checked_data
 from ._batches import Clock, progress_bar
 from ._modes import training_mode
 from .convergence import CAVITrace, Convergence, RelativeChange
@@ -218,14 +217,10 @@ def _check_numbers(
     """``ValueError`` naming the first numeric argument of :func:`fit_hyperparameters` out of its range."""
     for name, value, least in (("inner_steps", inner_steps, 1), ("true_steps", true_steps, 0),
                                ("restarts", restarts, 0), ("batch_size", batch_size, 1)):  # fmt: skip
-        if isinstance(value, bool) or int(value) != value or int(value) < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value}")
-    if max_iter is not None and (isinstance(max_iter, bool) or int(max_iter) < 1):
-        raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
-    if not (math.isfinite(float(lr)) and float(lr) > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}")
-    if tol is not None and not (math.isfinite(float(tol)) and float(tol) >= 0):
-        raise ValueError(f"tol must be a finite number >= 0, got {tol}")
+        check_integer(name, value, least)
+    check_integer("max_iter", max_iter, 1, optional=True)
+    check_real("lr", lr, positive=True)
+    check_real("tol", tol, optional=True)
 
 
 def _warn_unstandardised(y: Tensor) -> None:
