@@ -94,6 +94,40 @@ def check_state_keys(name: str, state: Any, required: tuple[str, ...]) -> None:
         )
 
 
+def check_state_fits(name: str, module: torch.nn.Module, state: Mapping[str, Any], what: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless the state dict ``state`` has exactly the entries of
+    ``module.state_dict()``, each tensor of the same shape (a checkpoint of a model with other inducing points,
+    latents or classes, or of another likelihood, would otherwise fail inside torch).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import check_state_fits
+        >>> check_state_fits("state['model']", torch.nn.Linear(2, 1), torch.nn.Linear(3, 1).state_dict(), "model")
+        Traceback (most recent call last):
+            ...
+        ValueError: state['model'] does not fit this model (Linear): weight has shape (1, 3) there but (1, 2) here; ...
+    """
+    own = module.state_dict()
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{name} must be a dict as returned by state_dict(), got {type(state).__name__}")
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    shapes = [
+        f"{key} has shape {tuple(state[key].shape)} there but {tuple(value.shape)} here"
+        for key, value in own.items()
+        if key in state and isinstance(value, Tensor) and isinstance(state[key], Tensor)
+        and state[key].shape != value.shape
+    ]  # fmt: skip
+    problems = shapes + ([f"it lacks {missing}"] if missing else []) + ([f"it has no place for {unexpected}"]
+                                                                        if unexpected else [])  # fmt: skip
+    if problems:
+        raise ValueError(
+            f"{name} does not fit this {what} ({type(module).__name__}): {'; '.join(problems[:3])}; the checkpoint "
+            f"was saved from a {what} of another kind or size (inducing points M, latents or classes K, likelihood): "
+            f"load it into one built as the saved one was"
+        )
+
+
 def check_inputs_targets(x: Tensor, y: Tensor, batch_shape: torch.Size | None = None) -> None:
     """Check that inputs ``x`` (``(..., N, D)``) and targets ``y`` (``(..., N)``) are finite and aligned.
 
