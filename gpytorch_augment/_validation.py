@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextvars
 import inspect
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -89,6 +91,40 @@ def check_state_keys(name: str, state: Any, required: tuple[str, ...]) -> None:
     if missing:
         raise ValueError(
             f"{name} lacks the key(s) {missing} (it has {sorted(map(str, state))}): pass what state_dict() returned"
+        )
+
+
+def check_state_fits(name: str, module: torch.nn.Module, state: Mapping[str, Any], what: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless the state dict ``state`` has exactly the entries of
+    ``module.state_dict()``, each tensor of the same shape (a checkpoint of a model with other inducing points,
+    latents or classes, or of another likelihood, would otherwise fail inside torch).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import check_state_fits
+        >>> check_state_fits("state['model']", torch.nn.Linear(2, 1), torch.nn.Linear(3, 1).state_dict(), "model")
+        Traceback (most recent call last):
+            ...
+        ValueError: state['model'] does not fit this model (Linear): weight has shape (1, 3) there but (1, 2) here; ...
+    """
+    own = module.state_dict()
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{name} must be a dict as returned by state_dict(), got {type(state).__name__}")
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    shapes = [
+        f"{key} has shape {tuple(state[key].shape)} there but {tuple(value.shape)} here"
+        for key, value in own.items()
+        if key in state and isinstance(value, Tensor) and isinstance(state[key], Tensor)
+        and state[key].shape != value.shape
+    ]  # fmt: skip
+    problems = shapes + ([f"it lacks {missing}"] if missing else []) + ([f"it has no place for {unexpected}"]
+                                                                        if unexpected else [])  # fmt: skip
+    if problems:
+        raise ValueError(
+            f"{name} does not fit this {what} ({type(module).__name__}): {'; '.join(problems[:3])}; the checkpoint "
+            f"was saved from a {what} of another kind or size (inducing points M, latents or classes K, likelihood): "
+            f"load it into one built as the saved one was"
         )
 
 
@@ -176,9 +212,12 @@ def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tenso
         return t
     dtype = torch.get_default_dtype() if dtype is None else dtype
     out = t.to(dtype)
-    if checking_values() and t.numel() and t.dtype != torch.bool:
-        limit = 2 ** {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}.get(dtype, 53)
-        inexact = t.abs() > limit  # beyond, not every integer is representable: ask for exactness up front
+    limit = 2 ** {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}.get(dtype, 53)
+    info = torch.iinfo(t.dtype) if t.dtype != torch.bool else None
+    # a narrow integer dtype (int8 .. int32, uint8) may hold no value beyond the limit; then there is nothing to check
+    # (and comparing with the limit would overflow in that dtype)
+    if checking_values() and t.numel() and info is not None and max(info.max, -info.min) > limit:
+        inexact = (t > limit) | (t < -limit)  # beyond, not every integer is representable: ask for exactness up front
         if inexact.any():
             bad = t[inexact].flatten()[0].item()
             raise ValueError(
@@ -186,6 +225,27 @@ def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tenso
                 "(y.double()) with a float64 model (model.double(), likelihood.double())"
             )
     return out
+
+
+def as_tensors(*values: Any, kwargs: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """``values`` with every numpy array (what scikit-learn and pandas' ``.to_numpy()`` return) converted as
+    ``torch.as_tensor`` converts it (its dtype kept: float64 stays float64, int64 stays int64); anything else is
+    returned unchanged. Numpy arrays among the per-datum keyword data ``kwargs`` (``trials=``) are replaced in place.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from gpytorch_augment._validation import as_tensors
+        >>> kwargs = {"trials": np.array([3, 4])}
+        >>> x, y = as_tensors(np.zeros((2, 1)), [0, 1], kwargs=kwargs)
+        >>> x.dtype, y, kwargs["trials"]
+        (torch.float64, [0, 1], tensor([3, 4]))
+    """
+    if kwargs is not None:
+        for key, value in list(kwargs.items()):
+            if isinstance(value, np.ndarray):
+                kwargs[key] = torch.as_tensor(value)
+    return tuple(torch.as_tensor(v) if isinstance(v, np.ndarray) else v for v in values)
 
 
 def float_targets(y: Tensor, kwargs: dict[str, Any], dtype: torch.dtype, name: str = "y") -> Tensor:
@@ -286,3 +346,106 @@ def check_nonempty(x: Tensor, where: str) -> None:
     """Raise ``ValueError`` if the inputs ``x`` (``(..., N, D)``) hold no data points."""
     if x.dim() >= 2 and x.shape[-2] == 0:
         raise ValueError(f"{where} got no data: x has shape {tuple(x.shape)} (N = 0 data points)")
+
+
+def check_broadcasts(name: str, t: Tensor, shape: torch.Size, hint: str | None = None) -> torch.Size:
+    """The shape that ``t`` and the data's ``shape`` broadcast to; ``ValueError`` naming ``name`` if they do not
+    (one value per datum, a number, or a column ``(K, 1)`` of ``K`` values for every datum all broadcast). The
+    message ends with ``hint`` (default: those three forms).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import check_broadcasts
+        >>> check_broadcasts("q", torch.zeros(2, 1), torch.Size([3]))
+        torch.Size([2, 3])
+        >>> check_broadcasts("q", torch.zeros(2), torch.Size([3]))
+        Traceback (most recent call last):
+            ...
+        ValueError: q has shape (2,), which does not broadcast against the data's shape (3,): ...
+    """
+    try:
+        return torch.broadcast_shapes(t.shape, shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} has shape {tuple(t.shape)}, which does not broadcast against the data's shape {tuple(shape)}: "
+            + (hint or f"pass a number, one {name} per datum, or a column (K, 1) for K values per datum")
+        ) from None
+
+
+def check_points(name: str, x: Any, dim: int, dtype: torch.dtype) -> Tensor:
+    """Query inputs ``x`` of shape ``(..., q, dim)`` in the model's floating ``dtype``, finite: ``x`` itself, else
+    ``ValueError`` naming ``name`` (a 1-D ``x`` is refused: ``(q,)`` and ``(1, q)`` would be ambiguous; numpy arrays
+    are converted as ``torch.as_tensor`` does).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import check_points
+        >>> check_points("X", torch.zeros(4), 2, torch.float64)
+        Traceback (most recent call last):
+            ...
+        ValueError: X must have shape (..., q, 2) (q points of dimension 2); got shape (4,)
+    """
+    (x,) = as_tensors(x)
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 2 or x.shape[-1] != dim:
+        raise ValueError(
+            f"{name} must have shape (..., q, {dim}) (q points of dimension {dim}); got shape {tuple(x.shape)}"
+        )
+    if x.dtype != dtype:
+        raise ValueError(
+            f"{name} has dtype {x.dtype} but the model's parameters are {dtype}: pass {name}.to({dtype}) or convert "
+            "the model"
+        )
+    return check_finite(name, x)
+
+
+def check_integer(name: str, value: Any, least: int, *, optional: bool = False) -> int | None:
+    """``value`` as an ``int`` if it is a whole number (an ``int``, or a float such as ``3.0``) ``>= least``
+    (``None`` passes where ``optional``); else ``ValueError`` naming ``name`` (``True``, ``2.5``, ``inf``, ``nan``,
+    strings and ``None`` where not optional are refused, never truncated).
+
+    Example::
+
+        >>> from gpytorch_augment._validation import check_integer
+        >>> check_integer("restarts", 2.0, 0)
+        2
+        >>> check_integer("max_iter", 2.5, 1, optional=True)
+        Traceback (most recent call last):
+            ...
+        ValueError: max_iter must be an integer >= 1 or None, got 2.5
+    """
+    if value is None and optional:
+        return None
+    whole = (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and int(value) == value
+        and value >= least
+    )
+    if not whole:
+        raise ValueError(f"{name} must be an integer >= {least}{' or None' if optional else ''}, got {value!r}")
+    return int(value)
+
+
+def check_real(name: str, value: Any, *, positive: bool = False, optional: bool = False) -> float | None:
+    """``value`` as a finite ``float``, ``> 0`` if ``positive`` else ``>= 0`` (``None`` passes where ``optional``);
+    else ``ValueError`` naming ``name``.
+
+    Example::
+
+        >>> from gpytorch_augment._validation import check_real
+        >>> check_real("lr", "a", positive=True)
+        Traceback (most recent call last):
+            ...
+        ValueError: lr must be a finite number > 0, got 'a'
+    """
+    if value is None and optional:
+        return None
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (value <= 0 if positive else value < 0):
+        raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
+    return float(value)

@@ -17,7 +17,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
         "gpytorch_augment.preference needs BoTorch: pip install 'gpytorch-augment[botorch]' (or pip install botorch)"
     ) from err
 
-from ._validation import check_finite
+from ._validation import check_finite, check_points
 from .core import LinearObservations, PriorCache
 from .core.linalg import add_to_diagonal, tri_solve
 from .inference import CAVI, CAVITrace
@@ -185,10 +185,12 @@ class PairwiseAugmentedGP(Model):
         Gaussian :math:`q(f)` over the ``q`` points (differentiable in ``X``). ``observation_noise`` is ignored (the
         comparisons' noise is the logistic link's, not an additive output noise).
 
-        :raises ValueError: for ``output_indices`` other than ``None`` or ``[0]``.
+        :raises ValueError: for ``output_indices`` other than ``None`` or ``[0]``; naming ``X`` unless it has shape
+            ``(..., q, d)`` (``d`` the datapoints' dimension), the model's dtype and finite values.
         """
         if output_indices is not None and list(output_indices) != [0]:
             raise ValueError(f"output_indices must be None or [0] (one output, the utility); got {output_indices}")
+        X = check_points("X", X, self.datapoints.shape[-1], self.datapoints.dtype)
         self.eval()
         posterior = GPyTorchPosterior(self.forward(X))
         return posterior if posterior_transform is None else posterior_transform(posterior)

@@ -107,3 +107,26 @@ def test_bad_input_raises_naming_it():
         PairwiseAugmentedGP(X[0], torch.tensor([[0, 1]]))
     with pytest.raises(ValueError, match="datapoints"):
         PairwiseAugmentedGP(torch.full((4, 2), float("nan"), dtype=torch.float64), torch.tensor([[0, 1]]))
+
+
+@pytest.mark.parametrize(
+    "make_X, message",
+    [
+        (lambda: torch.rand(3, 5, dtype=torch.float64), r"^X must have shape \(\.\.\., q, 2\).*got shape \(3, 5\)"),
+        (lambda: torch.rand(3, dtype=torch.float64), r"^X must have shape \(\.\.\., q, 2\).*got shape \(3,\)"),
+        (lambda: torch.full((3, 2), float("nan"), dtype=torch.float64), r"^X contains non-finite values"),
+        (lambda: torch.rand(3, 2, dtype=torch.float32), r"^X has dtype torch.float32 but the model's parameters"),
+    ],
+    ids=["wrong-dimension", "1-D", "nan", "float32"],
+)
+def test_posterior_checks_its_inputs(fitted, make_X, message):
+    """They raised raw errors, and a 1-D X was accepted silently."""
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=message):
+        fitted.posterior(make_X())
+
+
+def test_posterior_accepts_numpy_inputs(fitted):
+    X = torch.linspace(0.0, 1.0, 6, dtype=torch.float64).reshape(3, 2)
+    expected = fitted.posterior(X).mean
+    torch.testing.assert_close(fitted.posterior(X.numpy()).mean, expected)

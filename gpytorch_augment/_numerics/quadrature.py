@@ -15,6 +15,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.distributions import Categorical, Distribution, MixtureSameFamily
 
+from .._validation import check_broadcasts
+
 
 @lru_cache(maxsize=16)
 def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -86,6 +88,10 @@ class QuadratureMixture(MixtureSameFamily):
 
 #: grid points of the mass function evaluated at a time (per datum and quadrature node)
 _CHUNK = 256
+#: mass left above the summed range below which a summed CDF counts as complete (the sum then stops)
+_TAIL_MASS = 1e-15
+#: doublings of the upper bracket of :func:`discrete_mixture_quantile` at most (2**1100 exceeds float64's range)
+_MAX_DOUBLINGS = 1100
 
 
 def _upper_bound(mixture: MixtureSameFamily) -> Tensor | None:
@@ -95,18 +101,74 @@ def _upper_bound(mixture: MixtureSameFamily) -> Tensor | None:
     return None if upper is None else torch.as_tensor(upper, device=device)[..., 0]
 
 
+def _regularized_beta(a: Tensor, b: Tensor, x: Tensor) -> Tensor:
+    """The regularised incomplete beta function :math:`I_x(a, b)` (``scipy.special.betainc`` on the host, float64;
+    torch has none), broadcast, on the device of ``x``."""
+    from scipy.special import betainc
+
+    a, b, x = torch.broadcast_tensors(a.double(), b.double(), x.double())
+    out = betainc(a.detach().cpu().numpy(), b.detach().cpu().numpy(), x.detach().cpu().numpy())
+    return torch.as_tensor(out, dtype=torch.float64, device=x.device)
+
+
+def _component_cdf(component: Distribution, k: Tensor) -> Tensor | None:
+    r""":math:`P(y \le k)` of each component in closed form (float64, ``k`` integral or infinite, broadcast against
+    the components), for the Poisson (:math:`Q(k + 1, \lambda)`), negative binomial (:math:`I_{1-p}(r, k + 1)`) and
+    binomial (:math:`I_{1-p}(n - k, k + 1)`) laws; ``None`` for any other law. The cost does not grow with ``k``."""
+    from torch.distributions import Binomial, NegativeBinomial, Poisson
+
+    if not isinstance(component, (Poisson, NegativeBinomial, Binomial)):
+        return None
+    k = k.double()
+    below, beyond = k < 0, torch.isinf(k) & (k > 0)
+    safe = torch.where(below | beyond, torch.zeros_like(k), k)
+    if isinstance(component, Poisson):
+        rate = component.rate.double()
+        cdf = torch.special.gammaincc(safe + 1, rate.expand(torch.broadcast_shapes(rate.shape, k.shape)))
+    else:
+        q = torch.sigmoid(-component.logits.double())  # 1 - p, accurate for any logit
+        if isinstance(component, NegativeBinomial):
+            cdf = _regularized_beta(component.total_count.double().expand_as(q), safe + 1, q)
+        else:
+            n = component.total_count.double()
+            beyond = beyond | (k >= n)
+            cdf = _regularized_beta((n - safe).clamp_min(1.0), safe + 1, q)
+    cdf = torch.where(beyond, torch.ones_like(cdf), cdf)
+    return torch.where(below, torch.zeros_like(cdf), cdf)
+
+
 def discrete_mixture_cdf(mixture: MixtureSameFamily, value: Tensor | float) -> Tensor:
-    r""":math:`P(y \le \text{value})` of a mixture of distributions on :math:`\{0, 1, \dots\}`, by summing its mass
-    function over :math:`0, \dots, \lfloor\text{value}\rfloor` (float64; ``value`` broadcasts against the data)."""
+    r""":math:`P(y \le \text{value})` of a mixture of distributions on :math:`\{0, 1, \dots\}` (float64; ``value``
+    broadcasts against the data, e.g. a column ``(K, 1)`` gives ``(K, N)``; ``inf`` gives 1).
+
+    Poisson, negative binomial and binomial components have closed-form CDFs (regularised incomplete gamma and beta
+    functions), so the cost does not depend on ``value``. Any other law's mass function is summed from 0 up to
+    ``value`` or until the mass left above is below ``1e-15``.
+
+    :raises ValueError: if ``value`` does not broadcast against the data.
+    """
     shape, device = mixture.batch_shape, mixture.mixture_distribution.probs.device
-    value = torch.as_tensor(value, dtype=torch.float64, device=device).floor().expand(shape)
+    value = torch.as_tensor(value, dtype=torch.float64, device=device).floor()
+    shape = check_broadcasts("value", value, shape)
+    value = value.expand(shape)
+    weights = mixture.mixture_distribution.probs.double()
+    closed = _component_cdf(mixture.component_distribution, value.unsqueeze(-1))
+    if closed is not None:
+        return (weights * closed).sum(-1).clamp(0.0, 1.0)
+    batch = mixture.batch_shape
+    extra = len(shape) - len(batch)  # leading dimensions of value beyond the data's, e.g. K of a column (K, 1)
     total = torch.zeros(shape, dtype=torch.float64, device=device)
-    top = int(value.max().clamp(min=-1).item())
+    seen = torch.zeros(batch, dtype=torch.float64, device=device)
+    top = float(value.max().item()) if value.numel() else -1.0
     upper = _upper_bound(mixture)
-    for start in range(0, top + 1, _CHUNK):
-        stop = min(start + _CHUNK, top + 1)
-        grid = torch.arange(start, stop, dtype=torch.float64, device=device).reshape(-1, *[1] * len(shape))
-        total = total + (_mass(mixture, grid, upper) * (grid <= value)).sum(0)
+    start = 0
+    while start <= top and not bool((seen >= 1 - _TAIL_MASS).all()):  # stop once no mass is left above
+        grid = torch.arange(start, start + _CHUNK, dtype=torch.float64, device=device).reshape(-1, *[1] * len(batch))
+        mass = _mass(mixture, grid, upper)
+        seen = seen + mass.sum(0)
+        mass = mass.reshape(mass.shape[0], *[1] * extra, *batch)
+        total = total + (mass * (grid.reshape(-1, *[1] * len(shape)) <= value)).sum(0)
+        start += _CHUNK
     return total.clamp(max=1.0)
 
 
@@ -120,25 +182,43 @@ def _mass(mixture: MixtureSameFamily, grid: Tensor, upper: Tensor | None) -> Ten
 
 
 def discrete_mixture_quantile(mixture: MixtureSameFamily, q: Tensor | float) -> Tensor:
-    r"""The smallest integer :math:`k` with :math:`P(y \le k) \ge q`, per datum (``q`` broadcasts against the data),
-    found by summing the mass function upwards from 0 in chunks until every quantile is reached."""
-    shape, device = mixture.batch_shape, mixture.mixture_distribution.probs.device
-    q = torch.as_tensor(q, dtype=torch.float64, device=device).expand(shape)
+    r"""The smallest integer :math:`k` with :math:`P(y \le k) \ge q`, per datum (``q`` broadcasts against the data,
+    e.g. a column ``(K, 1)`` gives ``(K, N)``), by bisection of :func:`discrete_mixture_cdf` on the integers.
+
+    The upper end of the bracket doubles from 1 until it holds the quantile, so the work grows with the logarithm
+    of the quantile, not with the quantile; a binomial's quantile never exceeds its trials.
+
+    :raises ValueError: if ``q`` does not broadcast against the data.
+    """
+    device = mixture.mixture_distribution.probs.device
+    q = torch.as_tensor(q, dtype=torch.float64, device=device)
+    shape = check_broadcasts("q", q, mixture.batch_shape)
+    target = (q * (1 - 1e-12)).expand(shape)
+
+    def reached(k: Tensor) -> Tensor:
+        return ~(discrete_mixture_cdf(mixture, k) < target)  # a NaN cdf counts as reached: the search ends
+
+    lo = torch.full(shape, -1.0, dtype=torch.float64, device=device)  # cdf(lo) < q
+    hi = torch.zeros(shape, dtype=torch.float64, device=device)  # cdf(hi) >= q once bracketed
     upper = _upper_bound(mixture)
-    cdf = torch.zeros(shape, dtype=torch.float64, device=device)
-    out = torch.full(shape, -1.0, dtype=torch.float64, device=device)
-    start = 0
-    while bool((out < 0).any()):
-        grid = torch.arange(start, start + _CHUNK, dtype=torch.float64, device=device).reshape(-1, *[1] * len(shape))
-        running = cdf + _mass(mixture, grid, upper).cumsum(0)
-        reached = running >= q * (1 - 1e-12)
-        if upper is not None:  # the last support point holds the rest of the mass
-            reached = reached | (grid >= upper.to(grid))
-        first = torch.where(reached.any(0), reached.double().argmax(0).double() + start, torch.full_like(q, -1.0))
-        out = torch.where((out < 0) & (first >= 0), first, out)
-        cdf = running[-1]
-        start += _CHUNK
-    return out
+    if upper is not None:
+        hi = torch.maximum(hi, upper.double().expand(shape))
+    done = reached(hi)
+    for _ in range(_MAX_DOUBLINGS):
+        if bool(done.all()):
+            break
+        lo = torch.where(done, lo, hi)
+        hi = torch.where(done, hi, (2 * hi).clamp_min(1.0))
+        done = reached(hi)
+    hi = torch.where(done, hi, torch.full_like(hi, math.inf))
+    while True:
+        mid = ((lo + hi) / 2).floor()
+        open_ = (mid > lo) & (mid < hi)  # integers left between lo and hi (at float64 resolution)
+        if not bool(open_.any()):
+            return hi
+        up = reached(mid)
+        hi = torch.where(open_ & up, mid, hi)
+        lo = torch.where(open_ & ~up, mid, lo)
 
 
 #: nodes of :func:`log_trapezoid` (step <= 0.25 on the widest range it is used on; error ~ exp(-pi^2 / step))

@@ -116,6 +116,9 @@ def log_laplace_derivatives(log_phi: LogLaplace, r: Tensor) -> tuple[Tensor, Ten
     with torch.enable_grad():
         leaf = r.detach().requires_grad_(True)
         value = log_phi(leaf)
+        if not value.requires_grad:  # log phi constant in r (no graph to r): a point mass at omega = 0
+            zero = torch.zeros_like(leaf)
+            return torch.as_tensor(value).detach(), zero, zero
         (d1,) = torch.autograd.grad(value.sum(), leaf, create_graph=True)
         (d2,) = torch.autograd.grad(d1.sum(), leaf) if d1.requires_grad else (torch.zeros_like(d1),)
     return value.detach(), d1.detach(), d2.detach()

@@ -29,6 +29,8 @@ _SERIES_MAX_TERMS = 5000
 _SERIES_CHUNK = 16
 #: above this ``b`` or ``|c|`` draws use the normal approximation with exact moments (see :func:`_sample_numpy`)
 _NORMAL_ABOVE = 1e8
+#: ``polyagamma``'s ``"alternate"`` method refuses ``b <= 1e-4`` (``ValueError: Values of `h` must be positive``)
+_ALTERNATE_MIN_B = 1e-4
 
 
 def _log_pg0_series(x: Tensor, b: Tensor) -> Tensor:
@@ -153,7 +155,7 @@ def _gamma_series_sample(b: np.ndarray, z: np.ndarray, rng: np.random.Generator)
     :math:`\mathrm{Ga}(bS_1^2/S_2,\ \text{scale } S_2/S_1)`, so mean and variance are exact; only the tail's higher
     cumulants are approximated (for :math:`K = 10` the tail is ~:math:`2\times10^{-5}` of the variance and
     ~:math:`10^{-8}` of the third cumulant). Used only where the package's exact samplers are biased
-    (non-integer ``b < 8`` with ``z < 8``).
+    (non-integer ``b < 8`` with ``z < 8``) or refuse the input (``b <= 1e-4`` with ``z >= 8``).
     """
     w, s1, s2 = (t.numpy() for t in gamma_series_terms(torch.from_numpy(z)))  # w: (n, K)
     head = (rng.standard_gamma(np.broadcast_to(b[:, None], w.shape)) * w).sum(-1)
@@ -185,7 +187,8 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
                                  ``z >~ 1e60`` and is wrong for ``b = 1e300``; here the law is a sum of
                                  :math:`\gtrsim 10^8` independent terms, relative sd :math:`< 10^{-4}`)
     ``b > 200``,  ``z > 10``     normal approximation with exact moments (skewness < 0.1)
-    ``b <= 200``, ``z >= 8``     ``"alternate"`` (exact)
+    ``b <= 200``, ``z >= 8``     ``"alternate"`` (exact) for ``b > 1e-4``; the gamma series below for
+                                 ``b <= 1e-4``, which the package refuses
     integer ``b <= 12``          ``"devroye"`` (exact)
     ``b >= 8``                   ``"saddle"`` (exact)
     otherwise (``b < 8``)        gamma series, 10 terms + moment-matched tail
@@ -203,7 +206,7 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
     if b.size and z.max() < 8 and b.max() <= 12 and (b == np.round(b)).all():  # every element: "devroye"
         return random_polyagamma(h=b, z=z, method="devroye", random_state=rng, out=out)
     normal = ((b > 200) & (z > 10)) | (z > _NORMAL_ABOVE) | (b > _NORMAL_ABOVE)
-    alternate = (b <= 200) & (z >= 8) & ~normal
+    alternate = (b <= 200) & (b > _ALTERNATE_MIN_B) & (z >= 8) & ~normal
     rest = ~(alternate | normal)
     devroye = rest & (b <= 12) & (b == np.round(b))
     saddle = rest & ~devroye & (b >= 8)

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_finite_state, check_state_keys
+from .._validation import check_finite_state, check_state_fits, check_state_keys
 from ..core.distributed import rank
 from .schedules import StepSchedule, make_schedule
 
@@ -66,10 +66,13 @@ class CheckpointMixin:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (the schedules must be of the same kinds).
 
-        A state missing ``"model"``, ``"likelihood"`` or ``"num_steps"``, or holding NaN or infinite values (a
-        checkpoint of a diverged fit), raises ``ValueError`` before anything is loaded."""
+        A state missing ``"model"``, ``"likelihood"`` or ``"num_steps"``, holding NaN or infinite values (a
+        checkpoint of a diverged fit), or saved from a model or likelihood of another kind or size (other inducing
+        points, latents, classes) raises ``ValueError`` before anything is loaded."""
         check_state_keys("state", state, ("model", "likelihood", "num_steps"))
         check_finite_state("state", {k: state[k] for k in ("model", "likelihood")})
+        check_state_fits("state['model']", self.model, state["model"], "model")
+        check_state_fits("state['likelihood']", self.likelihood, state["likelihood"], "likelihood")
         self.model.load_state_dict(state["model"])
         self.likelihood.load_state_dict(state["likelihood"])
         self.num_steps = int(state["num_steps"])

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DistributedSampler
 
-from .._validation import check_nonempty, float_targets
+from .._validation import check_integer, check_nonempty, float_targets
 from ..core.distributed import all_gather_objects
 from ._batches import Batch, ShuffleCursor, loader_batches, per_datum, tensor_batches
 from ._checks import check_full_batch
@@ -82,8 +82,7 @@ class FitConfig:
             cavi._check_hyper_optimizer(hyper_optimizer)
         if max_iter is None:
             max_iter = 100 if not minibatch else None
-        if max_iter is not None and int(max_iter) < 1:
-            raise ValueError(f"max_iter must be a positive integer or None, got {max_iter}")
+        max_iter = check_integer("max_iter", max_iter, 1, optional=True)
         if num_epochs is None:
             num_epochs = 10 if minibatch else None
         if num_epochs is not None and int(num_epochs) < 1:

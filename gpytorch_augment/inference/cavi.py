@@ -23,6 +23,7 @@ from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
 from .._validation import (
+    as_tensors,
     check_finite,
     check_inputs_targets,
     check_nonempty,
@@ -313,6 +314,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         - \mathrm{KL}(q(u)\Vert p(u))\big)/N`, of :math:`q(u)` as it was on entry (an unbiased estimate of the
         full-data value for a mini-batch; exact for the full batch). Cost :math:`O(|\mathcal B|M^2 + M^3)`.
         """
+        x, y = as_tensors(x, y, kwargs=kwargs)
         return self._step(x, y, kwargs, hyper_optimizer)
 
     def _step(
@@ -420,6 +422,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         :math:`M\times` chunk cross-covariance under :math:`2^{22}` elements), so that no :math:`M\times N` matrix
         is ever formed for large :math:`N`.
         """
+        x, y = as_tensors(x, y, kwargs=kwargs)
         y = self.likelihood.check_targets(self._checked_data(x, y, kwargs, "CAVI.elbo"), **kwargs)
         num_data = y.shape[-1]
         if self.likelihood.linear_observations:  # one chunk: the observations read points anywhere in x
@@ -530,6 +533,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             :class:`~gpytorch_augment.inference.fit_result.FitResult` (a trace with the status, the reason, the
             objective and the priors used).
         """
+        x, y = as_tensors(x, y, kwargs=kwargs)
         if x is not None and y is not None and not self.likelihood.linear_observations:
             y = squeezed_targets(x, y)
         if self.likelihood.linear_observations and (batch_size is not None or data_loader is not None):

@@ -100,7 +100,7 @@ def posterior_sampler(
         if method != "auto" and method != kernel:
             raise ValueError(f"method={method!r} and the deprecated kernel={kernel!r} disagree; pass method only")
         method = kernel
-    if method != "auto" and method not in METHODS:
+    if not isinstance(method, str) or (method != "auto" and method not in METHODS):
         raise ValueError(f"method must be 'auto' or one of {tuple(METHODS)}, got {method!r}")
     name = choose_method(likelihood, inducing_points) if method == "auto" else method
     options = {} if inducing_points is None else {"inducing_points": inducing_points}

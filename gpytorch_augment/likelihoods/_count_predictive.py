@@ -1,5 +1,6 @@
 r"""Quantiles and intervals of the count likelihoods' predictive :math:`p(y_*) = \sum_k w_k\,p(y_* \mid f_k)` (a
-Gauss--Hermite mixture over :math:`q(f_*)`), by summing its probability mass function."""
+Gauss--Hermite mixture over :math:`q(f_*)`), from the components' closed-form CDFs: the work does not grow with
+the count."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ class CountPredictive(PredictiveInterval):
 
     @torch.no_grad()
     def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor | float, **kwargs: Any) -> Tensor:
-        r""":math:`P(y_* \le \text{value})` under the predictive of :meth:`marginal` (float64, shape ``(..., N)``)."""
+        r""":math:`P(y_* \le \text{value})` under the predictive of :meth:`marginal` (float64, shape ``(..., N)``;
+        ``value`` broadcasts against the data, a column ``(K, 1)`` giving ``(K, N)``; ``inf`` gives 1).
+
+        :raises ValueError: if ``value`` or ``trials`` does not broadcast against the data.
+        """
         return discrete_mixture_cdf(self.marginal(function_dist, **kwargs), value)
 
     @torch.no_grad()
@@ -32,7 +37,7 @@ class CountPredictive(PredictiveInterval):
         r"""The ``q``-quantile of the predictive of :meth:`marginal` (broadcast against the data): the smallest
         integer :math:`k` with :math:`P(y_* \le k) \ge q`; same dtype as :math:`q(f)`.
 
-        :raises ValueError: unless ``0 < q < 1``.
+        :raises ValueError: unless ``0 < q < 1``, or if ``q`` does not broadcast against the data.
         """
         q = check_probability(q)
         return discrete_mixture_quantile(self.marginal(function_dist, **kwargs), q).to(function_dist.mean.dtype)

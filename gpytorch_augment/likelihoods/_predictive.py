@@ -1,6 +1,6 @@
 r"""Quantiles and central intervals of a likelihood's one-dimensional predictive :math:`p(y_*\mid\text{data})`,
 shared by the likelihoods that offer ``predictive_cdf``: continuous predictives by bisection of the CDF, count
-predictives by summing the mass function (:mod:`._count_predictive`)."""
+predictives from the components' closed-form CDFs (:mod:`._count_predictive`)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .._numerics import gauss_hermite
-from .._validation import check_finite, checking_values, float_targets
+from .._validation import as_tensors, check_finite, checking_values, float_targets
 from ..core.design import LinearObservations
 from ..distributions.auxiliary import AuxiliaryDistribution
 
@@ -143,18 +143,22 @@ class AugmentedLikelihood(Likelihood, ABC):
         return None
 
     def check_observations(self, observations: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
-        """:meth:`check_targets`, plus agreement with :math:`q(f)`: as many targets as data points, finite moments.
+        """:meth:`check_targets`, plus agreement with :math:`q(f)`: as many targets as data points (for
+        :attr:`linear_observations`, targets whose design reads only the points of :math:`q(f)`), finite moments.
 
         For the entry points that receive :math:`q(f)` rather than the inputs (``expected_log_prob``,
         ``log_marginal``, ``AugmentedELBO``); returns the canonical targets.
         """
         mean = function_dist.mean
+        (observations,) = as_tensors(observations, kwargs=kwargs)
         observations = (
             float_targets(observations, kwargs, mean.dtype) if isinstance(observations, Tensor) else observations
         )
         y = self.check_targets(observations, **kwargs)
         num_data = mean.shape[-1] if self.num_latents == 1 else mean.shape[-2]
-        if y.dim() < 1 or y.shape[-1] != num_data:
+        if self.linear_observations:  # the targets index the points: the design checks them against q(f)
+            self.observation_design(y, num_data)
+        elif y.dim() < 1 or y.shape[-1] != num_data:
             raise ValueError(
                 f"targets y have shape {tuple(y.shape)} but q(f) has {num_data} data points "
                 f"(event shape {tuple(function_dist.event_shape)})"

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.distributions import Binomial, MixtureSameFamily
 
 from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c, quadrature_mixture
-from .._validation import check_counts, checking_values, exact_float
+from .._validation import check_broadcasts, check_counts, checking_values, exact_float
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
 from ._count_predictive import CountPredictive
@@ -131,7 +131,14 @@ class BinomialLogitLikelihood(CountPredictive, AugmentedLikelihood):
     ) -> MixtureSameFamily:
         r""":math:`\sum_k w_k\,\mathrm{Bin}(y_* \mid t_*, \sigma(f_k))` (Gauss--Hermite); mean
         :math:`t_* E\sigma(f_*)`."""
-        trials = _required_trials(trials, function_dist.mean.dtype).to(function_dist.mean).unsqueeze(-1)
+        trials = _required_trials(trials, function_dist.mean.dtype).to(function_dist.mean)
+        data_shape = function_dist.mean.shape
+        if check_broadcasts("trials", trials, data_shape) != data_shape:
+            raise ValueError(
+                f"trials has shape {tuple(trials.shape)}, more dimensions than the data's shape "
+                f"{tuple(data_shape)}: pass one count per datum"
+            )
+        trials = trials.unsqueeze(-1)
         nodes, weights = self._quadrature(function_dist)
         return quadrature_mixture(nodes, weights, lambda f: Binomial(total_count=trials, logits=f))
 

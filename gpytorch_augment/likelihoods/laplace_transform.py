@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .._numerics import quadrature_mixture
-from .._validation import check_finite, checking_values
+from .._validation import check_broadcasts, check_finite, checking_values
 from ..distributions.auxiliary import AuxiliaryDistribution
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 from .mixing_laws import LaplaceTransformMixing, MixingLaw
@@ -134,11 +134,22 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
     # ------------------------------------------------------------------ the model
     def coefficients(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         r""":math:`(\log C + \log\varphi(0), g, \alpha, \beta, \gamma)` at the canonical targets ``y`` (the mass
-        :math:`\varphi(0)` of an unnormalised transform is folded into :math:`\log C`)."""
+        :math:`\varphi(0)` of an unnormalised transform is folded into :math:`\log C`).
+
+        :raises ValueError: naming a coefficient whose value does not broadcast against ``y`` without adding
+            dimensions."""
         values = []
         for name in _NAMES:
             value = self._callables[name](y) if name in self._callables else getattr(self, f"_{name}")
-            values.append(torch.as_tensor(value).to(y.dtype if y.is_floating_point() else value.dtype))
+            value = torch.as_tensor(value)
+            value = value.to(y.dtype if y.is_floating_point() else value.dtype)
+            hint = f"{name} must be a number or give one value per target"
+            if check_broadcasts(name, value, y.shape, hint) != y.shape:
+                raise ValueError(
+                    f"{name} has shape {tuple(value.shape)}, more dimensions than the targets' shape {tuple(y.shape)}: "
+                    f"{name}(y) must give one value per target (or broadcast against them)"
+                )
+            values.append(value)
         values[0] = values[0] + self.mixing.log_mass()
         return tuple(values)  # type: ignore[return-value]
 
@@ -148,12 +159,22 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
         return (alpha - beta * f + gamma * f2).clamp_min(0.0)
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
-        r"""``target_check(y)`` (default: finite), then :math:`\gamma \ge 0` and :math:`\beta^2 \le 4\alpha\gamma`
-        at these targets (else :math:`r(y, f)` is negative for some :math:`f`)."""
+        r"""``target_check(y)`` (default: finite), then finite coefficients, :math:`\gamma \ge 0` and
+        :math:`\beta^2 \le 4\alpha\gamma` at these targets (else :math:`r(y, f)` is negative for some :math:`f`).
+
+        :raises ValueError: naming the coefficient that breaks a rule."""
         y = self.target_check(y) if self.target_check is not None else check_finite("targets y", y)
         if checking_values() and y.is_floating_point():
             with torch.no_grad():
-                _, _, alpha, beta, gamma = self.coefficients(y)
+                coefficients = self.coefficients(y)
+                for name, value in zip(_NAMES, coefficients):
+                    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                        bad = value[~torch.isfinite(value)].flatten()[0].item()
+                        raise ValueError(
+                            f"{name} gives non-finite values at these targets (e.g. {bad}): every coefficient must "
+                            "be finite at every target"
+                        )
+                _, _, alpha, beta, gamma = coefficients
                 if bool((gamma < 0).any()):
                     raise ValueError(f"gamma(y) must be >= 0; got {gamma.min().item()}")
                 excess = beta**2 - 4 * alpha * gamma

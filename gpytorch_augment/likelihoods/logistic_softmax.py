@@ -30,7 +30,7 @@ from .._numerics import (
     pg_tilt_c,
 )
 from .._random import seeded_by
-from .._validation import check_class_labels
+from .._validation import check_class_labels, check_integer
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.negative_multinomial import NegativeMultinomial
 from ..distributions.polya_gamma import PolyaGamma
@@ -241,8 +241,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         num_elbo_points: int = NUM_ELBO_QMC_POINTS,
     ) -> None:
         super().__init__()
-        if isinstance(num_classes, bool) or int(num_classes) != num_classes or int(num_classes) < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        num_classes = check_integer("num_classes", num_classes, 2)
         for name, value in (("num_predictive_points", num_predictive_points), ("num_elbo_points", num_elbo_points)):
             if isinstance(value, bool) or int(value) != value or int(value) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

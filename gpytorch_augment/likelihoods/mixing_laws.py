@@ -81,7 +81,10 @@ class MixingLaw(gpytorch.Module):
         with torch.enable_grad():
             leaf = r if r.requires_grad else r.detach().requires_grad_(True)
             value = self.log_laplace(leaf)
-            (slope,) = torch.autograd.grad(value.sum(), leaf, create_graph=graph)
+            if value.requires_grad:
+                (slope,) = torch.autograd.grad(value.sum(), leaf, create_graph=graph)
+            else:  # log phi constant in r (no graph to r): the law is a point mass at omega = 0
+                slope = torch.zeros_like(leaf)
         if not graph:
             value, slope = value.detach(), slope.detach()
         return value, -slope

@@ -13,7 +13,7 @@ from torch.distributions import Categorical
 from torch.nn.functional import logsigmoid, softplus
 
 from .._numerics import LOG2, log1mexp, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c
-from .._validation import check_class_labels
+from .._validation import check_class_labels, check_integer
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
@@ -97,8 +97,7 @@ class OrdinalLogitLikelihood(AugmentedLikelihood):
         learn_cutpoints: bool = True,
     ) -> None:
         super().__init__()
-        if isinstance(num_classes, bool) or int(num_classes) != num_classes or int(num_classes) < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        num_classes = check_integer("num_classes", num_classes, 2)
         self.num_classes = int(num_classes)
         if cutpoints is None:
             cutpoints = torch.linspace(-1.0, 1.0, self.num_classes - 1) if self.num_classes > 2 else torch.zeros(1)

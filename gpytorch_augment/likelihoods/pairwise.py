@@ -21,6 +21,7 @@ __all__ = ["PairwiseLogitLikelihood"]
 
 
 def _required_comparisons(comparisons: Tensor | None) -> Tensor:
+    """``comparisons`` as a tensor of shape ``(n, 2)`` with ``n >= 1``; ``ValueError`` naming it otherwise."""
     if comparisons is None:
         raise ValueError(
             "PairwiseLogitLikelihood needs the compared pairs: pass comparisons=C, an (n, 2) tensor of indices of "
@@ -30,6 +31,11 @@ def _required_comparisons(comparisons: Tensor | None) -> Tensor:
         comparisons = torch.as_tensor(comparisons)
     if comparisons.dim() != 2 or comparisons.shape[-1] != 2:
         raise ValueError(f"comparisons must have shape (n, 2); got shape {tuple(comparisons.shape)}")
+    if comparisons.shape[0] == 0:
+        raise ValueError(
+            "comparisons holds no pairs (shape (0, 2)): pass at least one comparison (without data the posterior "
+            "is the prior: use the model's prior directly)"
+        )
     return comparisons
 
 

@@ -11,7 +11,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls._approximate_mll import _ApproximateMarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import check_target_keywords
+from .._validation import as_tensors, check_target_keywords
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..variational.cavi_variational_strategy import cavi_strategy_of
 
@@ -71,15 +71,22 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         kl_divergence: Tensor | None = None,
         **kwargs: Any,
     ) -> Tensor:
-        r"""The bound per datum for :math:`q(f)` = ``approximate_dist_f`` at the batch ``target``.
+        r"""The bound per datum for :math:`q(f)` = ``approximate_dist_f`` at the batch ``target``. For a likelihood
+        of :attr:`linear_observations` (pairwise comparisons) a datum is an observation: the bound is taken at the
+        observations' marginals under :math:`q(f)` and averaged over them.
 
         :param kl_divergence: :math:`\mathrm{KL}(q(u)\Vert p(u))` when the caller already has it (e.g. CAVI's
             whitened KL of the :math:`q(u)` it just wrote); by default ``model.variational_strategy.kl_divergence()``.
             The terms are combined exactly as GPyTorch's ``_ApproximateMarginalLogLikelihood`` does.
         """
-        if kl_divergence is None:
+        if kl_divergence is None and not self.likelihood.linear_observations:
             return super().forward(approximate_dist_f, target, **kwargs)
+        if kl_divergence is None:
+            kl_divergence = self.model.variational_strategy.kl_divergence()
         num_batch = approximate_dist_f.event_shape[0]
+        if self.likelihood.linear_observations:  # per observation (e.g. comparison), not per point of q(f)
+            (target,) = as_tensors(target, kwargs=kwargs)
+            num_batch = self.likelihood.check_targets(target, **kwargs).shape[-1]
         log_likelihood = self._log_likelihood_term(approximate_dist_f, target, **kwargs).div(num_batch)
         kl_divergence = kl_divergence.div(self.num_data / self.beta)
         added_loss = torch.zeros_like(log_likelihood)
@@ -92,9 +99,14 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
 
     def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
         check_target_keywords(self.likelihood, kwargs, "AugmentedELBO")
+        (target,) = as_tensors(target, kwargs=kwargs)
         if target.dim() == 2 and target.shape[-1] == 1 and self.likelihood.num_latents == 1:
             target = target.squeeze(-1)  # a column of targets, as from a data frame
         y = self.likelihood.check_observations(target, variational_dist_f, **kwargs)
         mean, var = variational_dist_f.mean, variational_dist_f.variance
+        if self.likelihood.linear_observations:  # the bound at the observations g = Df: their marginals under q(f)
+            design = self.likelihood.observation_design(y, mean.shape[-1])
+            covariance = variational_dist_f.lazy_covariance_matrix.to_dense()
+            mean, var = design.apply(mean), design.quadratic_diagonal(covariance).clamp_min(0.0)
         q_aux = self.likelihood.aux_posterior(y, mean.detach(), var.detach())
         return self.likelihood.elbo_terms(y, q_aux, mean, var).sum(-1)

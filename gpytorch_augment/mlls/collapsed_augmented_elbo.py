@@ -9,7 +9,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import check_inputs_targets, float_targets
+from .._validation import as_tensors, check_inputs_targets, float_targets
 from ..core import PriorTerms, SufficientStatistics, WhitenedGaussian
 from ..core.linalg import tri_solve
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
@@ -126,6 +126,7 @@ class CollapsedAugmentedELBO(MarginalLogLikelihood):
     # ------------------------------------------------------------------------------------------------ data
     def set_train_data(self, x: Tensor, y: Tensor, **kwargs: Any) -> None:
         """Hold ``(x, y)`` as the training data (all :math:`N` points) and forget :math:`q(\\Omega)`."""
+        x, y = as_tensors(x, y, kwargs=kwargs)
         check_inputs_targets(x, y)
         y = self.likelihood.check_targets(float_targets(y, kwargs, x.dtype), **kwargs)
         if y.shape[-1] != self.num_data or x.shape[-2] != self.num_data:

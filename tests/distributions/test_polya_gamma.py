@@ -184,6 +184,20 @@ def test_sample_moments_within_five_standard_errors(device: torch.device) -> Non
     assert z_var.abs().max() < 5, dict(zip(SAMPLE_CASES, z_var.tolist()))
 
 
+def test_tiny_b_with_large_c_samples_with_the_right_moments() -> None:
+    """``polyagamma``'s "alternate" method refuses b <= 1e-4 (its internal ValueError broke negative-binomial Gibbs
+    with total_count=1e-4): those draws take the gamma series, whose mean and variance are exact."""
+    b = torch.tensor([1e-4, 1e-5, 5e-5, 1e-4], dtype=torch.float64)
+    c = torch.tensor([16.0, 20.0, 100.0, -40.0], dtype=torch.float64)
+    d = PolyaGamma(b, c)
+    torch.manual_seed(0)
+    n = 200_000
+    s = d.sample((n,))
+    assert s.shape == (n, 4) and bool(torch.isfinite(s).all()) and bool((s >= 0).all())
+    z_mean = (s.mean(0) - d.mean) / (d.variance / n).sqrt()
+    assert z_mean.abs().max() < 5, z_mean.tolist()
+
+
 def test_sample_shapes_dtype_and_no_grad() -> None:
     b = torch.tensor([1.0, 2.5], requires_grad=True)
     c = torch.tensor([[0.0], [3.0], [-3.0]], dtype=torch.float32, requires_grad=True)

@@ -53,3 +53,23 @@ def test_samples_summary_fills_the_quantiles(tmp_path) -> None:
     summary = samples.summary()
     assert summary.name == "f" and (summary.q05 <= summary.mean).all() and (summary.mean <= summary.q95).all()
     assert len(repr(summary).splitlines()) == 1 + 6
+
+
+def test_summary_marks_coordinates_fixed_at_zero_with_a_note():
+    """The ordinal likelihood's omega_upper is 0 for the top class (its factor is absent): R-hat and ESS are NaN
+    there, which the table showed without a word."""
+    from gpytorch_augment import GibbsSampler, OrdinalLogitLikelihood
+    from gpytorch_augment.testing import make_cavi_model
+
+    x = torch.linspace(-1.0, 1.0, 6, dtype=torch.float64).unsqueeze(-1)
+    y = torch.tensor([0.0, 1.0, 2.0, 0.0, 1.0, 2.0], dtype=torch.float64)
+    sampler = GibbsSampler(make_cavi_model(1, x).double(), OrdinalLogitLikelihood(3).double(), x, y)
+    samples = sampler.sample(6, warmup=2, num_chains=2, seed=0, progress=False)
+    summary = samples.summary("omega_upper")
+    top = y == 2
+    assert torch.equal(summary.constant, top)
+    assert bool(summary.rhat[top].isnan().all()) and bool(summary.rhat[~top].isfinite().all())
+    lines = repr(summary).splitlines()
+    assert [line.split()[0] for line in lines[1:7] if line.split()[1] == "*"] == ["omega_upper[2]", "omega_upper[5]"]
+    assert lines[-1].startswith("* constant over every draw (2 of 6") and "undefined (nan)" in lines[-1]
+    assert "constant over every draw" not in repr(samples.summary("f"))

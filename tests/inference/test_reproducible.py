@@ -62,6 +62,17 @@ def test_resume_continues_after_other_runs(kind):
     torch.testing.assert_close(both.f, long.f, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("drawn_by, resumed_by", [("gibbs", "hmc"), ("hmc", "gibbs"), ("overrelaxed", "hmc")])
+def test_resume_by_the_other_kind_of_sampler_raises_before_running(drawn_by, resumed_by, monkeypatch):
+    """It ran every transition, then failed with an internal message about the draws' layout."""
+    samples = _make(drawn_by).sample(2, warmup=2, num_chains=2, seed=0, progress=False)
+    other = _make(resumed_by)
+    monkeypatch.setattr(type(other), "sample", lambda *args, **kwargs: pytest.fail("a transition ran"))
+    kinds = {"gibbs": "Gibbs", "overrelaxed": "Gibbs", "hmc": "HMC"}
+    with pytest.raises(ValueError, match=f"^samples were drawn by {kinds[drawn_by]}, but this sampler runs"):
+        other.resume(samples, 3, progress=False)
+
+
 def test_hmc_last_state_carries_the_adapted_step_sizes():
     sampler = _make("hmc")
     run = sampler.sample(5, warmup=20, num_chains=3, seed=4, progress=False)

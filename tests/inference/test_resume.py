@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpytorch_augment import CAVI, BernoulliLogitLikelihood
+from gpytorch_augment import CAVI, BernoulliLogitLikelihood, LogisticSoftmaxLikelihood, StudentTLikelihood
 from tests.models import SVGP
 
 N = 50
@@ -55,3 +55,31 @@ def test_fit_warns_and_reports_not_converged_at_max_iter():
     with pytest.warns(UserWarning, match="max_iter=2"):
         trace = _cavi(z).fit(x, y, max_iter=2)
     assert not trace.converged and trace.num_steps == 2
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda z: CAVI(SVGP(z[:4]), BernoulliLogitLikelihood(), num_data=N), r"inducing_points has shape \(6, 1\)"),
+        (lambda z: CAVI(SVGP(z), StudentTLikelihood(), num_data=N), r"^state\['likelihood'\] does not fit.*lacks"),
+        (lambda z: CAVI(_multitask(z, 3), LogisticSoftmaxLikelihood(3), num_data=N), r"^state\['model'\] does not"),
+    ],
+    ids=["other-M", "other-likelihood", "other-K"],
+)
+def test_a_checkpoint_of_another_model_raises_naming_the_part(make, message):
+    """It raised torch's RuntimeError (or an IndexError inside GPyTorch) after part of the state was loaded."""
+    torch.manual_seed(0)
+    x, y, z = _problem()
+    saved = _cavi(z)
+    saved.fit(x, y, max_iter=2)
+    target = make(z)
+    before = [p.detach().clone() for p in target.model.parameters()]
+    with pytest.raises(ValueError, match=message):
+        target.load_state_dict(saved.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(before, target.model.parameters()))  # nothing was loaded
+
+
+def _multitask(z, tasks):
+    from gpytorch_augment.testing import make_cavi_model
+
+    return make_cavi_model(tasks, z)

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from gpytorch.distributions import MultivariateNormal
 from scipy import stats
 
 from gpytorch_augment import (
@@ -19,6 +20,7 @@ from gpytorch_augment import (
     AugmentedELBO,
     BernoulliLogitLikelihood,
     GibbsSampler,
+    HMCSampler,
     LaplaceLikelihood,
     LaplaceTransformLikelihood,
     StudentTLikelihood,
@@ -361,6 +363,47 @@ def test_bad_coefficients_and_targets_raise_naming_them():
         likelihood(torch.zeros(2))
     with pytest.raises(ValueError, match="concentration must be 0.5 or 1.5"):
         InverseGammaMixing(2.5)
+
+
+def _logistic(**coefficients) -> LaplaceTransformLikelihood:
+    terms = {"log_c": -math.log(2), "g": lambda y: y - 0.5, "gamma": 0.5} | coefficients
+    return LaplaceTransformLikelihood(PolyaGammaMixing(), **terms).double()
+
+
+@pytest.mark.parametrize(
+    "coefficients, message",
+    [
+        ({"g": torch.zeros(2)}, r"^g has shape \(2,\), which does not broadcast against the data's shape \(3,\)"),
+        ({"alpha": lambda y: torch.zeros(5)}, r"^alpha has shape \(5,\), which does not broadcast"),
+        ({"beta": lambda y: torch.zeros(2, 3)}, r"^beta has shape \(2, 3\), more dimensions than the targets'"),
+        ({"g": lambda y: y * math.nan}, r"^g gives non-finite values at these targets \(e.g. nan\)"),
+        ({"log_c": lambda y: y - math.inf}, r"^log_c gives non-finite values at these targets \(e.g. -inf\)"),
+    ],
+    ids=["tensor-g", "callable-alpha", "beta-adds-a-dimension", "nan-g", "inf-log_c"],
+)
+def test_coefficients_of_the_wrong_shape_or_not_finite_raise_naming_them(coefficients, message):
+    """They gave raw broadcast errors, or NaN results silently."""
+    y = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
+    q_f = MultivariateNormal(torch.zeros(3, dtype=torch.float64), torch.eye(3, dtype=torch.float64))
+    likelihood = _logistic(**coefficients)
+    for call in (lambda: likelihood.expected_log_prob(y, q_f), lambda: likelihood.check_targets(y)):
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+def test_a_constant_log_phi_is_a_point_mass_at_zero():
+    """log phi = 0 without a graph to r (torch.zeros_like) raised a raw autograd error in CAVI and HMC: phi = 1 is
+    the transform of a point mass at omega = 0, E omega = 0, and the likelihood C e^{g f} is log-linear in f."""
+    torch.manual_seed(0)
+    x = torch.linspace(-1.0, 1.0, 3, dtype=torch.float64).unsqueeze(-1)
+    y = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
+    constant = LaplaceTransformLikelihood(lambda r: torch.zeros_like(r), g=lambda y: y - 0.5).double()
+    graphed = LaplaceTransformLikelihood(lambda r: 0.0 * r, g=lambda y: y - 0.5).double()
+    elbos = [CAVI(make_cavi_model(1, x).double(), lik, num_data=3).fit(x, y, max_iter=3).elbo for lik in (constant,
+             graphed)]  # fmt: skip
+    assert elbos[0] == elbos[1]
+    samples = HMCSampler(make_cavi_model(1, x).double(), constant, x, y).sample(num_samples=3, warmup=2)
+    assert bool(torch.isfinite(samples.f).all())
 
 
 def test_unnormalised_transform_is_folded_into_the_constant():

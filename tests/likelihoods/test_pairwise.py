@@ -9,7 +9,7 @@ import gpytorch
 import pytest
 import torch
 
-from gpytorch_augment import CAVI, GibbsSampler, GPPrior, HMCSampler, PairwiseLogitLikelihood
+from gpytorch_augment import CAVI, AugmentedELBO, GibbsSampler, GPPrior, HMCSampler, PairwiseLogitLikelihood
 from gpytorch_augment.core import LinearObservations
 from gpytorch_augment.testing import make_cavi_model
 
@@ -167,3 +167,51 @@ def test_more_points_than_comparisons_is_a_full_batch():
     cavi = CAVI(model, PairwiseLogitLikelihood(), num_data=len(PAIRS))
     trace = cavi.fit(x, LABELS, comparisons=PAIRS * 3, max_iter=20, tol=1e-10)
     assert math.isfinite(trace.elbo[-1]) and trace.elbo[-1] >= trace.elbo[0]
+
+
+def _five_points_three_inducing():
+    x = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64).unsqueeze(-1)
+    pairs = torch.tensor([[1, 0], [2, 1], [3, 2], [4, 3], [4, 0], [3, 1]])
+    labels = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    model = make_cavi_model(1, x[:3]).double()
+    return x, pairs, labels, model
+
+
+@pytest.mark.parametrize("num_comparisons", [6, 3])
+def test_augmented_elbo_is_the_bound_at_the_comparisons(num_comparisons):
+    """AugmentedELBO compared the number of comparisons with the number of points (an error naming the internal
+    shape (3, n) unless they happened to agree) and took the bound at f, not at g = f_a - f_b. At q(f) = CAVI's, it
+    is CAVI's augmented ELBO per comparison."""
+    torch.manual_seed(0)
+    x, pairs, labels, model = _five_points_three_inducing()
+    pairs, labels = pairs[:num_comparisons], labels[:num_comparisons]
+    likelihood = PairwiseLogitLikelihood()
+    cavi = CAVI(model, likelihood, num_data=num_comparisons)
+    cavi.fit(x, labels, comparisons=pairs, max_iter=5)
+    model.eval()  # GPyTorch's training-mode q(f) keeps only the marginal variances exact, not the covariances
+    bound = AugmentedELBO(likelihood, model, num_data=num_comparisons)(model(x), labels, comparisons=pairs)
+    torch.testing.assert_close(bound.detach(), cavi.elbo(x, labels, comparisons=pairs), rtol=0, atol=1e-10)
+    kl = model.variational_strategy.kl_divergence().detach()
+    mll = AugmentedELBO(likelihood, model, num_data=num_comparisons)
+    given = mll(model(x), labels, comparisons=pairs, kl_divergence=kl)
+    torch.testing.assert_close(given.detach(), bound.detach())
+
+
+def test_zero_comparisons_raise_naming_comparisons():
+    torch.manual_seed(0)
+    x, _, _, model = _five_points_three_inducing()
+    likelihood, pairs, labels = PairwiseLogitLikelihood(), torch.zeros(0, 2, dtype=torch.long), torch.zeros(0)
+    model.train()
+    q_f = model(x)
+    calls = {
+        "Gibbs": lambda: GibbsSampler(model, likelihood, x, labels, comparisons=pairs),
+        "expected_log_prob": lambda: likelihood.expected_log_prob(labels, q_f, comparisons=pairs),
+        "VariationalELBO": lambda: gpytorch.mlls.VariationalELBO(likelihood, model, 1)(q_f, labels, comparisons=pairs),
+        "AugmentedELBO": lambda: AugmentedELBO(likelihood, model, 1)(q_f, labels, comparisons=pairs),
+        "CAVI.fit": lambda: CAVI(model, likelihood, num_data=1).fit(x, labels, comparisons=pairs),
+        "predictive": lambda: likelihood(q_f, comparisons=pairs),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="^comparisons holds no pairs"):
+            call()
+            pytest.fail(name)

@@ -316,7 +316,7 @@ class HMCKernel(MCMCKernel):
             f_ = f.unsqueeze(1).to(self.target.dtype).requires_grad_(True)  # (T, 1, N)
             arg = f_[0] if T == 1 else f_.permute(1, 2, 0)
             (g,) = torch.autograd.grad(self.target.likelihood.log_prob_at(y, arg).sum(), f_, create_graph=True)
-            for t in range(T):
+            for t in range(T if g.requires_grad else 0):  # no graph: log p(y | f) is linear in f, no curvature
                 (h,) = torch.autograd.grad(g[t].sum(), f_, retain_graph=t < T - 1, allow_unused=True)
                 if h is not None:
                     H[:, t, :] = -h[:, 0].mT.to(self.target.linalg_dtype)

@@ -220,8 +220,18 @@ class MCMC:
         ``resume(·, n2)`` gives exactly the draws of ``sample(n1 + n2)``. Returns all draws, concatenated.
         (Runs joined with ``PosteriorSamples.cat(..., dim="chain")`` have no single generator state; they continue
         with a fresh seed.)
+
+        :raises ValueError: naming ``samples`` if they do not fit the sampler's target, or were drawn by the other
+            kind of sampler (HMC draws resumed by Gibbs, or the converse), before any transition runs.
         """
         samples.check_fits(self.target, "samples")
+        if (samples.f_update == "hmc") != (self.kernel.name == "hmc"):  # the chain states differ (aux, step size)
+            drawn_by, runs = ("HMC", "Gibbs") if samples.f_update == "hmc" else ("Gibbs", "HMC")
+            raise ValueError(
+                f"samples were drawn by {drawn_by}, but this sampler runs {runs}: resume them with "
+                "the kind of sampler that drew them (GibbsSampler or HMCSampler), or start a new run with "
+                "sample(..., init=samples.last_state().f)"
+            )
         more = self.sample(
             num_samples,
             warmup=0,

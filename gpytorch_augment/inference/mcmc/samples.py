@@ -108,6 +108,9 @@ class PosteriorSummary(NamedTuple):
     q05: Tensor | None = None  #: 5 % quantile over all draws
     q95: Tensor | None = None  #: 95 % quantile over all draws
     name: str = "f"  #: the variable summarised (the row labels)
+    #: coordinates whose draws are all equal (e.g. an auxiliary variable fixed at 0 where its factor is absent):
+    #: their R-hat and ESS are undefined (NaN), and the printed table marks them with ``*`` and a note
+    constant: Tensor | None = None
 
     def __repr__(self) -> str:
         columns = {"mean": self.mean, "sd": self.sd, "q5%": self.q05, "q95%": self.q95}
@@ -117,6 +120,9 @@ class PosteriorSummary(NamedTuple):
         total = self.mean.numel()
         shown = total if total <= SUMMARY_ROWS else SUMMARY_ROWS
         labels = [_row_label(self.name, shape, k) for k in range(shown)]
+        constant = [] if self.constant is None else self.constant.reshape(-1).tolist()
+        if any(constant):
+            labels = [label + (" *" if constant[k] else "") for k, label in enumerate(labels)]
         cells = {k: [_format_cell(k, v) for v in values[:shown]] for k, values in columns.items()}
         label_width = max([len(label) for label in labels] + [0])
         widths = {k: max([len(k)] + [len(c) for c in cells[k]]) for k in cells}
@@ -125,6 +131,11 @@ class PosteriorSummary(NamedTuple):
             lines.append(label.ljust(label_width) + "".join("  " + cells[k][row].rjust(widths[k]) for k in cells))
         if shown < total:
             lines.append(f"... {total - shown} more rows")
+        if any(constant):
+            lines.append(
+                f"* constant over every draw ({sum(constant)} of {total}; e.g. an auxiliary variable fixed at 0 where "
+                "its factor is absent): r_hat and ess_bulk are undefined (nan)"
+            )
         return "\n".join(lines)
 
     __str__ = __repr__
@@ -358,7 +369,9 @@ class PosteriorSamples:
         r"""Posterior mean, sd, 5 % and 95 % quantiles, rank-normalised split-:math:`\hat R` and bulk ESS per
         coordinate of ``var`` (``"f"``, ``"u"``, an auxiliary variable or a sampled likelihood hyper-parameter), printed
         as a table. :math:`\hat R` needs at least 4 draws (and is computed from split chains, so it is meaningful with
-        a single chain too)."""
+        a single chain too). Coordinates whose draws are all equal (an auxiliary variable fixed at 0 where its factor
+        is absent, as ``omega_upper`` for the ordinal likelihood's top class) have no :math:`\hat R` or ESS (NaN):
+        :attr:`PosteriorSummary.constant` marks them and the printed table says so in a note."""
         draws = self._variable(var)
         C, S = draws.shape[:2]
         if S < 4:
@@ -374,6 +387,7 @@ class PosteriorSamples:
             q05=as_t(np.quantile(flat.reshape(C * S, -1), 0.05, axis=0)),
             q95=as_t(np.quantile(flat.reshape(C * S, -1), 0.95, axis=0)),
             name=var,
+            constant=torch.as_tensor(flat.min(axis=(0, 1)) == flat.max(axis=(0, 1))).reshape(shape),
         )
 
     def to_arviz(self):

@@ -27,6 +27,7 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
 from ..._validation import (
+    as_tensors,
     check_finite,
     check_inputs_targets,
     check_nonempty,
@@ -148,6 +149,7 @@ class PosteriorTarget:
         if not callable(getattr(model, "forward", None)):
             raise TypeError(f"model must define forward(x) returning the prior; got {type(model).__name__}")
         check_target_keywords(likelihood, kwargs, caller)
+        x, y = as_tensors(x, y, kwargs=kwargs)
         if likelihood.linear_observations:  # one target per observation, not per input
             check_finite("x", x)
             check_finite("y", y)
