@@ -404,3 +404,14 @@ def test_the_strategies_document_every_parameter(name: str) -> None:
     parameters = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     missing = [p for p in parameters if f":param {p}:" not in (cls.__doc__ or "")]
     assert parameters and not missing, f"{name} does not document {missing}"
+
+
+def test_the_likelihood_pages_show_the_predictive_from_phi() -> None:
+    """Writing a likelihood and tutorial 10 say that a likelihood built from φ predicts without
+    ``target_distribution``: class probabilities with ``num_classes``, intervals with ``real_valued_targets``."""
+    page = (DOCS / "guide" / "writing_a_likelihood.md").read_text(encoding="utf-8")
+    assert "likelihood.predictive_interval(model(x_new)" in "".join(python_snippets("guide/writing_a_likelihood"))
+    notebook = json.loads((ROOT / "tutorials" / "10_your_own_likelihood.ipynb").read_text(encoding="utf-8"))
+    tutorial = "\n".join("".join(cell["source"]) for cell in notebook["cells"])
+    for text in (page, tutorial):
+        assert "num_classes" in text and "predictive_interval" in text and ".probs" in text
