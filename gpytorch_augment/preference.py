@@ -456,8 +456,9 @@ class PairwiseAugmentedGP(Model, GP):
 
         Options: exact path, ``max_iter`` (L-BFGS iterations, default 200), ``tol`` (L-BFGS's relative decrease
         of the objective, default ``1e-9``) and ``cavi_tol`` (the tilts' relative change that ends CAVI, default
-        ``1e-4``; the final solution is solved to ``1e-7``); sparse path, those of :meth:`~gpytorch_augment.CAVI.fit`. The trace's ``elbo`` is the ELBO per
-        comparison (with the hyper-parameters' log-priors while they are learnt) after each evaluation.
+        ``1e-4``; the final solution is solved to ``1e-7``); sparse path, those of
+        :meth:`~gpytorch_augment.CAVI.fit`. The trace's ``elbo`` is the ELBO per comparison (with the
+        hyper-parameters' log-priors while they are learnt) after each evaluation.
 
         :raises ValueError: naming an unknown option (exact path) or for a model without comparisons.
         """
