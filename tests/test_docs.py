@@ -415,3 +415,16 @@ def test_the_likelihood_pages_show_the_predictive_from_phi() -> None:
     tutorial = "\n".join("".join(cell["source"]) for cell in notebook["cells"])
     for text in (page, tutorial):
         assert "num_classes" in text and "predictive_interval" in text and ".probs" in text
+
+
+def test_one_version_set_in_one_place() -> None:
+    """``gpytorch_augment.__version__`` is the version: setup.cfg reads it, the CHANGELOG's newest entry names it,
+    and no docstring calls the class it documents a deprecated alias of itself."""
+    import gpytorch_augment
+    from gpytorch_augment.inference.mcmc import PosteriorSamples
+
+    setup = (ROOT / "setup.cfg").read_text(encoding="utf-8")
+    assert re.search(r"^version = attr: gpytorch_augment.__version__$", setup, re.MULTILINE), setup[:200]
+    newest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.MULTILINE)
+    assert newest is not None and newest.group(1) == gpytorch_augment.__version__
+    assert "``PosteriorSamples`` is a deprecated alias" not in (PosteriorSamples.__doc__ or "")
