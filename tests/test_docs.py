@@ -428,3 +428,24 @@ def test_one_version_set_in_one_place() -> None:
     newest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.MULTILINE)
     assert newest is not None and newest.group(1) == gpytorch_augment.__version__
     assert "``PosteriorSamples`` is a deprecated alias" not in (PosteriorSamples.__doc__ or "")
+
+
+def test_where_users_start_they_read_when_to_set_threads_and_the_one_way_to_class_probabilities() -> None:
+    """The README and the GPyTorch guide say when to call ``torch.set_num_threads`` and name
+    ``likelihood(model(x)).probs`` as the way to class probabilities, with labels as class indices, not one-hot."""
+    for path in (ROOT / "README.md", DOCS / "guide" / "from_gpytorch.md"):
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        assert "torch.set_num_threads(1)" in text and "shared with other jobs" in text, path
+        assert "likelihood(model(x)).probs" in text and "the one way" in text and "one-hot" in text, path
+
+
+def test_the_gpu_wording_matches_the_record() -> None:
+    """The GPU guide puts the sampler speed-ups under their own problem (N = 100), says the one-call figure is the
+    stochastic protocol and counts the host synchronisations of a Gibbs sweep; the README claims no round-trip-free
+    sweep."""
+    gpu = (DOCS / "guide" / "gpu.md").read_text(encoding="utf-8")
+    cavi_table = gpu.split("| CAVI, 10⁶ points", 1)[1].split("\n\n", 1)[0]
+    assert "Sampler" not in cavi_table and "stochastic protocol" in cavi_table
+    assert "| samplers, N = 100, exact GP" in gpu and "about 24 host synchronisations" in gpu
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "no host round trip" not in readme and "24 times" in readme
