@@ -150,8 +150,8 @@ def one_hot_hint(y: Tensor, num_data: int) -> str:
 
         >>> import torch
         >>> from gpytorch_augment._validation import one_hot_hint
-        >>> one_hot_hint(torch.eye(3)[[0, 2, 1, 1]], 4)[:60]
-        ': y looks like one-hot labels of 3 classes; the likelihoods t'
+        >>> one_hot_hint(torch.eye(3)[[0, 2, 1, 1]], 4)[:43]
+        ': y looks like one-hot labels of 3 classes;'
     """
     if y.dim() < 2 or y.shape[-2] != num_data or y.shape[-1] < 2 or y.is_complex():
         return ""

@@ -54,7 +54,7 @@ def default_covar_module(dim: int) -> gpytorch.kernels.Kernel:
     Example::
 
         >>> from gpytorch_augment.preference import default_covar_module
-        >>> round(float(default_covar_module(2).outputscale), 3)
+        >>> round(float(default_covar_module(2).outputscale.detach()), 3)
         1.0
     """
     prior = gpytorch.priors.GammaPrior(2.4, 2.7)
