@@ -213,9 +213,11 @@ class PairwiseAugmentedGP(Model, GP):
     :param input_transform: a BoTorch ``InputTransform`` applied to the datapoints and to every ``X`` of
         :meth:`posterior` (e.g. ``Normalize(d)``).
     :param inducing_points: optional ``(M, d)`` inducing inputs: the sparse path (default: the exact path).
+    :param likelihood: ``None`` or a logistic ``PairwiseLogitLikelihood`` (this package's or BoTorch's, as
+        ``PairwiseGP`` takes one): the link is always the logistic one.
     :param jitter: added to the kernel matrix's diagonal, relative to its mean diagonal (exact path).
-    :raises ValueError: naming the argument, for datapoints that are not a finite ``(n, d)`` float tensor or
-        comparisons that are not ``(m, 2)`` indices of two different datapoints.
+    :raises ValueError: naming the argument, for datapoints that are not a finite ``(n, d)`` float tensor,
+        comparisons that are not ``(m, 2)`` indices of two different datapoints, or a likelihood of another link.
     """
 
     def __init__(
@@ -226,9 +228,15 @@ class PairwiseAugmentedGP(Model, GP):
         inducing_points: Tensor | None = None,
         input_transform: Any = None,
         *,
+        likelihood: Any = None,
         jitter: float = 1e-6,
     ) -> None:
         super().__init__()
+        if likelihood is not None and type(likelihood).__name__ != "PairwiseLogitLikelihood":
+            raise ValueError(
+                "likelihood must be None or a PairwiseLogitLikelihood (this package's or BoTorch's): the model's link "
+                f"is the logistic one, which the Polya-Gamma augmentation makes exact; got {type(likelihood).__name__}"
+            )
         datapoints, comparisons = self._checked(datapoints, comparisons)
         if input_transform is not None:
             input_transform.to(datapoints)

@@ -183,6 +183,15 @@ def test_set_train_data_and_condition_on_observations_warm_start():
         model.fit(maxiter=3)
 
 
+def test_takes_pairwise_gps_likelihood_keyword_for_the_logistic_link():
+    from botorch.models.likelihoods.pairwise import PairwiseLogitLikelihood, PairwiseProbitLikelihood
+
+    X, comparisons = _data(6, 5, seed=13)
+    PairwiseAugmentedGP(X, comparisons, likelihood=PairwiseLogitLikelihood())
+    with pytest.raises(ValueError, match="likelihood"):
+        PairwiseAugmentedGP(X, comparisons, likelihood=PairwiseProbitLikelihood())
+
+
 def test_posterior_refuses_bad_x_naming_it(fitted):
     torch.manual_seed(12)
     for bad in (torch.rand(3, dtype=torch.float64), torch.rand(2, 3, dtype=torch.float64),
