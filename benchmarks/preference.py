@@ -11,13 +11,28 @@ probit link's latent is on a scale about 1.7 times smaller). For the smaller siz
 augmented model's hyper-parameters (Gibbs, ``GibbsSampler``) is the reference: its coverage, and the mean absolute
 difference between its posterior mean of the held-out differences and each model's, in units of its posterior sd.
 
-Every method is fitted once on a 20-comparison problem before the timed runs (so the first timed fit does not pay
-the process's one-off costs), then each (utility, m) is run for ``--seeds`` seeds, the three methods interleaved on
-the same data; the speed table gives mean ± sd over the seeds.
+``PairwiseAugmentedGP`` runs its default exact path (no inducing points; CAVI on the tilts accelerated by SQUAREM
+inside each L-BFGS evaluation of the kernel hyper-parameters) with the same default kernel and priors as
+``PairwiseGP``.
 
-Run ``python benchmarks/preference.py`` (full: 3 utilities × m ∈ {50, 200, 1000} × 3 seeds) or ``--quick`` (one
-utility, 50 and 200 comparisons, one seed). Results go to
-``results/preference.{json,md}`` (``--quick``: to ``$TMPDIR/gpytorch_augment_benchmarks/``).
+Two protocols, the methods interleaved on the same data in one process, one thread:
+
+1. **cold fits**: each model built and fitted from scratch on each (utility, m, seed);
+2. **BO-loop refits (warm start)**: one model per method carried along a growing data set, as a BO loop does it:
+   m = 50, 100, 200, 400, 1000 comparisons (each step adds ``(m_new - m_old) // 4`` fresh points and the new
+   comparisons, random pairs of all points so far); at each step ``set_train_data`` then the fit
+   (``PairwiseAugmentedGP.fit()`` from the last kernel and tilts; ``PairwiseGP`` with ``fit_gpytorch_mll`` from its
+   last kernel), timed together, and the held-out log-loss.
+
+Every method is fitted once on a 20-comparison problem before the timed runs (so the first timed fit does not pay
+the process's one-off costs); the speed tables give mean ± sd over the seeds of the ratio
+``PairwiseGP time / PairwiseAugmentedGP time`` (above 1: ours is faster).
+
+Grid (declared before running): utilities quadratic, sines, branin; cold fits at m ∈ {50, 200, 1000}; the BO loop
+50 → 1000 as above; 3 seeds each; Gibbs reference for m ≤ 200 of the cold fits. Run
+``python benchmarks/preference.py`` (about 10 minutes on one thread) or ``--quick`` (one utility, 50 and 200
+comparisons, one seed). Results go to ``results/preference.{json,md}`` (``--quick``: to
+``$TMPDIR/gpytorch_augment_benchmarks/``).
 """
 
 from __future__ import annotations
@@ -124,7 +139,7 @@ def fit_pairwise_gp(X: Tensor, comparisons: Tensor, link: str) -> tuple[Any, flo
 def gibbs_reference(model: PairwiseAugmentedGP, X_test: Tensor, pairs: Tensor, seed: int) -> tuple[Tensor, Tensor]:
     """Posterior mean and sd of the held-out differences under the exact posterior at the augmented model's kernel
     (Gibbs on the training points, then the GP conditional at the test points)."""
-    kernel = model.gp.covar_module
+    kernel = model.covar_module
     prior = GPPrior(gpytorch.means.ZeroMean(), kernel)
     labels = torch.ones(model.comparisons.shape[0], dtype=X_test.dtype)
     sampler = GibbsSampler(prior, PairwiseLogitLikelihood(), model.datapoints, labels, comparisons=model.comparisons)
@@ -150,12 +165,7 @@ def run_one(name: str, m: int, seed: int, with_gibbs: bool, index: int = 0) -> l
     n = m // 4 + 10
     X = torch.rand(n, 2, generator=generator, dtype=torch.float64)
     comparisons = comparisons_of(utility(X), m, generator)
-    X_test = torch.rand(100, 2, generator=generator, dtype=torch.float64)
-    u_test = utility(X_test)
-    first = torch.randint(0, 100, (500,), generator=generator)
-    pairs = torch.stack([first, (first + torch.randint(1, 100, (500,), generator=generator)) % 100], -1)
-    truth = u_test[pairs[:, 0]] - u_test[pairs[:, 1]]
-    outcomes = torch.bernoulli(torch.sigmoid(truth), generator=generator)
+    X_test, pairs, truth, outcomes = held_out(utility, generator)
     rows = []
     fitted = {}
     for method in ("augmented (CAVI)", "PairwiseGP probit", "PairwiseGP logit"):
@@ -185,6 +195,73 @@ def run_one(name: str, m: int, seed: int, with_gibbs: bool, index: int = 0) -> l
     return rows
 
 
+LOOP_SIZES = [50, 100, 200, 400, 1000]
+
+
+def held_out(utility: Callable[[Tensor], Tensor], generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """100 fresh points, 500 fresh pairs of them, the true differences and the drawn outcomes."""
+    X_test = torch.rand(100, 2, generator=generator, dtype=torch.float64)
+    u_test = utility(X_test)
+    first = torch.randint(0, 100, (500,), generator=generator)
+    pairs = torch.stack([first, (first + torch.randint(1, 100, (500,), generator=generator)) % 100], -1)
+    truth = u_test[pairs[:, 0]] - u_test[pairs[:, 1]]
+    return X_test, pairs, truth, torch.bernoulli(torch.sigmoid(truth), generator=generator)
+
+
+def run_loop(name: str, seed: int, index: int) -> list[dict[str, Any]]:
+    """The BO-loop protocol: one model per method along a growing data set, refitted from its last state."""
+    utility = UTILITIES[name]
+    generator = torch.Generator().manual_seed(seed)
+    X_test, pairs, truth, outcomes = held_out(utility, generator)
+    X = torch.empty(0, 2, dtype=torch.float64)
+    comparisons = torch.empty(0, 2, dtype=torch.long)
+    models: dict[str, Any] = {}
+    rows = []
+    for m in LOOP_SIZES:
+        n_new = m // 4 + 10 - X.shape[0]
+        X = torch.cat([X, torch.rand(n_new, 2, generator=generator, dtype=torch.float64)])
+        comparisons = torch.cat([comparisons, comparisons_of(utility(X), m - comparisons.shape[0], generator)])
+        for method in ("augmented (CAVI)", "PairwiseGP probit", "PairwiseGP logit"):
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if method not in models:
+                    models[method] = (PairwiseAugmentedGP(X, comparisons) if method.startswith("augmented") else
+                                      PairwiseGP(X, comparisons, likelihood=PairwiseProbitLikelihood()
+                                                 if method.endswith("probit") else BoTorchLogit()))  # fmt: skip
+                else:
+                    models[method].set_train_data(X, comparisons, update_model=not method.startswith("augmented"))
+                model = models[method]
+                if method.startswith("augmented"):
+                    model.fit()
+                else:
+                    fit_gpytorch_mll(PairwiseLaplaceMarginalLogLikelihood(model.likelihood, model))
+            seconds = time.perf_counter() - start
+            with torch.no_grad():
+                mean, sd = difference_moments(model.posterior(X_test).distribution, pairs)
+            result = metrics(mean, sd, truth, probit=method.endswith("probit"))
+            rows.append({"utility": name, "m": m, "n": X.shape[0], "seed": index, "method": method, "fit_s": seconds,
+                         **_scores(result["p"], outcomes), "coverage90": result["coverage"]})  # fmt: skip
+        print(rows[-3:], flush=True)
+    return rows
+
+
+def ratio_table(title: str, rows: list[dict[str, Any]], utilities: list[str], sizes: list[int], seeds: int) -> Any:
+    """Mean ± sd over the seeds of the baseline's fit time over ours, and of the log-loss difference."""
+    speed = []
+    for name in utilities:
+        for m in sizes:
+            for other in ("PairwiseGP probit", "PairwiseGP logit"):
+                ratios, gaps = [], []
+                for seed in range(seeds):
+                    by = {r["method"]: r for r in rows if (r["utility"], r["m"], r["seed"]) == (name, m, seed)}
+                    ratios.append(by[other]["fit_s"] / by["augmented (CAVI)"]["fit_s"])
+                    gaps.append(by["augmented (CAVI)"]["log_loss"] - by[other]["log_loss"])
+                speed.append([name, m, other, common.mean_sd(ratios), common.mean_sd(gaps, "+.4f")])
+    return _report.Table(title, ["utility", "m", "baseline", "speed-up (baseline time / ours)",
+                                 "log-loss difference (ours - baseline)"], speed)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one utility, 50 and 200 comparisons")
@@ -197,33 +274,36 @@ def main() -> None:
     seeds = args.seeds or (1 if args.quick else 3)
     warm_up()
     rows: list[dict[str, Any]] = []
+    loop_rows: list[dict[str, Any]] = []
     for name in utilities:
         for m in sizes:
             for seed in range(seeds):
                 rows += run_one(name, m, seed=1000 * seed + m, with_gibbs=m <= 200, index=seed)
                 print(rows[-1], flush=True)
+        if not args.quick:
+            for seed in range(seeds):
+                loop_rows += run_loop(name, seed=77 + 1000 * seed, index=seed)
     machine = common.close_machine_info(machine)
     columns = ["utility", "m", "n", "method", "fit [s]", "log-loss", "accuracy", "90% coverage", "|mean - Gibbs| / sd"]
-    table = _report.Table("Held-out comparisons", columns, [
+    table = _report.Table("Cold fits: held-out comparisons", columns, [
         [r["utility"], r["m"], r["n"], r["method"], r["fit_s"], r["log_loss"], r["accuracy"], r["coverage90"],
          r["mean_err_sd"]] for r in rows])  # fmt: skip
-    speed = []
-    for name in utilities:
-        for m in sizes:
-            for other in ("PairwiseGP probit", "PairwiseGP logit"):
-                ratios, gaps = [], []
-                for seed in range(seeds):
-                    by = {r["method"]: r for r in rows if (r["utility"], r["m"], r["seed"]) == (name, m, seed)}
-                    ratios.append(by[other]["fit_s"] / by["augmented (CAVI)"]["fit_s"])
-                    gaps.append(by["augmented (CAVI)"]["log_loss"] - by[other]["log_loss"])
-                speed.append([name, m, other, common.mean_sd(ratios), common.mean_sd(gaps, "+.4f")])
-    speed_table = _report.Table(f"Augmented model against PairwiseGP (mean ± sd over {seeds} seeds)",
-                                ["utility", "m", "baseline", "speed-up (fit time ratio)",
-                                 "log-loss difference (ours - baseline)"], speed)  # fmt: skip
-    settings = {"utilities": ", ".join(utilities), "comparisons m": ", ".join(map(str, sizes)), "seeds": seeds,
-                "points n": "m // 4 + 10", "held-out": "500 pairs of 100 points", **_report.machine_settings(machine)}
-    _report.write_report(common.output_dir(None, args.quick), "preference", {"rows": rows, "machine": machine},
-                         "Preference learning: augmented CAVI against PairwiseGP", settings, [table, speed_table])
+    tables = [table, ratio_table(f"Cold fits: PairwiseAugmentedGP against PairwiseGP (mean ± sd over {seeds} seeds)",
+                                 rows, utilities, sizes, seeds)]  # fmt: skip
+    if loop_rows:
+        tables.append(_report.Table("BO-loop refits (warm start): held-out comparisons", columns[:-1], [
+            [r["utility"], r["m"], r["n"], r["method"], r["fit_s"], r["log_loss"], r["accuracy"], r["coverage90"]]
+            for r in loop_rows]))  # fmt: skip
+        tables.append(ratio_table(f"BO-loop refits: PairwiseAugmentedGP against PairwiseGP (mean ± sd over {seeds} "
+                                  "seeds)", loop_rows, utilities, LOOP_SIZES, seeds))  # fmt: skip
+    settings = {"utilities": ", ".join(utilities), "comparisons m (cold fits)": ", ".join(map(str, sizes)),
+                "comparisons m (BO loop)": "none" if args.quick else ", ".join(map(str, LOOP_SIZES)), "seeds": seeds,
+                "points n": "m // 4 + 10", "held-out": "500 pairs of 100 points",
+                "augmented model": "exact path (no inducing points), default options",
+                **_report.machine_settings(machine)}
+    _report.write_report(common.output_dir(None, args.quick), "preference",
+                         {"rows": rows, "loop_rows": loop_rows, "machine": machine},
+                         "Preference learning: PairwiseAugmentedGP against PairwiseGP", settings, tables)  # fmt: skip
 
 
 if __name__ == "__main__":

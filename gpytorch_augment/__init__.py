@@ -39,7 +39,7 @@ from .models import GPPrior
 from .variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 from .variational.inducing_points import greedy_variance, kmeans_plus_plus
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"  # the one place the version is set (setup.cfg and docs/conf.py read it)
 
 __all__ = [
     "AugmentedELBO",

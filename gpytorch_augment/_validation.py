@@ -150,7 +150,7 @@ def check_inputs_targets(x: Tensor, y: Tensor, batch_shape: torch.Size | None = 
     if y.dim() < 1 or x.shape[-2] != y.shape[-1]:
         raise ValueError(
             f"x and y disagree on the number of data points: x has shape {tuple(x.shape)} "
-            f"(N = {x.shape[-2]}), y has shape {tuple(y.shape)}"
+            f"(N = {x.shape[-2]}), y has shape {tuple(y.shape)}{one_hot_hint(y, x.shape[-2])}"
         )
     batch = x.shape[:-2] if batch_shape is None else torch.Size(batch_shape)
     try:
@@ -176,6 +176,28 @@ def check_values_in(name: str, y: Tensor, allowed: tuple[float, ...]) -> None:
     if not ok.all():
         bad = y[~ok].flatten()[0].item()
         raise ValueError(f"{name} must take values in {set(allowed)}; found {bad}")
+
+
+def one_hot_hint(y: Tensor, num_data: int) -> str:
+    """A sentence for the error of targets ``y`` that do not hold one target per data point: where ``y`` is an
+    ``(N, K)`` matrix of 0/1 rows (one-hot labels), say that the likelihoods take class indices; else ``""``.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._validation import one_hot_hint
+        >>> one_hot_hint(torch.eye(3)[[0, 2, 1, 1]], 4)[:43]
+        ': y looks like one-hot labels of 3 classes;'
+    """
+    if y.dim() < 2 or y.shape[-2] != num_data or y.shape[-1] < 2 or y.is_complex():
+        return ""
+    values = y.detach()
+    if not bool(((values == 0) | (values == 1)).all()) or not bool((values.sum(-1) == 1).all()):
+        return ""
+    return (
+        f": y looks like one-hot labels of {y.shape[-1]} classes; the likelihoods take one class index in "
+        f"0..{y.shape[-1] - 1} per data point, shape ({num_data},): pass y.argmax(-1)"
+    )
 
 
 def check_class_labels(y: Tensor, num_classes: int) -> Tensor:

@@ -404,3 +404,48 @@ def test_the_strategies_document_every_parameter(name: str) -> None:
     parameters = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     missing = [p for p in parameters if f":param {p}:" not in (cls.__doc__ or "")]
     assert parameters and not missing, f"{name} does not document {missing}"
+
+
+def test_the_likelihood_pages_show_the_predictive_from_phi() -> None:
+    """Writing a likelihood and tutorial 10 say that a likelihood built from φ predicts without
+    ``target_distribution``: class probabilities with ``num_classes``, intervals with ``real_valued_targets``."""
+    page = (DOCS / "guide" / "writing_a_likelihood.md").read_text(encoding="utf-8")
+    assert "likelihood.predictive_interval(model(x_new)" in "".join(python_snippets("guide/writing_a_likelihood"))
+    notebook = json.loads((ROOT / "tutorials" / "10_your_own_likelihood.ipynb").read_text(encoding="utf-8"))
+    tutorial = "\n".join("".join(cell["source"]) for cell in notebook["cells"])
+    for text in (page, tutorial):
+        assert "num_classes" in text and "predictive_interval" in text and ".probs" in text
+
+
+def test_one_version_set_in_one_place() -> None:
+    """``gpytorch_augment.__version__`` is the version: setup.cfg reads it, the CHANGELOG's newest entry names it,
+    and no docstring calls the class it documents a deprecated alias of itself."""
+    import gpytorch_augment
+    from gpytorch_augment.inference.mcmc import PosteriorSamples
+
+    setup = (ROOT / "setup.cfg").read_text(encoding="utf-8")
+    assert re.search(r"^version = attr: gpytorch_augment.__version__$", setup, re.MULTILINE), setup[:200]
+    newest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.MULTILINE)
+    assert newest is not None and newest.group(1) == gpytorch_augment.__version__
+    assert "``PosteriorSamples`` is a deprecated alias" not in (PosteriorSamples.__doc__ or "")
+
+
+def test_where_users_start_they_read_when_to_set_threads_and_the_one_way_to_class_probabilities() -> None:
+    """The README and the GPyTorch guide say when to call ``torch.set_num_threads`` and name
+    ``likelihood(model(x)).probs`` as the way to class probabilities, with labels as class indices, not one-hot."""
+    for path in (ROOT / "README.md", DOCS / "guide" / "from_gpytorch.md"):
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        assert "torch.set_num_threads(1)" in text and "shared with other jobs" in text, path
+        assert "likelihood(model(x)).probs" in text and "the one way" in text and "one-hot" in text, path
+
+
+def test_the_gpu_wording_matches_the_record() -> None:
+    """The GPU guide puts the sampler speed-ups under their own problem (N = 100), says the one-call figure is the
+    stochastic protocol and counts the host synchronisations of a Gibbs sweep; the README claims no round-trip-free
+    sweep."""
+    gpu = (DOCS / "guide" / "gpu.md").read_text(encoding="utf-8")
+    cavi_table = gpu.split("| CAVI, 10⁶ points", 1)[1].split("\n\n", 1)[0]
+    assert "Sampler" not in cavi_table and "stochastic protocol" in cavi_table
+    assert "| samplers, N = 100, exact GP" in gpu and "about 24 host synchronisations" in gpu
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "no host round trip" not in readme and "24 times" in readme

@@ -1,5 +1,6 @@
-"""Names kept for one release after the sampler refactor (0.3): each still resolves, with a ``DeprecationWarning``
-naming its replacement. Modules that exported a name re-export it through :func:`deprecated_attribute`."""
+"""Names kept for one release after the sampler refactor (0.3; removed in 0.4): each still resolves, with a
+``DeprecationWarning`` naming its replacement. Modules that exported a name re-export it through
+:func:`deprecated_attribute`."""
 
 from __future__ import annotations
 

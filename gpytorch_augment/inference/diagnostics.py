@@ -1,5 +1,5 @@
-r"""Convergence diagnostics of MCMC draws: rank-normalised split-:math:`\hat R` and bulk effective sample size
-(Vehtari, Gelman, Simpson, Carpenter and Bürkner, 2021).
+r"""Convergence diagnostics of MCMC draws: rank-normalised split-:math:`\hat R` and the bulk, tail and sd effective
+sample sizes (Vehtari, Gelman, Simpson, Carpenter and Bürkner, 2021; the definitions of ArviZ's ``ess``).
 
 Draws are arrays of shape ``(chains, draws, K)``; every function returns one value per coordinate ``K``.
 """
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-__all__ = ["bulk_ess", "rank_normalized_rhat"]
+__all__ = ["bulk_ess", "rank_normalized_rhat", "sd_ess", "tail_ess"]
 
 
 def _split_chains(x: np.ndarray) -> np.ndarray:
@@ -117,7 +117,47 @@ def bulk_ess(x: np.ndarray) -> np.ndarray:
         >>> bool((bulk_ess(draws) > 500).all())
         True
     """
-    z = _z_scale(_split_chains(np.asarray(x, dtype=np.float64)))
-    acov = _autocov(z)
-    chain_mean = z.mean(axis=1)
-    return np.array([_ess_one(acov[..., k], chain_mean[:, k]) for k in range(z.shape[-1])])
+    return _ess(_z_scale(_split_chains(np.asarray(x, dtype=np.float64))))
+
+
+def _ess(split: np.ndarray) -> np.ndarray:
+    """ESS per coordinate of already split chains (chains, draws, K)."""
+    acov = _autocov(split)
+    chain_mean = split.mean(axis=1)
+    return np.array([_ess_one(acov[..., k], chain_mean[:, k]) for k in range(split.shape[-1])])
+
+
+def tail_ess(x: np.ndarray, prob: tuple[float, float] = (0.05, 0.95)) -> np.ndarray:
+    r"""Tail effective sample size of draws ``x`` of shape (chains, draws, K), per coordinate: the smaller ESS of the
+    indicators :math:`I(x \le q_{0.05})` and :math:`I(x \le q_{0.95})` on split chains (how well the 5 % and 95 %
+    quantiles are estimated).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from gpytorch_augment.inference.diagnostics import tail_ess
+        >>> draws = np.random.default_rng(0).normal(size=(4, 200, 2))   # independent draws: ESS near 800
+        >>> bool((tail_ess(draws) > 500).all())
+        True
+    """
+    split = _split_chains(np.asarray(x, dtype=np.float64))
+    flat = split.reshape(-1, split.shape[-1])
+    values = [_ess((split <= np.quantile(flat, p, axis=0)).astype(np.float64)) for p in prob]
+    return np.minimum(*values)
+
+
+def sd_ess(x: np.ndarray) -> np.ndarray:
+    r"""Effective sample size of the posterior sd of draws ``x`` of shape (chains, draws, K), per coordinate: the ESS
+    of :math:`(x - \bar x)^2` on split chains.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from gpytorch_augment.inference.diagnostics import sd_ess
+        >>> draws = np.random.default_rng(0).normal(size=(4, 200, 2))   # independent draws: ESS near 800
+        >>> bool((sd_ess(draws) > 500).all())
+        True
+    """
+    x = np.asarray(x, dtype=np.float64)
+    centred = (x - x.reshape(-1, x.shape[-1]).mean(axis=0)) ** 2
+    return _ess(_split_chains(centred))

@@ -18,9 +18,10 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, fields
 from typing import Any, Literal
+
+from .._validation import check_integer, check_real
 
 __all__ = ["FitOptions"]
 
@@ -105,15 +106,9 @@ class FitOptions:
             raise ValueError(f"optimizer must be 'torch' or 'scipy', got {self.optimizer!r}")
         for name, least in (("collapse_restarts", 0), ("inner_steps", 1), ("true_steps", 0), ("restarts", 0),
                             ("max_line_search", 1), ("batch_size", 1), ("num_epochs", 1), ("max_iter", 1)):  # fmt: skip
-            value = getattr(self, name)
-            if value is not None:
-                _check_integer(name, value, least)
-                object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, check_integer(name, getattr(self, name), least, optional=True))
         for name, positive in (("tol", False), ("gtol", False), ("lr", True)):
-            value = getattr(self, name)
-            if value is not None:
-                _check_real(name, value, positive)
-                object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, check_real(name, getattr(self, name), positive=positive, optional=True))
 
     @classmethod
     def from_mapping(cls, options: FitOptions | dict[str, Any] | None, **overrides: Any) -> FitOptions:
@@ -152,18 +147,3 @@ def _other(protocol: str) -> str:
 def _check_flag(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def _check_integer(name: str, value: Any, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    if int(value) != value or int(value) < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-
-
-def _check_real(name: str, value: Any, positive: bool) -> None:
-    bound = "> 0" if positive else ">= 0"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .._numerics import gauss_hermite
-from .._validation import as_tensors, check_finite, checking_values, float_targets
+from .._validation import as_tensors, check_finite, checking_values, float_targets, one_hot_hint
 from ..core.design import LinearObservations
 from ..distributions.auxiliary import AuxiliaryDistribution
 
@@ -161,7 +161,7 @@ class AugmentedLikelihood(Likelihood, ABC):
         elif y.dim() < 1 or y.shape[-1] != num_data:
             raise ValueError(
                 f"targets y have shape {tuple(y.shape)} but q(f) has {num_data} data points "
-                f"(event shape {tuple(function_dist.event_shape)})"
+                f"(event shape {tuple(function_dist.event_shape)}){one_hot_hint(y, num_data)}"
             )
         if checking_values() and not (torch.isfinite(mean).all() and torch.isfinite(function_dist.variance).all()):
             raise ValueError("q(f) has a non-finite mean or variance: check the inputs x for NaN or inf values")

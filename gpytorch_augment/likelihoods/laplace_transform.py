@@ -9,11 +9,12 @@ from typing import Any
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
-from torch.distributions import Distribution
+from torch.distributions import Bernoulli, Categorical, Distribution, constraints
 
 from .._numerics import quadrature_mixture
 from .._validation import check_broadcasts, check_finite, checking_values
 from ..distributions.auxiliary import AuxiliaryDistribution
+from ._predictive import ContinuousPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
 from .mixing_laws import LaplaceTransformMixing, MixingLaw
 
@@ -21,9 +22,52 @@ __all__ = ["LaplaceTransformLikelihood"]
 
 Coefficient = float | Tensor | Callable[[Tensor], Tensor]
 _NAMES = ("log_c", "g", "alpha", "beta", "gamma")
+#: Gauss--Legendre nodes of the predictive CDF's integral over y (per latent node, on each side)
+_CDF_NODES = 96
 
 
-class LaplaceTransformLikelihood(AugmentedLikelihood):
+def _legendre(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Gauss--Legendre nodes and weights on (0, 1)."""
+    import numpy as np
+
+    x, w = np.polynomial.legendre.leggauss(_CDF_NODES)
+    return (torch.as_tensor((x + 1) / 2, dtype=dtype, device=device),
+            torch.as_tensor(w / 2, dtype=dtype, device=device))  # fmt: skip
+
+
+class PhiConditional(Distribution):
+    r""":math:`p(y\mid f)` of a :class:`LaplaceTransformLikelihood` from :math:`\varphi` alone: ``log_prob(y)`` is
+    ``log_prob_at(y, f)``; no sampler and no moments (pass ``target_distribution`` for those).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.likelihoods import LaplaceTransformLikelihood
+        >>> gaussian = LaplaceTransformLikelihood(lambda r: -r, log_c=-0.5 * torch.log(torch.tensor(2 * torch.pi)),
+        ...     alpha=lambda y: y**2 / 2, beta=lambda y: y, gamma=0.5, real_valued_targets=True)
+        >>> round(float(gaussian(torch.tensor([0.0])).log_prob(torch.tensor([0.0])).exp()), 6)  # N(0 | 0, 1)
+        0.398942
+    """
+
+    arg_constraints: dict[str, Any] = {}
+    support = constraints.real
+    has_rsample = False
+
+    def __init__(self, likelihood: LaplaceTransformLikelihood, f: Tensor) -> None:
+        self.likelihood, self.f = likelihood, f
+        super().__init__(batch_shape=f.shape, validate_args=False)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return self.likelihood.log_prob_at(torch.as_tensor(value).to(self.f), self.f)
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:  # noqa: B008
+        raise NotImplementedError(
+            "a LaplaceTransformLikelihood without target_distribution has no sampler of y: pass "
+            "target_distribution=f -> Distribution of y to draw targets (prediction needs only log_prob_at)"
+        )
+
+
+class LaplaceTransformLikelihood(ContinuousPredictive, AugmentedLikelihood):
     r"""The likelihood of any model of the form
 
     .. math::
@@ -81,8 +125,15 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
     :param gamma: :math:`\gamma(y) \ge 0`, with :math:`\beta^2 \le 4\alpha\gamma` so that :math:`r \ge 0` for
         every :math:`f` (checked on the targets).
     :param target_distribution: optional ``f -> torch.distributions.Distribution`` of :math:`y` given :math:`f`,
-        elementwise: :meth:`forward` and the predictive :meth:`marginal` (Gauss--Hermite mixture) use it; without
-        it they raise ``NotImplementedError`` (inference needs only the log-density, which :math:`\varphi` gives).
+        elementwise, used by :meth:`forward` and :meth:`marginal` in place of the predictive from :math:`\varphi`
+        (needed only to draw targets). Without it the predictive comes from :math:`\varphi` itself, as the
+        built-in likelihoods': with ``num_classes`` a ``Bernoulli`` (2 classes) or ``Categorical`` whose
+        ``.probs`` are the class probabilities :math:`E_{q(f)} p(y = k\mid f)`; with ``real_valued_targets`` a
+        Gauss--Hermite mixture of :class:`PhiConditional` with ``log_prob``, and :meth:`predictive_cdf`,
+        ``predictive_quantile`` and ``predictive_interval`` (by the bisection the built-ins use); otherwise a
+        mixture with ``log_prob`` only.
+    :param num_classes: for class labels :math:`y \in \{0, \dots, K-1\}` (e.g. 2 for a binary likelihood): the
+        number :math:`K` of classes, which makes the predictive a ``Bernoulli`` / ``Categorical``.
     :param target_check: optional ``y -> y`` that validates targets (raising ``ValueError``) and returns them in
         the form the coefficients expect; the default checks finiteness.
     :param real_valued_targets: whether the targets are real values the latent must match (regression).
@@ -102,6 +153,7 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
         target_distribution: Callable[[Tensor], Distribution] | None = None,
         target_check: Callable[[Tensor], Tensor] | None = None,
         real_valued_targets: bool = False,
+        num_classes: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(mixing, MixingLaw):
@@ -130,6 +182,14 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
         self.target_distribution = target_distribution
         self.target_check = target_check
         self.real_valued_targets = bool(real_valued_targets)
+        if num_classes is not None:
+            if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+                raise ValueError(
+                    f"num_classes must be an integer >= 2 (the class labels are 0..K-1); got {num_classes!r}"
+                )
+            if self.real_valued_targets:
+                raise ValueError("num_classes and real_valued_targets=True exclude each other")
+        self.num_classes = num_classes
 
     # ------------------------------------------------------------------ the model
     def coefficients(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -187,17 +247,35 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
         return y
 
     # ------------------------------------------------------------------ drop-in
-    def _target_distribution(self) -> Callable[[Tensor], Distribution]:
-        if self.target_distribution is None:
-            raise NotImplementedError(
-                "this LaplaceTransformLikelihood has no target_distribution: pass target_distribution=f -> "
-                "Distribution of y to draw targets or form the predictive (fitting needs only log_prob_at)"
-            )
+    def _target_distribution(self) -> Callable[[Tensor], Distribution] | None:
+        r"""``target_distribution`` (a subclass may return its own family); ``None``: the predictive from
+        :math:`\varphi`."""
         return self.target_distribution
 
+    def _class_probs(self, f: Tensor, weights: Tensor | None = None) -> Tensor:
+        r""":math:`p(y = k\mid f)` for every class, stacked last (averaged over the node dimension 0 with
+        ``weights``)."""
+        labels = torch.arange(int(self.num_classes), dtype=f.dtype, device=f.device)  # type: ignore[arg-type]
+        shape = (-1,) + (1,) * f.dim()
+        probs = self.log_prob_at(labels.view(shape), f.unsqueeze(0)).exp()  # (K, *f.shape)
+        if weights is not None:
+            probs = (weights.unsqueeze(0) * probs).sum(1)
+        return probs.movedim(0, -1).clamp(0.0, 1.0)
+
+    def _from_probs(self, probs: Tensor) -> Distribution:
+        if probs.shape[-1] == 2:
+            return Bernoulli(probs=probs[..., 1])
+        return Categorical(probs=probs)
+
     def forward(self, function_samples: Tensor, *args: Any, **kwargs: Any) -> Distribution:
-        """``target_distribution(f)``."""
-        return self._target_distribution()(function_samples)
+        r"""``target_distribution(f)``, else :math:`p(y\mid f)` from :math:`\varphi`: a ``Bernoulli`` /
+        ``Categorical`` with ``num_classes``, a :class:`PhiConditional` otherwise."""
+        component = self._target_distribution()
+        if component is not None:
+            return component(function_samples)
+        if self.num_classes is not None:
+            return self._from_probs(self._class_probs(function_samples))
+        return PhiConditional(self, function_samples)
 
     def log_prob_at(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
         r""":math:`\log C + g f + \log\varphi(r(y, f))` (from :math:`\varphi`; ``target_distribution`` unused)."""
@@ -205,11 +283,64 @@ class LaplaceTransformLikelihood(AugmentedLikelihood):
         return log_c + g * f + self.mixing.log_laplace(self._r(alpha, beta, gamma, f, f * f))
 
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Distribution:
-        r"""The predictive :math:`\sum_k w_k\,p(y\mid f_k)` over Gauss--Hermite nodes of :math:`q(f)`, with
-        ``target_distribution``."""
-        component = self._target_distribution()
+        r"""The predictive :math:`\sum_k w_k\,p(y\mid f_k)` over Gauss--Hermite nodes of :math:`q(f)`: with
+        ``target_distribution`` its mixture; else with ``num_classes`` a ``Bernoulli`` (``.probs`` =
+        :math:`P(y_* = 1)`) or ``Categorical`` (``.probs`` ``(..., N, K)``), otherwise a mixture of
+        :class:`PhiConditional` (``log_prob``; quantiles by :meth:`predictive_quantile`)."""
         nodes, weights = self._quadrature(function_dist)
-        return quadrature_mixture(nodes, weights, component)
+        component = self._target_distribution()
+        if component is not None:
+            return quadrature_mixture(nodes, weights, component)
+        if self.num_classes is not None:
+            return self._from_probs(self._class_probs(nodes, weights.expand_as(nodes)))
+        return quadrature_mixture(nodes, weights, lambda f: PhiConditional(self, f))
+
+    # ------------------------------------------------------------------ predictive quantiles (real-valued targets)
+    def _check_real_valued(self) -> None:
+        if not self.real_valued_targets:
+            raise ValueError(
+                "predictive_cdf/predictive_quantile/predictive_interval need real_valued_targets=True (a density in "
+                "y); a likelihood with num_classes has class probabilities: likelihood(q_f).probs"
+            )
+
+    @torch.no_grad()
+    def predictive_cdf(self, function_dist: MultivariateNormal, value: Tensor | float, **kwargs: Any) -> Tensor:
+        r""":math:`P(y_* \le v)` under :meth:`marginal` (float64, shape ``(..., N)``), for ``real_valued_targets``:
+        :math:`\sum_k w_k F(v\mid f_k)` over Gauss--Hermite nodes, each :math:`F(v\mid f_k)` integrated from
+        :math:`\varphi` by Gauss--Legendre on the side of :math:`v` away from :math:`f_k`
+        (:math:`y = v \mp s_k\,u/(1-u)`, :math:`s_k = 1/p(f_k\mid f_k)`).
+
+        :raises ValueError: without ``real_valued_targets``.
+        """
+        return self._cdf_function(function_dist)(torch.as_tensor(value))
+
+    def _cdf_function(self, function_dist: MultivariateNormal, **kwargs: Any) -> Callable[[Tensor], Tensor]:
+        self._check_real_valued()
+        mean = function_dist.mean.detach().double()
+        nodes, weights = self._quadrature(
+            MultivariateNormal(mean, torch.diag_embed(function_dist.variance.detach().double().clamp_min(1e-300)))
+        )
+        scale = (-self.log_prob_at(nodes, nodes)).exp().clamp_min(1e-300)  # (nodes, ..., N)
+        u, w_u = _legendre(torch.float64, mean.device)
+        shape = (-1,) + (1,) * nodes.dim()
+        t, jac = (u / (1 - u)).view(shape), (w_u / (1 - u) ** 2).view(shape)
+
+        def cdf(value: Tensor) -> Tensor:
+            v = torch.as_tensor(value, dtype=torch.float64, device=mean.device).expand_as(mean)
+            left = v <= nodes  # integrate (-inf, v] where v lies left of the node, else 1 - [v, inf)
+            sign = torch.where(left, -1.0, 1.0)
+            y = v + sign * scale * t  # (L, nodes, ..., N)
+            tail = (jac * scale * self.log_prob_at(y, nodes.unsqueeze(0)).exp()).sum(0).clamp(0.0, 1.0)
+            per_node = torch.where(left, tail, 1 - tail)
+            return (weights * per_node).sum(0).clamp(0.0, 1.0)
+
+        return cdf
+
+    def _quantile_bracket(self, function_dist: MultivariateNormal, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        self._check_real_valued()
+        mean = function_dist.mean.detach().double()
+        scale = (-self.log_prob_at(mean, mean)).exp()
+        return mean, (function_dist.variance.detach().double().clamp_min(0) + scale**2).sqrt()
 
     # ------------------------------------------------------------------ sampling side
     def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:

@@ -400,7 +400,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         return out.reshape(*batch, K) if probs else out.reshape(batch)
 
     def predict_proba(self, function_dist: MultivariateNormal) -> Tensor:
-        r"""Class probabilities :math:`E_{q(f_*)}[\theta_k s_k / \sum_l \theta_l s_l]`, ``(..., N, K)``."""
+        r"""Class probabilities :math:`E_{q(f_*)}[\theta_k s_k / \sum_l \theta_l s_l]`, ``(..., N, K)``: the tensor
+        ``likelihood(q_f).probs`` returns (the documented way to get them, as for every likelihood)."""
         mean, var = self._moments(function_dist)
         return self._integrate(mean, var, probs=True, num_points=self.num_predictive_points)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpytorch_augment.inference.diagnostics import bulk_ess, rank_normalized_rhat
+from gpytorch_augment.inference.diagnostics import bulk_ess, rank_normalized_rhat, sd_ess, tail_ess
 
 
 def test_diagnostics_detect_disagreeing_chains_and_match_arviz():
@@ -26,3 +26,17 @@ def test_diagnostics_detect_disagreeing_chains_and_match_arviz():
         for k in range(K):
             assert abs(az.rhat(arr[..., k], method="rank") - rank_normalized_rhat(arr)[k]) < 1e-10
             assert abs(az.ess(arr[..., k], method="bulk") - bulk_ess(arr)[k]) < 1e-8
+
+
+def test_tail_and_sd_ess_match_arviz():
+    g = np.random.default_rng(1)
+    C, S, K = 4, 300, 3
+    x = np.zeros((C, S, K))
+    for t in range(1, S):  # AR(1) chains
+        x[:, t] = 0.5 * x[:, t - 1] + g.standard_normal((C, K))
+    az = pytest.importorskip("arviz")
+    for arr in (x, np.exp(x)):
+        tail, sd = tail_ess(arr), sd_ess(arr)
+        for k in range(K):
+            assert abs(az.ess(arr[..., k], method="tail") - tail[k]) < 1e-8 * tail[k]
+            assert abs(az.ess(arr[..., k], method="sd") - sd[k]) < 1e-8 * sd[k]

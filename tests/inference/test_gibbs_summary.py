@@ -18,7 +18,7 @@ def _summary(shape: tuple[int, ...], name: str = "f") -> PosteriorSummary:
 def test_a_short_summary_is_a_full_table() -> None:
     text = repr(_summary((3,)))
     lines = text.splitlines()
-    assert lines[0].split() == ["mean", "sd", "q5%", "q95%", "ess_bulk", "r_hat"]
+    assert lines[0].split() == ["mean", "sd", "q05", "q95", "ess_bulk", "rhat"]
     assert [line.split()[0] for line in lines[1:]] == ["f[0]", "f[1]", "f[2]"]
     assert lines[2].split()[1:] == ["0.100", "0.510", "-0.900", "1.100", "401", "1.00"]
     assert "more rows" not in text and "tensor" not in text
@@ -36,7 +36,7 @@ def test_a_scalar_and_missing_columns() -> None:
     summary = PosteriorSummary(mean=torch.tensor(2.0), sd=torch.tensor(0.1), rhat=torch.tensor(float("nan")),
                            ess_bulk=torch.tensor(12.0), name="max_precision")  # fmt: skip
     lines = repr(summary).splitlines()
-    assert lines[0].split() == ["mean", "sd", "ess_bulk", "r_hat"]
+    assert lines[0].split() == ["mean", "sd", "ess_bulk", "rhat"]
     assert lines[1].split() == ["max_precision", "2.000", "0.100", "12", "nan"]
 
 
@@ -73,3 +73,20 @@ def test_summary_marks_coordinates_fixed_at_zero_with_a_note():
     assert [line.split()[0] for line in lines[1:7] if line.split()[1] == "*"] == ["omega_upper[2]", "omega_upper[5]"]
     assert lines[-1].startswith("* constant over every draw (2 of 6") and "undefined (nan)" in lines[-1]
     assert "constant over every draw" not in repr(samples.summary("f"))
+
+
+def test_printed_columns_are_the_attribute_names_with_tail_and_sd_ess() -> None:
+    import gpytorch
+
+    from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+
+    x = torch.linspace(-2, 2, 6, dtype=torch.float64).unsqueeze(-1)
+    prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+    samples = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double()).sample(
+        20, warmup=5, num_chains=2, seed=0, progress=False
+    )
+    summary = samples.summary()
+    columns = repr(summary).splitlines()[0].split()
+    assert columns == ["mean", "sd", "q05", "q95", "ess_bulk", "ess_tail", "ess_sd", "rhat"]
+    for column in columns:  # one naming: every printed column is an attribute holding one value per coordinate
+        assert getattr(summary, column).shape == (6,)

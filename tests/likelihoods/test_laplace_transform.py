@@ -136,8 +136,10 @@ def test_members_reproduce_the_hand_written_likelihood(name, numerical):
     y = hand.check_targets(y)
     torch.testing.assert_close(generic.log_prob_at(y, m), hand.log_prob_at(y, m), rtol=1e-10, atol=1e-10)
     q_hand, q_generic = hand.aux_posterior(y, m, s), generic.aux_posterior(y, m, s)
-    for a, b in zip(generic.expected_potential_and_precision(y, q_generic, m, s),
-                    hand.expected_potential_and_precision(y, q_hand, m, s)):
+    for a, b in zip(
+        generic.expected_potential_and_precision(y, q_generic, m, s),
+        hand.expected_potential_and_precision(y, q_hand, m, s),
+    ):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     # the augmented ELBO terms at q*(ω) of other marginals (q(ω) not optimal for (m, s))
     m2, s2 = m + 0.3, s * 1.5
@@ -268,8 +270,9 @@ def test_inverted_density_and_cdf_match_the_exact_family():
     exact = torch.distributions.Gamma(torch.tensor(2.25), 4.9 + r)
     # the inverted density's error is ~1e-8 absolute: relative 3e-5 where the density is ~1e-4 (x = 1.5, r = 3)
     torch.testing.assert_close(tilted.log_prob(x), exact.log_prob(x), rtol=0, atol=1e-4)
-    torch.testing.assert_close(tilted.cdf(x), torch.as_tensor(stats.gamma.cdf(x, 2.25, scale=1 / (4.9 + r))),
-                               rtol=0, atol=1e-7)
+    torch.testing.assert_close(
+        tilted.cdf(x), torch.as_tensor(stats.gamma.cdf(x, 2.25, scale=1 / (4.9 + r))), rtol=0, atol=1e-7
+    )
 
 
 def test_the_moment_check_can_fail():
@@ -305,8 +308,9 @@ def _matern_targets(rate: float):
 
 def test_geweke_with_a_numerically_inverted_mixing_law():
     """Identity (g) for Matérn-3/2 regression, whose ω | f is GIG(-3/2) drawn by numerical inversion."""
-    z = geweke_z(matern_instance(), _matern_targets(0.75), num_chains=300, num_sweeps=50, burn_in=10,
-                 num_reference=50_000)
+    z = geweke_z(
+        matern_instance(), _matern_targets(0.75), num_chains=300, num_sweeps=50, burn_in=10, num_reference=50_000
+    )
     assert z.abs().max() <= Z_TOL, z
 
 
@@ -360,7 +364,7 @@ def test_bad_coefficients_and_targets_raise_naming_them():
     with pytest.raises(ValueError, match=r"beta\(y\)\^2 <= 4 alpha\(y\) gamma\(y\)"):
         likelihood.check_targets(torch.tensor([1.0, 2.0]))
     with pytest.raises(NotImplementedError, match="target_distribution"):
-        likelihood(torch.zeros(2))
+        likelihood(torch.zeros(2)).sample()  # p(y | f) from phi has log_prob but no sampler
     with pytest.raises(ValueError, match="concentration must be 0.5 or 1.5"):
         InverseGammaMixing(2.5)
 
@@ -409,10 +413,12 @@ def test_a_constant_log_phi_is_a_point_mass_at_zero():
 def test_unnormalised_transform_is_folded_into_the_constant():
     """log φ + 3 (mass e^3) gives the same likelihood as log φ with log C + 3."""
     y, f = torch.tensor([0.3, -1.0]), torch.tensor([0.1, 0.5])
-    shifted = LaplaceTransformLikelihood(lambda r: log_phi_gamma(2.0, 1.0)(r) + 3.0, alpha=lambda y: y**2,
-                                         beta=lambda y: 2 * y, gamma=1.0)
-    plain = LaplaceTransformLikelihood(GammaMixing(2.0, 1.0), log_c=3.0, alpha=lambda y: y**2,
-                                       beta=lambda y: 2 * y, gamma=1.0)
+    shifted = LaplaceTransformLikelihood(
+        lambda r: log_phi_gamma(2.0, 1.0)(r) + 3.0, alpha=lambda y: y**2, beta=lambda y: 2 * y, gamma=1.0
+    )
+    plain = LaplaceTransformLikelihood(
+        GammaMixing(2.0, 1.0), log_c=3.0, alpha=lambda y: y**2, beta=lambda y: 2 * y, gamma=1.0
+    )
     torch.testing.assert_close(shifted.log_prob_at(y, f), plain.log_prob_at(y, f))
     q = shifted.aux_posterior(y, f, torch.ones(2))
     torch.testing.assert_close(shifted.elbo_terms(y, q, f, torch.ones(2)), plain.elbo_terms(y, q, f, torch.ones(2)))
@@ -442,3 +448,61 @@ def test_one_call_fit_learns_a_constant_of_the_mixing_law():
     learnt = float(torch.sqrt(2 * mixing.rate.detach() / NU))
     assert math.isfinite(trace.elbo[-1]) and trace.elbo[-1] > trace.elbo[0]
     assert abs(learnt - float(hand.scale)) < 0.05 * float(hand.scale), (learnt, float(hand.scale))
+
+
+# ---------------------------------------------------------------------------------------------- the predictive from φ
+def _gaussian_from_phi(sigma: float) -> LaplaceTransformLikelihood:
+    """N(y | f, σ²) written as φ(r) = e^{-r} at r = (y - f)² / (2σ²) (the point-mass mixing law)."""
+    c = 1 / (2 * sigma**2)
+    return LaplaceTransformLikelihood(lambda r: -r, log_c=-0.5 * math.log(2 * math.pi * sigma**2),
+                                      alpha=lambda y: c * y**2, beta=lambda y: 2 * c * y, gamma=c,
+                                      real_valued_targets=True)  # fmt: skip
+
+
+def _q_f() -> MultivariateNormal:
+    return MultivariateNormal(torch.tensor([0.3, -2.0, 1.5], dtype=torch.float64),
+                              torch.diag(torch.tensor([0.5, 2.0, 0.1], dtype=torch.float64)))  # fmt: skip
+
+
+def test_class_probabilities_from_phi_match_the_built_in():
+    logit = LaplaceTransformLikelihood(PolyaGammaMixing(), log_c=-math.log(2), g=lambda y: y - 0.5, gamma=0.5,
+                                       num_classes=2).double()  # fmt: skip
+    q = _q_f()
+    predictive = logit(q)  # no target_distribution needed
+    torch.testing.assert_close(predictive.probs, BernoulliLogitLikelihood()(q).probs, rtol=1e-10, atol=1e-12)
+    f = torch.tensor([0.3, -2.0], dtype=torch.float64)
+    torch.testing.assert_close(logit(f).probs, torch.sigmoid(f))
+    assert logit(f).sample().shape == (2,)
+    with pytest.raises(ValueError, match="num_classes"):
+        LaplaceTransformLikelihood(PolyaGammaMixing(), num_classes=1)
+    with pytest.raises(ValueError, match="real_valued_targets"):
+        logit.predictive_quantile(q, 0.5)
+
+
+def test_real_valued_predictive_from_phi_has_quantiles_and_intervals():
+    q = _q_f()
+    gaussian = _gaussian_from_phi(0.5)
+    exact = torch.distributions.Normal(q.mean, (q.variance + 0.25).sqrt())  # the Gaussian predictive, exactly
+    lower, upper = gaussian.predictive_interval(q, level=0.9)
+    # 32-node Gauss-Hermite mixture against the exact convolution
+    torch.testing.assert_close(lower, exact.icdf(torch.tensor(0.05, dtype=torch.float64)), atol=1e-3, rtol=0)
+    torch.testing.assert_close(upper, exact.icdf(torch.tensor(0.95, dtype=torch.float64)), atol=1e-3, rtol=0)
+    value = torch.tensor([0.7, -1.0, 1.4], dtype=torch.float64)
+    torch.testing.assert_close(gaussian.predictive_cdf(q, value), exact.cdf(value), atol=1e-4, rtol=0)
+    torch.testing.assert_close(gaussian(q).log_prob(value), exact.log_prob(value), atol=1e-3, rtol=0)
+    # heavy tails (tutorial 10's double Lomax): the CDF against adaptive quadrature of the same mixture
+    a = 4.0
+    lomax = LaplaceTransformLikelihood(lambda r: -2 * torch.log1p(torch.sqrt(r)), log_c=math.log(a / 2),
+                                       alpha=lambda y: a**2 * y**2, beta=lambda y: 2 * a**2 * y, gamma=a**2,
+                                       real_valued_targets=True)  # fmt: skip
+    from scipy import integrate
+
+    nodes, weights = lomax._quadrature(q)
+    for v in (-0.4, 0.31, 2.0):
+        reference = sum(
+            float(w) * integrate.quad(lambda y, f=float(f): a / 2 * (1 + a * abs(y - f)) ** -2, -math.inf, v)[0]
+            for w, f in zip(weights.reshape(-1), nodes[:, 0])
+        )
+        assert abs(float(lomax.predictive_cdf(q, v)[0]) - reference) < 1e-5
+    median = lomax.predictive_quantile(q, 0.5)
+    torch.testing.assert_close(lomax.predictive_cdf(q, median), torch.full((3,), 0.5, dtype=torch.float64))

@@ -376,3 +376,22 @@ def test_geweke_class_scale_gibbs_step(bijective, K):
     |z| = 5.3 with 2000 chains.)"""
     z = _geweke_theta(bijective, K)
     assert z.abs().max() <= Z_TOL, z
+
+
+# ---------------------------------------------------------------------------------------------- one-hot labels
+def test_one_hot_labels_get_a_message_that_says_what_the_likelihood_takes():
+    generator = torch.Generator().manual_seed(3)
+    x = torch.rand(12, 1, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, 3, (12,), generator=generator)
+    one_hot = torch.nn.functional.one_hot(labels, 3).double()
+    likelihood = LogisticSoftmaxLikelihood(3)
+    model = _make_model(likelihood.num_latents, x[::3].clone()).double()
+    with pytest.raises(ValueError, match=r"one-hot labels of 3 classes.*class index in 0\.\.2.*y\.argmax\(-1\)"):
+        CAVI(model, likelihood, num_data=12).fit(x, one_hot, max_iter=2)
+    with torch.no_grad():
+        q_f = model(x)
+    with pytest.raises(ValueError, match=r"one-hot labels.*y\.argmax\(-1\)"):
+        likelihood.expected_log_prob(one_hot, q_f)
+    CAVI(model, likelihood, num_data=12).fit(x, one_hot.argmax(-1).double(), max_iter=2)  # what the message says
+    with torch.no_grad():  # the one way to class probabilities: likelihood(q_f).probs, the tensor of predict_proba
+        torch.testing.assert_close(likelihood(model(x)).probs, likelihood.predict_proba(model(x)))

@@ -21,7 +21,7 @@ from ..._validation import check_finite, check_finite_state, check_state_keys
 from ...core.linalg import add_to_diagonal, vecmat
 from ...core.prior import linalg_advice, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
-from ..diagnostics import bulk_ess, rank_normalized_rhat
+from ..diagnostics import bulk_ess, rank_normalized_rhat, sd_ess, tail_ess
 from .state import ChainState
 from .target import PosteriorTarget
 
@@ -95,10 +95,11 @@ class PosteriorSummary(NamedTuple):
         >>> summary.mean.shape, summary.rhat.shape
         (torch.Size([8]), torch.Size([8]))
         >>> repr(summary).splitlines()[0].split()
-        ['mean', 'sd', 'q5%', 'q95%', 'ess_bulk', 'r_hat']
+        ['mean', 'sd', 'q05', 'q95', 'ess_bulk', 'ess_tail', 'ess_sd', 'rhat']
 
-    Printed, it is a table with one row per coordinate, as ArviZ's ``summary``; above :data:`SUMMARY_ROWS` rows the
-    rest is counted, not printed.
+    Printed, it is a table with one row per coordinate, as ArviZ's ``summary``, whose column headers are the
+    attribute names (``summary.q05`` is the column ``q05``); above :data:`SUMMARY_ROWS` rows the rest is counted,
+    not printed. Choose a sampler on the worst of ``ess_bulk``, ``ess_tail`` and ``ess_sd``.
     """
 
     mean: Tensor
@@ -111,10 +112,12 @@ class PosteriorSummary(NamedTuple):
     #: coordinates whose draws are all equal (e.g. an auxiliary variable fixed at 0 where its factor is absent):
     #: their R-hat and ESS are undefined (NaN), and the printed table marks them with ``*`` and a note
     constant: Tensor | None = None
+    ess_tail: Tensor | None = None  #: tail effective sample size (5 % and 95 % quantile indicators)
+    ess_sd: Tensor | None = None  #: effective sample size of the posterior sd
 
     def __repr__(self) -> str:
-        columns = {"mean": self.mean, "sd": self.sd, "q5%": self.q05, "q95%": self.q95}
-        columns.update({"ess_bulk": self.ess_bulk, "r_hat": self.rhat})
+        columns = {"mean": self.mean, "sd": self.sd, "q05": self.q05, "q95": self.q95, "ess_bulk": self.ess_bulk,
+                   "ess_tail": self.ess_tail, "ess_sd": self.ess_sd, "rhat": self.rhat}  # fmt: skip
         columns = {k: v.detach().reshape(-1).tolist() for k, v in columns.items() if v is not None}
         shape = tuple(self.mean.shape)
         total = self.mean.numel()
@@ -158,9 +161,9 @@ def _row_label(name: str, shape: tuple[int, ...], k: int) -> str:
 def _format_cell(column: str, value: float) -> str:
     if not math.isfinite(value):
         return str(value)
-    if column == "ess_bulk":
+    if column.startswith("ess_"):
         return f"{value:.0f}"
-    if column == "r_hat":
+    if column == "rhat":
         return f"{value:.2f}"
     return f"{value:.3f}" if abs(value) < 1e4 else f"{value:.3e}"
 
@@ -168,7 +171,8 @@ def _format_cell(column: str, value: float) -> str:
 @dataclass
 class PosteriorSamples:
     r"""Draws of a sampler run (:class:`~gpytorch_augment.GibbsSampler`, :class:`~gpytorch_augment.HMCSampler` or any
-    :class:`~gpytorch_augment.inference.mcmc.MCMC` driver). ``PosteriorSamples`` is a deprecated alias of this class.
+    :class:`~gpytorch_augment.inference.mcmc.MCMC` driver). ``GibbsSamples`` is a deprecated alias of this class
+    (removed in 0.4).
 
     :ivar f: latent draws ``(chains, draws, N)`` (``(chains, draws, T, N)`` for ``T`` latents).
     :ivar aux: auxiliary draws, one tensor per variable, ``(chains, draws, ...)``.
@@ -366,12 +370,13 @@ class PosteriorSamples:
         raise ValueError(f"unknown variable {var!r}; choose 'f', 'u' or one of {sorted(self.aux) + sorted(self.hyper)}")
 
     def summary(self, var: str = "f") -> PosteriorSummary:
-        r"""Posterior mean, sd, 5 % and 95 % quantiles, rank-normalised split-:math:`\hat R` and bulk ESS per
-        coordinate of ``var`` (``"f"``, ``"u"``, an auxiliary variable or a sampled likelihood hyper-parameter), printed
-        as a table. :math:`\hat R` needs at least 4 draws (and is computed from split chains, so it is meaningful with
-        a single chain too). Coordinates whose draws are all equal (an auxiliary variable fixed at 0 where its factor
-        is absent, as ``omega_upper`` for the ordinal likelihood's top class) have no :math:`\hat R` or ESS (NaN):
-        :attr:`PosteriorSummary.constant` marks them and the printed table says so in a note."""
+        r"""Posterior mean, sd, 5 % and 95 % quantiles, bulk, tail and sd ESS and rank-normalised split-:math:`\hat R`
+        per coordinate of ``var`` (``"f"``, ``"u"``, an auxiliary variable or a sampled likelihood hyper-parameter),
+        printed as a table whose columns are the attributes of :class:`PosteriorSummary`. :math:`\hat R` needs at
+        least 4 draws (and is computed from split chains, so it is meaningful with a single chain too). Coordinates
+        whose draws are all equal (an auxiliary variable fixed at 0 where its factor is absent, as ``omega_upper`` for
+        the ordinal likelihood's top class) have no :math:`\hat R` or ESS (NaN): :attr:`PosteriorSummary.constant`
+        marks them and the printed table says so in a note."""
         draws = self._variable(var)
         C, S = draws.shape[:2]
         if S < 4:
@@ -384,6 +389,8 @@ class PosteriorSamples:
             sd=as_t(flat.reshape(C * S, -1).std(axis=0, ddof=1)),
             rhat=as_t(rank_normalized_rhat(flat)),
             ess_bulk=as_t(bulk_ess(flat)),
+            ess_tail=as_t(tail_ess(flat)),
+            ess_sd=as_t(sd_ess(flat)),
             q05=as_t(np.quantile(flat.reshape(C * S, -1), 0.05, axis=0)),
             q95=as_t(np.quantile(flat.reshape(C * S, -1), 0.95, axis=0)),
             name=var,
@@ -479,9 +486,7 @@ class PosteriorSamples:
         """The target, if prediction at ``x_new`` is possible (``ValueError`` otherwise)."""
         target = self.target
         if target is None:
-            raise ValueError(
-                "predict needs the sampler: rebuild with PosteriorSamples.from_state_dict(state, sampler)"
-            )
+            raise ValueError("predict needs the sampler: rebuild with PosteriorSamples.from_state_dict(state, sampler)")
         check_finite("x_new", x_new)
         if x_new.dim() != target.x.dim() or x_new.shape[-1] != target.x.shape[-1] or x_new.shape[-2] == 0:
             raise ValueError(
@@ -536,9 +541,7 @@ class PosteriorSamples:
         if T == 1:
             mvn = MultivariateNormal(m[..., 0, :], DiagLinearOperator(v_[..., 0, :]))
         else:
-            mvn = MultitaskMultivariateNormal.from_batch_mvn(
-                MultivariateNormal(m, DiagLinearOperator(v_)), task_dim=-1
-            )
+            mvn = MultitaskMultivariateNormal.from_batch_mvn(MultivariateNormal(m, DiagLinearOperator(v_)), task_dim=-1)
         with warnings.catch_warnings():  # the conditional variance is ~0 where x_new meets the data; GPyTorch rounds
             warnings.filterwarnings("ignore", "Negative variance", NumericalWarning)  # it up to its floor, as meant
             dist = likelihood.marginal(mvn, **kwargs)
