@@ -33,6 +33,36 @@ def _tanh_half_over_c(c: Tensor) -> Tensor:
     return torch.where(small, series, closed)
 
 
+def log_cosh_sqrt(u: Tensor) -> Tensor:
+    r""":math:`\log\cosh\sqrt u` for :math:`u \ge 0`, smooth in :math:`u` at 0 (value 0, derivative 1/2).
+
+    The composition ``log_cosh(sqrt(u))`` has the right value at :math:`u = 0` but an undefined gradient there
+    (:math:`\sqrt u` has an infinite derivative, the even ``log_cosh`` a zero one: ``0 * inf = NaN``); below a
+    threshold the series :math:`u/2 - u^2/12 + u^3/45` is used instead.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._numerics import log_cosh_sqrt
+        >>> u = torch.tensor([0.0, 2.0], dtype=torch.float64, requires_grad=True)
+        >>> log_cosh_sqrt(u).sum().backward()
+        >>> u.grad[0].item()
+        0.5
+    """
+    small = u < _small_threshold(u)
+    safe = torch.where(small, torch.ones_like(u), u)
+    return torch.where(small, u / 2 - u * u / 12 + u**3 / 45, log_cosh(torch.sqrt(safe)))
+
+
+def pg_mean_from_square(b: Tensor | float, c2: Tensor) -> Tensor:
+    r"""Mean of :math:`\mathrm{PG}(b, c)` from :math:`c^2 \ge 0`, smooth in :math:`c^2` at 0 (where
+    ``pg_mean(b, sqrt(c2))`` has a NaN gradient); :math:`b/4 - b c^2/48 + \dots` below a threshold."""
+    small = c2 < _small_threshold(c2) ** 2
+    safe = torch.where(small, torch.ones_like(c2), c2)
+    series = 0.25 - c2 / 48 + c2 * c2 / 480
+    return b * torch.where(small, series, _tanh_half_over_c(torch.sqrt(safe)))
+
+
 def pg_mean(b: Tensor | float, c: Tensor) -> Tensor:
     r"""Mean of :math:`\mathrm{PG}(b, c)`: :math:`\frac{b}{2c}\tanh\frac c2` (:math:`b/4` at :math:`c=0`)."""
     return b * _tanh_half_over_c(c)

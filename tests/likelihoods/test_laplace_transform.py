@@ -19,6 +19,7 @@ from gpytorch_augment import (
     AugmentedELBO,
     BernoulliLogitLikelihood,
     GibbsSampler,
+    HMCSampler,
     LaplaceLikelihood,
     LaplaceTransformLikelihood,
     StudentTLikelihood,
@@ -399,3 +400,49 @@ def test_one_call_fit_learns_a_constant_of_the_mixing_law():
     learnt = float(torch.sqrt(2 * mixing.rate.detach() / NU))
     assert math.isfinite(trace.elbo[-1]) and trace.elbo[-1] > trace.elbo[0]
     assert abs(learnt - float(hand.scale)) < 0.05 * float(hand.scale), (learnt, float(hand.scale))
+
+
+def _logistic_from_polya_gamma() -> LaplaceTransformLikelihood:
+    """The class docstring's Bernoulli-logit example (r(y, f) = f^2 / 2 is 0 at f = 0)."""
+    return LaplaceTransformLikelihood(
+        PolyaGammaMixing(), log_c=-math.log(2), g=lambda y: y - 0.5, gamma=0.5,
+        target_distribution=lambda f: torch.distributions.Bernoulli(logits=f),
+    )
+
+
+def test_polya_gamma_transform_has_the_logistic_gradient_where_r_is_zero():
+    # f = 0 gives r = 0, where sqrt(r) has an infinite derivative; the gradient of log phi(r(f)) and of the tilted
+    # mean in r must be the hand-written likelihood's there and everywhere near
+    logit = _logistic_from_polya_gamma()
+    y = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0])
+    f = torch.tensor([0.0, 0.0, 1e-9, -1e-3, 0.7], requires_grad=True)
+    grad = torch.autograd.grad(logit.log_prob_at(y, f).sum(), f)[0]
+    f_ref = f.detach().clone().requires_grad_(True)
+    expected = torch.autograd.grad(BernoulliLogitLikelihood().log_prob_at(y, f_ref).sum(), f_ref)[0]
+    torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-15)
+    r = torch.tensor([0.0, 1e-12, 0.3], requires_grad=True)
+    mixing = PolyaGammaMixing()
+    (d_log_phi,) = torch.autograd.grad(mixing.log_laplace(r).sum(), r)
+    (d_mean,) = torch.autograd.grad(mixing.tilted_mean(r).sum(), r)
+    # log phi(r) = -log cosh sqrt(r/2) = -r/4 + r^2/48 - ..., E omega = tanh(c/2)/(2c) = 1/4 - r/24 + ... (c^2 = 2r)
+    assert torch.isfinite(d_log_phi).all() and torch.isfinite(d_mean).all()
+    torch.testing.assert_close(d_log_phi[:2], torch.full((2,), -0.25), rtol=1e-10, atol=0.0)
+    torch.testing.assert_close(d_mean[:2], torch.full((2,), -1.0 / 24), rtol=1e-10, atol=0.0)
+
+
+def test_hmc_on_the_polya_gamma_transform_draws_what_the_logistic_likelihood_draws():
+    # a zero prior mean: the Laplace mode search starts at f = 0, where r(y, f) = 0
+    g = torch.Generator().manual_seed(0)
+    n = 12
+    t = torch.linspace(-2, 2, n)
+    K = torch.exp(-0.5 * (t[:, None] - t[None, :]) ** 2) + 1e-6 * torch.eye(n)
+    x = torch.arange(n, dtype=torch.float64).unsqueeze(-1)
+    y = torch.bernoulli(torch.sigmoid(2 * t), generator=g)
+    draws = []
+    for likelihood in (_logistic_from_polya_gamma(), BernoulliLogitLikelihood()):
+        sampler = HMCSampler(ExplicitPrior(torch.zeros(n), K), likelihood, x, y)
+        draws.append(sampler.sample(10, warmup=10, num_chains=2, seed=1, progress=False).f)
+    assert not torch.isnan(draws[0]).any()
+    # same seed and the same log-density up to rounding (the chains differ by ~1e-12): agreement to 1e-6 rules out
+    # any difference in the law while leaving room for rounding amplified along 20 transitions
+    assert float((draws[0] - draws[1]).abs().max()) < 1e-6
