@@ -37,6 +37,7 @@ from .quadrature import (
     latent_expectation,
     log_trapezoid,
     quadrature_mixture,
+    split_gauss_legendre,
     standard_normal_rule,
 )
 from .solvers import (
@@ -53,6 +54,7 @@ from .special import (
     log1mexp,
     log_cosh,
     log_cosh_sqrt,
+    log_normal_matern32,
     log_sigma_tilde,
     log_sigma_tilde_moments,
     log_sigma_tilde_plus,
@@ -86,6 +88,7 @@ __all__ = [
     "log1mexp",
     "log_cosh",
     "log_cosh_sqrt",
+    "log_normal_matern32",
     "log_sigma_tilde",
     "log_sigma_tilde_moments",
     "log_sigma_tilde_plus",
@@ -98,6 +101,7 @@ __all__ = [
     "quadrature_mixture",
     "reverse_cholesky",
     "safeguarded_newton",
+    "split_gauss_legendre",
     "standard_normal_rule",
     "student_t_log_normaliser",
 ]
