@@ -143,12 +143,18 @@ class AugmentedLikelihood(Likelihood, ABC):
         return None
 
     def check_observations(self, observations: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
-        """:meth:`check_targets`, plus agreement with :math:`q(f)`: as many targets as data points, finite moments.
+        """:meth:`check_targets`, plus agreement with :math:`q(f)`: a floating-point mean, as many targets as data
+        points, finite moments.
 
         For the entry points that receive :math:`q(f)` rather than the inputs (``expected_log_prob``,
         ``log_marginal``, ``AugmentedELBO``); returns the canonical targets.
         """
         mean = function_dist.mean
+        if not mean.is_floating_point():
+            raise ValueError(
+                f"function_dist (q(f)) must have a floating-point mean, got {mean.dtype}: build the "
+                "MultivariateNormal from float tensors (an integer mean makes every quadrature node an integer)"
+            )
         observations = (
             float_targets(observations, kwargs, mean.dtype) if isinstance(observations, Tensor) else observations
         )
