@@ -138,3 +138,15 @@ def test_bad_input_raises(b: float, c: float, match: str) -> None:
 def test_pg1_rejects_non_finite_tilts() -> None:
     with pytest.raises(ValueError, match="c must be finite"):
         sample_pg1(torch.tensor([float("inf")]))
+
+
+def test_integer_tilts_give_float_draws_and_huge_tilts_the_mean() -> None:
+    # integer c returned integer zeros; tilts >~ 1e155 gave zeros or half the mean (z^2 and w^2 overflowed)
+    g = torch.Generator().manual_seed(7)
+    draws = sample_pg1(torch.tensor([0, 1, 3]), generator=g)
+    assert draws.dtype == torch.get_default_dtype() and bool((draws > 0).all())
+    c = torch.tensor([1e30, 1e100, 1e155, 1e200, 1e300], dtype=torch.float64)
+    for b in (1.0, 3.0, 2.5, 20.0, 100.5):
+        ratio = sample_polya_gamma(torch.full_like(c, b), c, generator=g) / pg_mean(b, c)
+        # relative spread sqrt(2 / (b c)) <= 3e-15 at c = 1e30: every draw is the mean to a few ulps
+        torch.testing.assert_close(ratio, torch.ones_like(c), rtol=1e-13, atol=0.0)
