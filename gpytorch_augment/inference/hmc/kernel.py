@@ -436,7 +436,7 @@ class HMCKernel(MCMCKernel):
         start from ``state``'s (a continued run), else from ``initial_step_size`` (``trajectory_length``); warm-up
         adapts them."""
         C = f.shape[0]
-        z = self._to_z(f)
+        z = self._start(f, state)
         U, grad = self._potential(z, self.target.y)
         eps = self._chain_step_size(C, state.step_size if state is not None else None)
         adapt = DualAveraging(eps, self.target_accept) if num_warmup > 0 else None
@@ -449,6 +449,19 @@ class HMCKernel(MCMCKernel):
             chees = ChEESAdaptation(length, num_warmup, bounds)
         zero = torch.zeros(C, dtype=self.target.linalg_dtype, device=self.target.device)
         return HMCChains(z, U, grad, eps, adapt, zero, 0.0, length, chees)
+
+    def _start(self, f: Tensor, state: ChainState | None) -> Tensor:
+        """The coordinates of ``f`` (C, T, N): the state's own ``coordinates`` where they map exactly to its ``f``
+        under this preconditioner (a continued run then takes the very steps one longer run takes), else solved
+        from ``f``."""
+        z = state.coordinates if state is not None else None
+        shape = (self.laplace.C.shape[0], f.shape[0], self.laplace.C.shape[-1])
+        if isinstance(z, Tensor) and tuple(z.shape) == shape and isinstance(state.f, Tensor):
+            z = z.to(device=self.target.device, dtype=self.target.linalg_dtype)
+            f_of_z = self.target.to_storage(self._to_f(z)).to(self.target.dtype)
+            if f_of_z.shape == state.f.shape and torch.equal(f_of_z, state.f.to(f_of_z.device)):
+                return z.clone()
+        return self._to_z(f)
 
     def step(self, chains: HMCChains, generator: torch.Generator, adapt: bool) -> HMCChains:
         adapting = adapt and chains.adapt is not None
@@ -493,7 +506,7 @@ class HMCKernel(MCMCKernel):
     def last_state(self, chains: HMCChains) -> ChainState:
         f = self.target.to_storage(self._to_f(chains.z)).to(self.target.dtype)
         length = chains.length if self.trajectory == "chees" else None
-        return ChainState(f=f, step_size=chains.step_size, trajectory_length=length)
+        return ChainState(f=f, step_size=chains.step_size, trajectory_length=length, coordinates=chains.z.clone())
 
     def finish(self, chains: HMCChains, num_kept_iterations: int) -> None:
         """Report the run: :attr:`step_size` (read by :meth:`sweep`, never by a later run) and :attr:`last_run`."""

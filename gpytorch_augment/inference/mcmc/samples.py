@@ -322,6 +322,12 @@ class PosteriorSamples:
                     else None
                 ),
                 trajectory_length=first.last.trajectory_length,  # one length for the joined chains: the first's
+                coordinates=(
+                    torch.cat([r.last.coordinates for r in runs], dim=1)
+                    if all(isinstance(r.last.coordinates, Tensor) for r in runs)
+                    and len({r.last.coordinates.shape[::2] for r in runs}) == 1
+                    else None
+                ),
             )
             seed, sweeps = None, first.num_sweeps
         return cls(
