@@ -9,11 +9,14 @@ fail: a likelihood whose log-density is halved (the wrong posterior) must fail b
 
 from __future__ import annotations
 
+import math
+
 import gpytorch
 import pytest
 import torch
 
 from gpytorch_augment import BernoulliLogitLikelihood, HMCSampler, PosteriorSamples
+from gpytorch_augment.inference.hmc.adaptation import ChEESAdaptation
 from gpytorch_augment.testing.geweke import Z_TOL
 from gpytorch_augment.testing.hmc import hmc_geweke_z, hmc_posterior_z, violation_log_prob_and_grad
 from tests.inference.test_geweke import _one_thread  # noqa: F401  (autouse: one torch thread)
@@ -161,6 +164,25 @@ def test_chees_fails_on_the_wrong_target():
     case = _bernoulli_case()
     wrong = type(case)(**{**case.__dict__, "make": lambda: HalvedLogLik().double()})
     assert hmc_geweke_z(wrong, **CHEES).abs().max() > Z_TOL
+
+
+def test_chees_adapts_the_length_with_one_chain():
+    """One chain has no cross-chain centre: the running mean of its states stands in, so the length moves (it stayed
+    at its start when the centre was the one chain itself). The exact flow on N(0, I) lengthens a short start as
+    with many chains, and so does a sampler's run with num_chains=1 (8 chains reach 1.9-2.0 here)."""
+    g = torch.Generator().manual_seed(0)
+    adapt = ChEESAdaptation(length=0.2, num_warmup=200, bounds=(0.01, 10.0))
+    z = torch.randn(1, 1, 5, generator=g, dtype=torch.float64)
+    for _ in range(200):
+        p, u = torch.randn(z.shape, generator=g, dtype=z.dtype), float(torch.rand(1, generator=g))
+        t = u * adapt.length
+        z1, p1 = z * math.cos(t) + p * math.sin(t), p * math.cos(t) - z * math.sin(t)
+        adapt.update(z, z1, p1, torch.ones(1, dtype=z.dtype), torch.full((1,), t, dtype=z.dtype))
+        z = z1
+    assert 1.0 < adapt.final < 4.0
+    sampler = _sampler(trajectory="chees", trajectory_length=0.3)
+    sampler.sample(5, warmup=300, num_chains=1, seed=0, progress=False)
+    assert sampler.last_run["trajectory_length"] > 0.9
 
 
 def test_chees_adapts_the_length_and_resume_continues_it():

@@ -22,7 +22,11 @@ acceptance-weighted gradient estimate over the chains
     (z'_c - \bar z')^\top p'_c, \qquad w_c = \alpha_c / \textstyle\sum_{c'} \alpha_{c'},
 
 (:math:`z'`, :math:`p'` the proposal and its momentum, :math:`\alpha_c` the acceptance probability,
-:math:`\bar z` the chains' mean, :math:`\bar z'` the acceptance-weighted mean of the proposals). The length used
+:math:`\bar z` the chains' mean, :math:`\bar z'` the acceptance-weighted mean of the proposals). With one chain
+there is no cross-chain centre (both deviations would be 0 and :math:`T` would never move): :math:`\bar z` and
+:math:`\bar z'` are then the running mean of the chain's states over the warm-up so far (including the current
+one), an estimate of the posterior mean, and :math:`w = \alpha` (normalising one weight would count a rejected
+proposal in full). One chain adapts more slowly and more noisily than many. The length used
 after warm-up is :math:`\exp` of the mean of :math:`\log T` over the second half of warm-up. Adaptation uses the
 chains' history during warm-up only; afterwards :math:`T` is fixed and the jitter is drawn independently of the
 state, so every transition leaves the posterior invariant.
@@ -106,6 +110,7 @@ class ChEESAdaptation:
         self.log_length, self.bounds, self.rate, self.beta2 = math.log(length), bounds, rate, beta2
         self.num_warmup, self.t, self.v = num_warmup, 0, 0.0
         self.log_sum, self.count = 0.0, 0
+        self.state_sum: Tensor | None = None  # one chain: the sum of its warm-up states (the centre's numerator)
 
     @property
     def length(self) -> float:
@@ -117,9 +122,14 @@ class ChEESAdaptation:
         self.t += 1
         total = float(accept_prob.sum())
         if total > 0 and bool(torch.isfinite(z1).all()) and bool(torch.isfinite(p1).all()):
-            w = (accept_prob / total).view(1, -1, 1)
-            x0 = z - z.mean(1, keepdim=True)
-            x1 = z1 - (w * z1).sum(1, keepdim=True)
+            w = (accept_prob / total).view(1, -1, 1) if z.shape[1] > 1 else accept_prob.view(1, -1, 1)
+            if z.shape[1] > 1:
+                x0 = z - z.mean(1, keepdim=True)
+                x1 = z1 - (w * z1).sum(1, keepdim=True)
+            else:  # one chain: centre on the running mean of its states
+                self.state_sum = z.clone() if self.state_sum is None else self.state_sum + z
+                centre = self.state_sum / self.t
+                x0, x1 = z - centre, z1 - centre
             change = (x1 * x1).sum((0, 2)) - (x0 * x0).sum((0, 2))
             grad = float((w.view(-1) * times * change * (x1 * p1).sum((0, 2))).sum())
             if math.isfinite(grad):
