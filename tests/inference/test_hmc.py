@@ -199,3 +199,20 @@ def test_chees_adapts_the_length_and_resume_continues_it():
         _sampler(trajectory="chees", trajectory_length=0.0)
     with pytest.raises(ValueError, match="max_leapfrog_steps"):
         _sampler(trajectory="chees", max_leapfrog_steps=0)
+
+
+@pytest.mark.parametrize("warmup", [1, 2])
+def test_a_short_warmup_freezes_a_step_size_it_tried_successfully(warmup):
+    """Dual averaging's first iterates probe steps far above the start (14x and 5x here after 1 and 2 iterations,
+    every proposal then rejected); the frozen step is capped by the largest tried step that reached the target."""
+    sampler = _sampler()
+    samples = sampler.sample(40, warmup=warmup, num_chains=2, seed=0, progress=False)
+    assert bool((sampler.last_run["step_size"] <= sampler.kernel.initial_step_size).all())
+    assert sampler.last_run["acceptance_rate"] > 0.3
+    assert bool((samples.f != samples.f[:, :1]).flatten(1).any(1).all())  # no chain frozen at one draw
+
+
+def test_a_warmup_that_never_reaches_the_target_warns():
+    sampler = _sampler(initial_step_size=200.0)
+    with pytest.warns(RuntimeWarning, match="longer warmup"):
+        sampler.sample(5, warmup=1, num_chains=2, seed=0, progress=False)

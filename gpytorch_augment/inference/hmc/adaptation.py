@@ -2,8 +2,11 @@ r"""Warm-up adaptation of :class:`~gpytorch_augment.inference.hmc.HMCKernel`: th
 averaging, and the trajectory length shared by the chains by ChEES.
 
 **Step size** (Hoffman & Gelman 2014, §3.2, eq. 6; :math:`\gamma = 0.05`, :math:`t_0 = 10`, :math:`\kappa = 0.75`,
-shrinkage point :math:`\log(10\varepsilon_0)`): per chain, towards the target acceptance probability; frozen at
-the averaged value when warm-up ends.
+shrinkage point :math:`\log(10\varepsilon_0)`): per chain, towards the target acceptance probability; frozen when
+warm-up ends at the averaged value, capped by the largest step size tried in warm-up whose transition reached the
+target acceptance (by the smallest one tried where none did). The early iterates probe steps up to ten times
+:math:`\varepsilon_0` and more, and after a warm-up of one or two iterations the average is such an untried probe
+(3--14 times too large, every proposal rejected); after a long warm-up the cap does not bind.
 
 **Trajectory length** (ChEES; Hoffman, Radul & Sountsov 2021, "An adaptive MCMC scheme for setting trajectory
 lengths in Hamiltonian Monte Carlo"). Each transition integrates for a jittered time :math:`t = uT`,
@@ -62,8 +65,14 @@ class DualAveraging:
         self.log_eps_bar = torch.zeros_like(eps0)
         self.h_bar = torch.zeros_like(eps0)
         self.target, self.gamma, self.t0, self.kappa, self.t = target, gamma, t0, kappa, 0
+        self.largest_good = torch.zeros_like(eps0)  # the largest step tried that reached the target (0: none)
+        self.smallest_tried = torch.full_like(eps0, math.inf)
 
     def update(self, accept_prob: Tensor) -> None:
+        tried = self.log_eps.exp()
+        good = accept_prob >= self.target
+        self.largest_good = torch.where(good, torch.maximum(self.largest_good, tried), self.largest_good)
+        self.smallest_tried = torch.minimum(self.smallest_tried, tried)
         self.t += 1
         eta = 1.0 / (self.t + self.t0)
         self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept_prob)
@@ -76,8 +85,18 @@ class DualAveraging:
         return self.log_eps.exp()
 
     @property
+    def reached_target(self) -> Tensor:
+        """Per chain, whether some step size tried in warm-up reached the target acceptance."""
+        return self.largest_good > 0
+
+    @property
     def final(self) -> Tensor:
-        return self.log_eps_bar.exp()
+        """The averaged step size, capped by the largest tried step that reached the target acceptance (by the
+        smallest tried where none did; the averaged one before any update)."""
+        if self.t == 0:
+            return self.log_eps_bar.exp()
+        cap = torch.where(self.reached_target, self.largest_good, self.smallest_tried)
+        return torch.minimum(self.log_eps_bar.exp(), cap)
 
 
 class ChEESAdaptation:

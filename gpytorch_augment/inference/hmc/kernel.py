@@ -78,6 +78,7 @@ Example::
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -485,9 +486,20 @@ class HMCKernel(MCMCKernel):
         )
 
     def end_warmup(self, chains: HMCChains) -> HMCChains:
-        """Freeze the step sizes at their dual-averaged values (and the ChEES length at its average)."""
+        """Freeze the step sizes at their dual-averaged values, capped by the warm-up's trials (and the ChEES length
+        at its average); warn where a chain tried no step size that reached ``target_accept``."""
         if chains.adapt is None:
             return chains
+        missed = ~chains.adapt.reached_target
+        if bool(missed.any()):
+            warnings.warn(
+                f"HMC warm-up: {int(missed.sum())} of {missed.numel()} chains tried no step size reaching "
+                f"target_accept={self.target_accept} in {chains.adapt.t} warm-up iterations; their step size is frozen "
+                "at the smallest one tried and may reject most proposals: run a longer warmup (100 or more) or pass "
+                "a smaller initial_step_size",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         length = chains.chees.final if chains.chees is not None else chains.length
         return chains._replace(step_size=chains.adapt.final, adapt=None, length=length, chees=None)
 
