@@ -157,10 +157,13 @@ class LaplaceTransformMixing(MixingLaw):
 
 def _complex_log_cosh(z: Tensor) -> Tensor:
     r""":math:`\log\cosh z = z + \log(1 + e^{-2z}) - \log 2`, for real or complex :math:`z` with
-    :math:`\operatorname{Re} z \ge 0` (the analytic branch there)."""
+    :math:`\operatorname{Re} z \ge 0` (the analytic branch there). Where :math:`\operatorname{Re} z > 18` the
+    term :math:`\log(1 + e^{-2z})` (below :math:`e^{-36}`, under the rounding of :math:`z`) is dropped: torch's
+    complex ``log1p`` of a subnormal argument (:math:`\operatorname{Re} z \gtrsim 354`) is NaN."""
     if not z.is_complex():
         return log_cosh(z)
-    return z + torch.log1p(torch.exp(-2 * z)) - LOG2
+    e = torch.exp(-2 * z)
+    return z + torch.log1p(torch.where(z.real > 18, torch.zeros_like(e), e)) - LOG2
 
 
 class PolyaGammaMixing(MixingLaw):

@@ -24,10 +24,12 @@ from gpytorch_augment import (
     LaplaceTransformLikelihood,
     StudentTLikelihood,
 )
+from gpytorch_augment._numerics.solvers import EULER_A
 from gpytorch_augment.distributions import InverseGaussian, PolyaGamma, TiltedLaplaceTransform
 from gpytorch_augment.likelihoods import GammaMixing, InverseGammaMixing, PolyaGammaMixing
 from gpytorch_augment.testing import ExplicitPrior, geweke_z, make_cavi_model
 from gpytorch_augment.testing.geweke import Z_TOL
+from tests.distributions.pg_cdf import polya_gamma_cdf
 
 BETA = 0.7  # Laplace scale
 NU, SIGMA = 3.5, 1.7  # Student-t
@@ -446,3 +448,17 @@ def test_hmc_on_the_polya_gamma_transform_draws_what_the_logistic_likelihood_dra
     # same seed and the same log-density up to rounding (the chains differ by ~1e-12): agreement to 1e-6 rules out
     # any difference in the law while leaving room for rounding amplified along 20 transitions
     assert float((draws[0] - draws[1]).abs().max()) < 1e-6
+
+
+@pytest.mark.parametrize("b", [1.0, 2.5])
+@pytest.mark.parametrize("r", [0.0, 1.0])
+def test_tilted_cdf_is_finite_and_exact_to_the_inversion_error_in_the_left_tail(b, r):
+    """The Pólya-Gamma law's CDF by Euler inversion, from x = 1e-6 (where the contour's |s| reaches 1e7 and torch's
+    complex log1p of a subnormal was NaN, x ~ 3e-5 to 2e-4) to 10, against the exact series: within the method's
+    absolute error, e^-A for the discretisation plus as much again for the Euler summation of the series."""
+    x = torch.logspace(-6, 1, 71, dtype=torch.float64)
+    law = TiltedLaplaceTransform(PolyaGammaMixing(b).double().log_laplace, torch.tensor(r, dtype=torch.float64))
+    cdf = law.cdf(x)
+    assert bool(torch.isfinite(cdf).all())
+    exact = polya_gamma_cdf(x, b, math.sqrt(2 * r))
+    assert (cdf - exact).abs().max() <= 2 * math.exp(-EULER_A)
