@@ -122,6 +122,11 @@ class AugmentedLikelihood(Likelihood, ABC):
         likelihood."""
         return False
 
+    def check_fixed_constants(self, y: Tensor) -> None:
+        """Called by the samplers with the canonical targets ``y``, where the likelihood's constants stay fixed at
+        their current values (no prior on them, :attr:`samples_constants` ``False``): raise ``ValueError`` naming
+        the constant where no latent values can fit ``y`` at those values. The default checks nothing."""
+
     def __init__(self) -> None:
         super().__init__()
         self.q_aux: AuxDict | None = None
