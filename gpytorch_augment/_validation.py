@@ -272,9 +272,10 @@ def as_tensors(*values: Any, kwargs: dict[str, Any] | None = None) -> tuple[Any,
 
 def float_targets(y: Tensor, kwargs: dict[str, Any], dtype: torch.dtype, name: str = "y") -> Tensor:
     """Integer targets (and integer per-datum keyword data, e.g. ``trials=``, replaced in ``kwargs``) converted
-    exactly to the data's floating ``dtype`` (see :func:`exact_float`)."""
+    exactly to the data's floating ``dtype`` (see :func:`exact_float`). A bool keyword tensor is left as it is, for
+    the likelihood's ``check_targets`` to accept or refuse (a bool mask converted to 0/1 would pass as indices)."""
     for key, value in list(kwargs.items()):
-        if isinstance(value, Tensor) and not value.is_floating_point():
+        if isinstance(value, Tensor) and not value.is_floating_point() and value.dtype != torch.bool:
             kwargs[key] = exact_float(key, value, dtype)
     return exact_float(name, y, dtype)
 

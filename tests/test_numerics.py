@@ -175,3 +175,37 @@ def test_sample_hyperparameters_is_pure_and_per_chain(name: str, key: str, width
     assert AugmentedLikelihood.sample_hyperparameters(likelihood, y, aux, f) == ({}, None)
     without = type(likelihood)(3) if name == "logistic_softmax" else type(likelihood)()
     assert without.sample_hyperparameters(y, aux, f) == ({}, None)
+
+
+def test_log_normal_matern32_is_the_closed_form_everywhere() -> None:
+    # the same two one-sided integrals in 60-digit arithmetic, over residuals and variances far into the tails
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 60
+
+    def exact(d: float, s: float, a: float) -> float:
+        d_, s_, a_ = mp.mpf(d), mp.mpf(s), mp.mpf(a)
+        sd = mp.sqrt(s_)
+
+        def side(r):
+            t = (r - a_ * s_) / sd
+            return mp.e ** (-a_ * r + a_ * a_ * s_ / 2) * ((1 + a_ * (r - a_ * s_)) * mp.ncdf(t) + a_ * sd * mp.npdf(t))
+
+        return float(mp.log(a_ / 4 * (side(d_) + side(-d_))))
+
+    for d in (0.0, 0.3, -1.0, 10.0, -40.0, 200.0, 1e4):
+        for s in (1e-30, 1e-3, 1.0, 10.0, 1e4, 1e8):
+            for a in (0.5, 5.0):
+                got = nx.log_normal_matern32(*(torch.tensor(v, dtype=torch.float64) for v in (d, s, a)))
+                reference = exact(d, s, a)
+                # a handful of roundings of terms of the size of the result
+                assert abs(float(got) - reference) <= 1e-14 * max(1.0, abs(reference)), (d, s, a)
+
+
+def test_split_gauss_legendre_integrates_a_kinked_function() -> None:
+    # E|x| in closed form; the rule has no node on the kink and integrates each side's polynomial-times-Gaussian
+    mean = torch.tensor([0.0, 0.5, -3.0, 40.0, 1e-3], dtype=torch.float64)
+    var = torch.tensor([1.0, 2.0, 0.1, 1.0, 1e-8], dtype=torch.float64)
+    x, w = nx.split_gauss_legendre(mean, var)
+    exact = (2 * var / math.pi).sqrt() * torch.exp(-(mean**2) / (2 * var)) + mean * torch.erf(mean / (2 * var).sqrt())
+    torch.testing.assert_close((w * x.abs()).sum(0), exact, rtol=1e-12, atol=0.0)
+    torch.testing.assert_close(w.sum(0), torch.ones_like(mean), rtol=1e-12, atol=0.0)

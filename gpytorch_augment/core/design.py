@@ -27,7 +27,33 @@ from torch import Tensor
 
 from .prior import PriorTerms
 
-__all__ = ["LinearObservations"]
+__all__ = ["LinearObservations", "comparison_indices"]
+
+
+def comparison_indices(pairs: Tensor) -> Tensor:
+    r"""The compared pairs ``pairs`` ``(n, 2)`` as long indices, without rounding.
+
+    Rules: an integer tensor is taken as is; a floating tensor must hold finite whole numbers that its dtype
+    represents exactly (:math:`|v| \le 2^{p}` for a :math:`p`-bit significand, so no index is a rounded neighbour);
+    bool and complex tensors are refused; a sequence is converted by ``torch.as_tensor`` first.
+
+    :raises ValueError: naming ``comparisons`` for a wrong shape or dtype, or non-integer indices.
+    """
+    if not isinstance(pairs, Tensor):
+        pairs = torch.as_tensor(pairs)
+    if pairs.dim() != 2 or pairs.shape[-1] != 2:
+        raise ValueError(f"comparisons must have shape (n, 2); got shape {tuple(pairs.shape)}")
+    if pairs.dtype == torch.bool or pairs.is_complex():
+        raise ValueError(f"comparisons must hold integer indices of the inputs x; got dtype {pairs.dtype}")
+    if pairs.is_floating_point():
+        exact = 2.0 / torch.finfo(pairs.dtype).eps  # 2**p: above it a float is not every integer
+        finite = bool(torch.isfinite(pairs).all())
+        if not finite or bool((pairs != pairs.round()).any()) or bool((pairs.abs() > exact).any()):
+            raise ValueError(
+                "comparisons must hold integer indices of the inputs x (pass a long tensor); got values that are "
+                f"not whole numbers exactly representable in {pairs.dtype}"
+            )
+    return pairs.long()
 
 
 class LinearObservations(NamedTuple):
@@ -56,12 +82,7 @@ class LinearObservations(NamedTuple):
         :raises ValueError: naming ``comparisons`` unless they are integer indices in ``0..num_points-1`` of shape
             ``(n, 2)`` comparing two different points.
         """
-        if pairs.dim() != 2 or pairs.shape[-1] != 2:
-            raise ValueError(f"comparisons must have shape (n, 2); got shape {tuple(pairs.shape)}")
-        if pairs.is_floating_point():
-            if not bool(torch.isfinite(pairs).all()) or bool((pairs != pairs.round()).any()):
-                raise ValueError("comparisons must hold integer indices of the inputs x")
-        index = pairs.long()
+        index = comparison_indices(pairs)
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_points):
             raise ValueError(
                 f"comparisons must index the {num_points} inputs x (0..{num_points - 1}); found indices in "

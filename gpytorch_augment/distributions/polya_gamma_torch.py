@@ -69,6 +69,9 @@ __all__ = ["GAMMA_TERMS", "SUM_MAX", "gamma_series_terms", "sample_pg1", "sample
 SUM_MAX = 16
 #: exact gamma terms of the gamma series (the rest by one moment-matched gamma)
 GAMMA_TERMS = 10
+#: tilts |c| above this (2^107) draw PG(1, c) as its mean 1/(2|c|): the law's relative standard deviation
+#: sqrt(2/|c|) is then below float64's half-ulp 2^-53
+POINT_MASS_TILT = 2.0**107
 
 _T = 0.64  # Devroye's switch point between the two representations of a_n
 _PI2 = math.pi**2
@@ -181,9 +184,11 @@ def _series_accepts(x: Tensor, v: Tensor) -> Tensor:
 def sample_pg1(c: Tensor, generator: torch.Generator | None = None) -> Tensor:
     r"""Exact draws of :math:`\mathrm{PG}(1, c_i)` by Devroye's method (see the module's docstring), one per entry.
 
-    :param c: float tensor of tilts (any shape; the law depends on :math:`|c|`).
+    :param c: tilts (any shape and dtype; the law depends on :math:`|c|`); for :math:`|c| >`
+        :data:`POINT_MASS_TILT` the draw is the mean :math:`1/(2|c|)` (the spread is below float64 resolution).
     :param generator: ``torch.Generator`` for the draws; the work runs on its device (``c``'s if ``None``, then
-        from torch's global RNG of that device) and the draws are returned on ``c``'s device and dtype.
+        from torch's global RNG of that device) and the draws are returned on ``c``'s device, in ``c``'s dtype if
+        it is floating and torch's default dtype otherwise.
     :returns: a tensor shaped like ``c``.
 
     Example::
@@ -196,16 +201,22 @@ def sample_pg1(c: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """
     if not bool(torch.isfinite(c).all()):
         raise ValueError("sample_pg1: c must be finite")
+    dtype = c.dtype if c.is_floating_point() else torch.get_default_dtype()
     device = draw_device(generator, c.device)
     z = 0.5 * c.detach().to(device=device, dtype=torch.float64).abs().reshape(-1)
     out = torch.empty_like(z)
-    idx = torch.arange(z.numel(), device=device)
+    # beyond POINT_MASS_TILT the law's relative spread sqrt(2/c) is below float64 resolution: the draw is its mean
+    # 1/(2c), i.e. 4 * mean = 1/z here (the rejection sampler's z^2 would overflow from c ~ 1e154)
+    point = z > POINT_MASS_TILT / 2
+    out[point] = 1.0 / z[point]
+    idx = (~point).nonzero().squeeze(-1)
+    z = torch.where(point, torch.zeros_like(z), z)
     prob_exp = torch.sigmoid(-_log_q_over_p(z))
     k = _PI2 / 8 + 0.5 * z * z
     for _ in range(_MAX_ROUNDS):
         n = idx.numel()
         if n == 0:
-            return (0.25 * out).reshape(c.shape).to(device=c.device, dtype=c.dtype)
+            return (0.25 * out).reshape(c.shape).to(device=c.device, dtype=dtype)
         use_exp = _uniform(n, generator, device) <= prob_exp[idx]
         x = _T + _exponential(n, generator, device) / k[idx]
         left = (~use_exp).nonzero().squeeze(-1)
@@ -288,7 +299,11 @@ def sample_polya_gamma(b: Tensor, c: Tensor, generator: torch.Generator | None =
         owner = torch.repeat_interleave(torch.arange(b.numel(), device=device), counts, output_size=total)
         out.index_add_(0, owner, sample_pg1(c[owner], generator))
     fraction = torch.where(b > SUM_MAX, b, b - torch.where(summed, whole, torch.zeros_like(whole)))
-    series = fraction > 0
+    # the gamma series' squared weights overflow for huge tilts; PG(b, c) is there a point mass at its mean
+    # b / (2c) to float64 resolution (relative standard deviation sqrt(2 / (b c)))
+    point = (fraction > 0) & (fraction * c > POINT_MASS_TILT)
+    out[point] += fraction[point] / (2 * c[point])
+    series = (fraction > 0) & ~point
     if bool(series.any()):
         where = series.nonzero().squeeze(-1)
         out[where] += _gamma_series(fraction[where], c[where], generator)

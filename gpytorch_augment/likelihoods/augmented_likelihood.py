@@ -122,6 +122,11 @@ class AugmentedLikelihood(Likelihood, ABC):
         likelihood."""
         return False
 
+    def check_fixed_constants(self, y: Tensor) -> None:
+        """Called by the samplers with the canonical targets ``y``, where the likelihood's constants stay fixed at
+        their current values (no prior on them, :attr:`samples_constants` ``False``): raise ``ValueError`` naming
+        the constant where no latent values can fit ``y`` at those values. The default checks nothing."""
+
     def __init__(self) -> None:
         super().__init__()
         self.q_aux: AuxDict | None = None
@@ -143,14 +148,20 @@ class AugmentedLikelihood(Likelihood, ABC):
         return None
 
     def check_observations(self, observations: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
-        """:meth:`check_targets`, plus agreement with :math:`q(f)`: as many targets as data points (for
-        :attr:`linear_observations`, targets whose design reads only the points of :math:`q(f)`), finite moments.
+        """:meth:`check_targets`, plus agreement with :math:`q(f)`: a floating-point mean, as many targets as data
+        points (for :attr:`linear_observations`, targets whose design reads only the points of :math:`q(f)`), finite
+        moments.
 
         For the entry points that receive :math:`q(f)` rather than the inputs (``expected_log_prob``,
         ``log_marginal``, ``AugmentedELBO``); returns the canonical targets.
         """
         mean = function_dist.mean
         (observations,) = as_tensors(observations, kwargs=kwargs)
+        if not mean.is_floating_point():
+            raise ValueError(
+                f"function_dist (q(f)) must have a floating-point mean, got {mean.dtype}: build the "
+                "MultivariateNormal from float tensors (an integer mean makes every quadrature node an integer)"
+            )
         observations = (
             float_targets(observations, kwargs, mean.dtype) if isinstance(observations, Tensor) else observations
         )

@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
+from torch.distributions import Categorical
 
-from .._numerics import quadrature_mixture
+from .._numerics import QuadratureMixture, log_normal_matern32, split_gauss_legendre
 from ..distributions.matern import MaternThreeHalves
 from ._constants import PositiveConstant, register_positive_constant
 from .laplace_transform import LaplaceTransformLikelihood
@@ -50,7 +51,12 @@ class MaternThreeHalvesLikelihood(LaplaceTransformLikelihood):
     * :math:`\rho` is a GPyTorch parameter (``raw_scale``), learnt by gradients of the augmented ELBO
       (``CAVI.fit(..., learn_hyperparameters=True)``, :class:`~gpytorch_augment.AugmentedELBO`).
     * Predictive: :meth:`marginal` is the Gauss--Hermite mixture of the noise law over :math:`q(f_*)`, mean
-      :math:`m_*` and variance :math:`s_* + \tfrac43\rho^2`.
+      :math:`m_*` and variance :math:`s_* + \tfrac43\rho^2`, except that its ``log_prob`` is the exact density of
+      :math:`y_* = f_* + \epsilon` (the integral split at the kink :math:`y = f` and each side done in closed form,
+      :func:`~gpytorch_augment._numerics.log_normal_matern32`); :meth:`log_marginal` is the same closed form and
+      :meth:`expected_log_prob` integrates each side of the kink by Gauss--Legendre panels
+      (:func:`~gpytorch_augment._numerics.split_gauss_legendre`): Gauss--Hermite on the kinked integrand would be
+      off by tenths of a nat once :math:`s` is a few times :math:`\rho^2`.
 
     AugmentedGaussianProcesses.jl's ``Matern3_2Likelihood(ρ)`` is the same model (its local update
     :math:`\theta = 3/(2\sqrt3\,c\rho + 2\rho^2)` is :math:`\bar\lambda/2` here, its predictive variance
@@ -108,7 +114,47 @@ class MaternThreeHalvesLikelihood(LaplaceTransformLikelihood):
         return lambda f: MaternThreeHalves(f, self.scale.to(f.dtype))
 
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Any:
-        r"""The predictive :math:`\sum_k w_k\,p(y\mid f_k)` over Gauss--Hermite nodes of :math:`q(f)`."""
+        r"""The predictive :math:`\sum_k w_k\,p(y\mid f_k)` over Gauss--Hermite nodes of :math:`q(f)` (moments, CDF,
+        draws), whose ``log_prob`` is the exact :math:`\log\int p(y\mid f)\,q(f)\,df`."""
         nodes, weights = self._quadrature(function_dist)
         scale = self.scale.unsqueeze(-1)  # (*batch, 1, 1): one per datum and node
-        return quadrature_mixture(nodes, weights, lambda f: MaternThreeHalves(f, scale.to(f.dtype)))
+        f = nodes.movedim(0, -1)
+        mixing = Categorical(probs=weights.expand_as(nodes).movedim(0, -1))
+        return _MaternPredictive(
+            mixing, MaternThreeHalves(f, scale.to(f.dtype)), function_dist.mean, function_dist.variance, self._a()
+        )
+
+    def log_marginal(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
+        r""":math:`\log\int p(y_i\mid f_i)\,q(f_i)\,df_i` in closed form, per datum."""
+        y = self.check_observations(observations, function_dist, **kwargs)
+        a = self._a().to(y.dtype)
+        return log_normal_matern32(y - function_dist.mean, function_dist.variance, a)
+
+    def expected_log_prob(
+        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+    ) -> Tensor:
+        r""":math:`E_{q(f_i)}\log p(y_i\mid f_i)`, per datum: :math:`E|y - f|` in closed form and
+        :math:`E\log(1 + a|y - f|)` by Gauss--Legendre panels on each side of the kink."""
+        y = self.check_observations(observations, function_dist, **kwargs)
+        a = self._a().to(y.dtype)
+        d, var = y - function_dist.mean, function_dist.variance.clamp_min(torch.finfo(y.dtype).tiny)
+        abs_residual = (2 * var / math.pi).sqrt() * torch.exp(-(d**2) / (2 * var)) + d * torch.erf(d / (2 * var).sqrt())
+        nodes, weights = split_gauss_legendre(d, var)
+        log1p = (weights * torch.log1p(a * nodes.abs())).sum(0)
+        return torch.log(a / 4) + log1p - a * abs_residual
+
+
+class _MaternPredictive(QuadratureMixture):
+    r"""The Gauss--Hermite predictive mixture with the exact log-density of :math:`y = f + \epsilon`."""
+
+    def __init__(
+        self, mixing: Categorical, component: MaternThreeHalves, mean: Tensor, variance: Tensor, a: Tensor
+    ) -> None:
+        super().__init__(mixing, component, validate_args=False)
+        self._latent_mean, self._latent_variance, self._rate = mean, variance, a
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        x = torch.as_tensor(x, dtype=self._latent_mean.dtype, device=self._latent_mean.device)
+        return log_normal_matern32(x - self._latent_mean, self._latent_variance, self._rate.to(x.dtype))

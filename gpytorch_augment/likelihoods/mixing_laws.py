@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from torch.distributions import Distribution, Gamma
 
-from .._numerics import LOG2, log_cosh, pg_mean
+from .._numerics import LOG2, log_cosh, log_cosh_sqrt, pg_mean_from_square
 from .._random import draw_device
 from ..distributions.inverse_gaussian import InverseGamma, InverseGaussian
 from ..distributions.laplace_transform import TiltedLaplaceTransform, check_laplace_transform
@@ -160,10 +160,13 @@ class LaplaceTransformMixing(MixingLaw):
 
 def _complex_log_cosh(z: Tensor) -> Tensor:
     r""":math:`\log\cosh z = z + \log(1 + e^{-2z}) - \log 2`, for real or complex :math:`z` with
-    :math:`\operatorname{Re} z \ge 0` (the analytic branch there)."""
+    :math:`\operatorname{Re} z \ge 0` (the analytic branch there). Where :math:`\operatorname{Re} z > 18` the
+    term :math:`\log(1 + e^{-2z})` (below :math:`e^{-36}`, under the rounding of :math:`z`) is dropped: torch's
+    complex ``log1p`` of a subnormal argument (:math:`\operatorname{Re} z \gtrsim 354`) is NaN."""
     if not z.is_complex():
         return log_cosh(z)
-    return z + torch.log1p(torch.exp(-2 * z)) - LOG2
+    e = torch.exp(-2 * z)
+    return z + torch.log1p(torch.where(z.real > 18, torch.zeros_like(e), e)) - LOG2
 
 
 class PolyaGammaMixing(MixingLaw):
@@ -187,10 +190,14 @@ class PolyaGammaMixing(MixingLaw):
     b = PositiveConstant(r"The shape :math:`b` of :math:`\mathrm{PG}(b, 0)`.")
 
     def log_laplace(self, r: Tensor) -> Tensor:
-        return -self.b * _complex_log_cosh(torch.sqrt(r / 2))
+        r""":math:`-b\log\cosh\sqrt{r/2}`, with a finite gradient at :math:`r = 0` for real ``r``."""
+        if r.is_complex():
+            return -self.b * _complex_log_cosh(torch.sqrt(r / 2))
+        return -self.b * log_cosh_sqrt(r / 2)
 
     def tilted_mean(self, r: Tensor) -> Tensor:
-        return pg_mean(self.b, torch.sqrt(2 * r))
+        r""":math:`\mathrm{PGm}(b, \sqrt{2r})`, with a finite gradient at :math:`r = 0`."""
+        return pg_mean_from_square(self.b, 2 * r)
 
     def log_laplace_and_mean(self, r: Tensor) -> tuple[Tensor, Tensor]:
         return self.log_laplace(r), self.tilted_mean(r)

@@ -138,9 +138,15 @@ class OrdinalLogitLikelihood(AugmentedLikelihood):
         return upper, lower, n_u, n_l
 
     def _log_gap(self, upper: Tensor, lower: Tensor, n_u: Tensor, n_l: Tensor) -> Tensor:
-        r""":math:`n_u n_l \log(1 - e^{b_l - b_u})`."""
-        both = n_u * n_l
-        return torch.where(both > 0, log1mexp(lower - upper), torch.zeros_like(upper))
+        r""":math:`n_u n_l \log(1 - e^{b_l - b_u})`.
+
+        Where a factor is absent its padded cut is 0, so :math:`b_l - b_u` may be 0 there (a first or last cut-point
+        of exactly 0); the argument is replaced by -1 before :func:`log1mexp` so that neither the value nor the
+        gradient of the discarded branch is infinite (``where`` would otherwise pass ``0 * inf = NaN`` back).
+        """
+        both = n_u * n_l > 0
+        gap = torch.where(both, lower - upper, torch.full_like(upper, -1.0))
+        return torch.where(both, log1mexp(gap), torch.zeros_like(upper))
 
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Labels must be integer class indices in ``0..K-1``; returned as floats."""

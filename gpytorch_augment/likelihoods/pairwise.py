@@ -11,8 +11,7 @@ from torch import Tensor
 from torch.distributions import Bernoulli
 
 from .._numerics import gauss_hermite
-from .._validation import check_finite
-from ..core.design import LinearObservations
+from ..core.design import LinearObservations, comparison_indices
 from ..distributions.auxiliary import AuxiliaryDistribution
 from .augmented_likelihood import NUM_QUADRATURE_LOCS, AugmentedLikelihood, AuxDict
 from .bernoulli import BernoulliLogitLikelihood
@@ -37,6 +36,16 @@ def _required_comparisons(comparisons: Tensor | None) -> Tensor:
             "is the prior: use the model's prior directly)"
         )
     return comparisons
+
+
+def _index_dtype(dtype: torch.dtype, pairs: Tensor) -> torch.dtype:
+    """``dtype`` if it represents every index in ``pairs`` exactly, else the narrowest of float32 and float64 that
+    does (the canonical target holds labels and indices in one floating tensor)."""
+    largest = int(pairs.max()) if pairs.numel() else 0
+    for candidate in (dtype, torch.float32, torch.float64):
+        if largest <= 2.0 / torch.finfo(candidate).eps:
+            return candidate
+    raise ValueError(f"comparisons index up to {largest}, beyond the 2**53 inputs a float64 target can index")
 
 
 class PairwiseLogitLikelihood(AugmentedLikelihood):
@@ -102,19 +111,20 @@ class PairwiseLogitLikelihood(AugmentedLikelihood):
         return target[..., 0, :], target.reshape(-1, *target.shape[-2:])[0, 1:].mT.long()
 
     def check_targets(self, y: Tensor, comparisons: Tensor | None = None, **kwargs: Any) -> Tensor:
-        """Labels in {0, 1} (or {-1, 1}), one per comparison; ``comparisons`` an ``(n, 2)`` integer tensor.
+        """Labels in {0, 1} (or {-1, 1}), one per comparison; ``comparisons`` an ``(n, 2)`` tensor of integer
+        indices (the rules of :func:`~gpytorch_augment.core.design.comparison_indices`: no bool, no fractions).
 
-        :returns: the canonical target ``torch.stack([y, a, b], dim=-2)``, shape ``(3, n)``.
+        :returns: the canonical target ``torch.stack([y, a, b], dim=-2)``, shape ``(3, n)``, in the labels' floating
+            dtype, or in float32/float64 where that dtype cannot hold every index exactly.
         """
-        pairs = _required_comparisons(comparisons)
-        check_finite("comparisons", pairs.to(torch.float64) if not pairs.is_floating_point() else pairs)
+        pairs = comparison_indices(_required_comparisons(comparisons))
         y = self.pointwise.check_targets(y)
         if y.dim() != 1 or y.shape[-1] != pairs.shape[0]:
             raise ValueError(
                 f"labels y must have shape (n,) with one label per comparison; got y of shape {tuple(y.shape)} and "
                 f"comparisons of shape {tuple(pairs.shape)}"
             )
-        dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
+        dtype = _index_dtype(y.dtype if y.is_floating_point() else torch.get_default_dtype(), pairs)
         return torch.cat([y.to(dtype).unsqueeze(0), pairs.mT.to(device=y.device, dtype=dtype)], 0)
 
     def observation_design(self, y: Tensor, num_points: int) -> LinearObservations:

@@ -2,6 +2,7 @@ r"""Poisson likelihood with the scaled-logistic link, augmented with a Poisson c
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -30,7 +31,13 @@ from .augmented_likelihood import AugmentedLikelihood, AuxDict
 class PoissonLogitLikelihood(CountPredictive, AugmentedLikelihood):
     r"""Counts with a bounded intensity, :math:`p(y \mid f) = \mathrm{Po}(y \mid \xi\,\sigma(f))`.
 
-    The rate scale :math:`\xi > 0` is the maximal intensity. Expanding
+    The rate scale :math:`\xi > 0` is the maximal intensity: :math:`E[y \mid f] = \xi\sigma(f) < \xi` for every
+    :math:`f`, so counts whose mean is near or above :math:`\xi` cannot be fit (the latent is pushed towards
+    :math:`+\infty` and the predictive mean stays below :math:`\xi`). CAVI learns :math:`\xi` (closed form, below);
+    the samplers hold it at its current value unless ``rate_scale_prior`` is set, and refuse counts whose mean lies
+    beyond what rate :math:`\xi` can give (:meth:`check_fixed_constants`; fit CAVI first, set ``rate_scale`` above
+    the counts, or give ``rate_scale_prior``). The
+    default :math:`\xi = 1` suits counts averaging well below 1. Expanding
     :math:`e^{-\xi\sigma(f)} = \sum_n \mathrm{Po}(n\mid\xi)\,\sigma(-f)^n` and applying the Pólya-Gamma identity to
     :math:`\sigma(f)^y \sigma(-f)^n` gives the augmentation with :math:`n \sim \mathrm{Po}(\xi)`,
     :math:`\omega \mid n \sim \mathrm{PG}(y + n, 0)`:
@@ -131,6 +138,22 @@ class PoissonLogitLikelihood(CountPredictive, AugmentedLikelihood):
 
     def log_tilt_constant(self, y: Tensor, aux: AuxDict) -> Tensor:
         return y * self.rate_scale.log() - torch.lgamma(y + 1) - (y + aux["n"]) * LOG2
+
+    def check_fixed_constants(self, y: Tensor) -> None:
+        r"""``ValueError`` naming ``rate_scale`` where the fixed :math:`\xi` cannot produce the counts: their mean
+        :math:`\bar y` of :math:`N` counts exceeds :math:`\xi + 4\sqrt{\xi/N}`, four standard deviations above
+        what even the highest rate :math:`\xi` gives (counts drawn from the model itself are refused with
+        probability below :math:`10^{-4}`). Nothing with ``rate_scale_prior`` (the sampler draws :math:`\xi`)."""
+        if self.rate_scale_prior is not None or y.numel() == 0:
+            return
+        mean, cap = float(y.double().mean()), float(self.rate_scale.max())
+        if mean > cap + 4 * math.sqrt(cap / y.numel()):
+            raise ValueError(
+                f"the counts average {mean:.4g} but PoissonLogitLikelihood's rate xi*sigmoid(f) stays below "
+                f"rate_scale = {cap:.4g}, which the sampler holds fixed: set rate_scale above the counts (e.g. "
+                f"PoissonLogitLikelihood(rate_scale={max(2 * mean, 1.0):.3g}), twice their mean), fit it by CAVI "
+                "first, or pass rate_scale_prior=(a, b) so that GibbsSampler draws it"
+            )
 
     @property
     def samples_constants(self) -> bool:

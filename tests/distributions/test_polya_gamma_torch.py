@@ -6,7 +6,9 @@ Every check is seeded and can fail: the same moment check rejects the draws of a
 
 from __future__ import annotations
 
+import math
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions import polya_gamma as pg_module
 from gpytorch_augment.distributions.polya_gamma import _sample_numpy, uses_torch_sampler
 from gpytorch_augment.distributions.polya_gamma_torch import SUM_MAX, sample_pg1, sample_polya_gamma
+from tests.distributions.pg_cdf import polya_gamma_cdf
 
 # (b, c): Devroye's two proposals (c small: mostly the exponential; c large: the truncated inverse Gaussian, both of
 # its branches z < 1/t and z > 1/t), far tilts, sums (integer b), the gamma series (fractional part, b > SUM_MAX)
@@ -138,3 +141,44 @@ def test_bad_input_raises(b: float, c: float, match: str) -> None:
 def test_pg1_rejects_non_finite_tilts() -> None:
     with pytest.raises(ValueError, match="c must be finite"):
         sample_pg1(torch.tensor([float("inf")]))
+
+
+def test_integer_tilts_give_float_draws_and_huge_tilts_the_mean() -> None:
+    # integer c returned integer zeros; tilts >~ 1e155 gave zeros or half the mean (z^2 and w^2 overflowed)
+    g = torch.Generator().manual_seed(7)
+    draws = sample_pg1(torch.tensor([0, 1, 3]), generator=g)
+    assert draws.dtype == torch.get_default_dtype() and bool((draws > 0).all())
+    c = torch.tensor([1e30, 1e100, 1e155, 1e200, 1e300], dtype=torch.float64)
+    for b in (1.0, 3.0, 2.5, 20.0, 100.5):
+        ratio = sample_polya_gamma(torch.full_like(c, b), c, generator=g) / pg_mean(b, c)
+        # relative spread sqrt(2 / (b c)) <= 3e-15 at c = 1e30: every draw is the mean to a few ulps
+        torch.testing.assert_close(ratio, torch.ones_like(c), rtol=1e-13, atol=0.0)
+
+
+#: the Kolmogorov distribution's 0.999 quantile: sqrt(n) * KS exceeds it with probability 1e-3 under the true law
+_KS_999 = 1.9495
+
+
+@pytest.mark.parametrize(
+    "b",
+    [
+        pytest.param(0.003, marks=pytest.mark.xfail(strict=True, reason="issue 38 item 4: KS 0.45, wrong law")),
+        pytest.param(0.01, marks=pytest.mark.xfail(strict=True, reason="issue 38 item 4: KS 0.18, wrong law")),
+        pytest.param(0.03, marks=pytest.mark.xfail(strict=True, reason="issue 38 item 4: KS 0.04, wrong law")),
+        0.1,
+        0.7,
+    ],
+)
+@pytest.mark.parametrize("c", [0.0, 2.0])
+def test_draws_follow_the_exact_cdf(b, c):
+    """The torch sampler's draws against the exact PG(b, c) CDF (series in log space) by the Kolmogorov-Smirnov
+    distance, below its 0.999 quantile for the sample size. Small non-integer b fails: the 10-term gamma series
+    with a moment-matched gamma tail puts mass near 0 where the law has F(x) ~ exp(-b^2 / (8x))."""
+    n = 20000
+    g = torch.Generator().manual_seed(0)
+    full = partial(torch.full, (n,), dtype=torch.float64)
+    x = sample_polya_gamma(full(b), full(c), generator=g).sort().values
+    F = polya_gamma_cdf(x.clamp_min(1e-300), b, c)
+    i = torch.arange(1, n + 1, dtype=torch.float64)
+    ks = torch.maximum(i / n - F, F - (i - 1) / n).max()
+    assert ks <= _KS_999 / math.sqrt(n)

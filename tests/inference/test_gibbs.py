@@ -840,3 +840,18 @@ def test_linalg_dtype_policy():
     strategy = SVGP(x[:5].clone()).variational_strategy
     strategy.linalg_dtype = torch.float32
     assert strategy.cavi_terms(x, cache=False).L.dtype == torch.float32
+
+
+def test_predict_refuses_a_bad_chunk_size_and_unknown_keywords():
+    # chunk_size=-1 made the loop over draws empty (y_probs None); unknown keywords were ignored
+    x, y = classification_data(12)
+    samples = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y).sample(
+        4, warmup=2, num_chains=1, seed=0, progress=False
+    )
+    x_new = torch.linspace(0, 4, 3).unsqueeze(-1)
+    for bad in (-1, 0, 2.5, True):
+        with pytest.raises(ValueError, match="chunk_size"):
+            samples.predict(x_new, chunk_size=bad)
+    with pytest.raises(TypeError, match="trails"):
+        samples.predict(x_new, trails=torch.ones(3))
+    assert samples.predict(x_new, chunk_size=1).y_probs.shape == (3,)

@@ -9,11 +9,14 @@ fail: a likelihood whose log-density is halved (the wrong posterior) must fail b
 
 from __future__ import annotations
 
+import math
+
 import gpytorch
 import pytest
 import torch
 
-from gpytorch_augment import BernoulliLogitLikelihood, HMCSampler
+from gpytorch_augment import BernoulliLogitLikelihood, HMCSampler, PosteriorSamples
+from gpytorch_augment.inference.hmc.adaptation import ChEESAdaptation
 from gpytorch_augment.testing.geweke import Z_TOL
 from gpytorch_augment.testing.hmc import hmc_geweke_z, hmc_posterior_z, violation_log_prob_and_grad
 from tests.inference.test_geweke import _one_thread  # noqa: F401  (autouse: one torch thread)
@@ -121,7 +124,9 @@ def test_resume_equals_one_run_and_api(device):
     long = a.sample(30, warmup=20, num_chains=3, seed=1, progress=False)
     short = b.sample(12, warmup=20, num_chains=3, seed=1, progress=False)
     both = b.resume(short, 18, progress=False)
-    torch.testing.assert_close(both.f, long.f)
+    assert torch.equal(both.f, long.f)  # bit for bit: the chains continue from their stored coordinates
+    reloaded = PosteriorSamples.from_state_dict(short.state_dict())
+    assert torch.equal(b.resume(reloaded, 18, progress=False).f, long.f)
     assert long.f.shape == (3, 30, 25) and long.f_update == "hmc"
     assert 0 < a.last_run["acceptance_rate"] <= 1 and a.step_size.shape == (3,)
     assert long.summary().rhat.shape == (25,)
@@ -161,13 +166,32 @@ def test_chees_fails_on_the_wrong_target():
     assert hmc_geweke_z(wrong, **CHEES).abs().max() > Z_TOL
 
 
+def test_chees_adapts_the_length_with_one_chain():
+    """One chain has no cross-chain centre: the running mean of its states stands in, so the length moves (it stayed
+    at its start when the centre was the one chain itself). The exact flow on N(0, I) lengthens a short start as
+    with many chains, and so does a sampler's run with num_chains=1 (8 chains reach 1.9-2.0 here)."""
+    g = torch.Generator().manual_seed(0)
+    adapt = ChEESAdaptation(length=0.2, num_warmup=200, bounds=(0.01, 10.0))
+    z = torch.randn(1, 1, 5, generator=g, dtype=torch.float64)
+    for _ in range(200):
+        p, u = torch.randn(z.shape, generator=g, dtype=z.dtype), float(torch.rand(1, generator=g))
+        t = u * adapt.length
+        z1, p1 = z * math.cos(t) + p * math.sin(t), p * math.cos(t) - z * math.sin(t)
+        adapt.update(z, z1, p1, torch.ones(1, dtype=z.dtype), torch.full((1,), t, dtype=z.dtype))
+        z = z1
+    assert 1.0 < adapt.final < 4.0
+    sampler = _sampler(trajectory="chees", trajectory_length=0.3)
+    sampler.sample(5, warmup=300, num_chains=1, seed=0, progress=False)
+    assert sampler.last_run["trajectory_length"] > 0.9
+
+
 def test_chees_adapts_the_length_and_resume_continues_it():
     a, b = _sampler(trajectory="chees", trajectory_length=0.3), _sampler(trajectory="chees", trajectory_length=0.3)
     long = a.sample(30, warmup=60, num_chains=8, seed=2, progress=False)
     length = a.last_run["trajectory_length"]
     assert long.last_state().trajectory_length == length and length > 0.6  # a short start lengthens
     short = b.sample(10, warmup=60, num_chains=8, seed=2, progress=False)
-    torch.testing.assert_close(b.resume(short, 20, progress=False).f, long.f)
+    assert torch.equal(b.resume(short, 20, progress=False).f, long.f)
     assert a.kernel.trajectory_length == length  # sweep() runs at the adapted length
     with pytest.raises(ValueError, match="trajectory"):
         _sampler(trajectory="nuts")
@@ -175,3 +199,20 @@ def test_chees_adapts_the_length_and_resume_continues_it():
         _sampler(trajectory="chees", trajectory_length=0.0)
     with pytest.raises(ValueError, match="max_leapfrog_steps"):
         _sampler(trajectory="chees", max_leapfrog_steps=0)
+
+
+@pytest.mark.parametrize("warmup", [1, 2])
+def test_a_short_warmup_freezes_a_step_size_it_tried_successfully(warmup):
+    """Dual averaging's first iterates probe steps far above the start (14x and 5x here after 1 and 2 iterations,
+    every proposal then rejected); the frozen step is capped by the largest tried step that reached the target."""
+    sampler = _sampler()
+    samples = sampler.sample(40, warmup=warmup, num_chains=2, seed=0, progress=False)
+    assert bool((sampler.last_run["step_size"] <= sampler.kernel.initial_step_size).all())
+    assert sampler.last_run["acceptance_rate"] > 0.3
+    assert bool((samples.f != samples.f[:, :1]).flatten(1).any(1).all())  # no chain frozen at one draw
+
+
+def test_a_warmup_that_never_reaches_the_target_warns():
+    sampler = _sampler(initial_step_size=200.0)
+    with pytest.warns(RuntimeWarning, match="longer warmup"):
+        sampler.sample(5, warmup=1, num_chains=2, seed=0, progress=False)

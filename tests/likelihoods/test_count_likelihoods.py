@@ -391,3 +391,23 @@ def test_drop_in_plain_gpytorch_svgp(name):
 def test_count_cases_are_registered_once():
     names = [case.name for case in COUNT_CASES]
     assert names == ["binomial_logit", "poisson_logit", "negative_binomial_logit"]
+
+
+def test_samplers_refuse_counts_a_fixed_rate_scale_cannot_reach():
+    """E[y | f] = xi sigma(f) < xi: counts averaging 8.4 under the default xi = 1 gave a posterior predictive mean
+    of 0.98 silently; the samplers, which hold xi fixed, refuse them (beyond xi + 4 sqrt(xi / N)) and say what to
+    do, and accept the same counts with xi above them or with a prior on xi."""
+    from gpytorch_augment import GibbsSampler, GPPrior, HMCSampler
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.linspace(-2, 2, 40, dtype=torch.float64).unsqueeze(-1)
+    y = torch.poisson(torch.full((40,), 8.4, dtype=torch.float64), generator=g)
+    prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
+    for sampler in (GibbsSampler, HMCSampler):
+        with pytest.raises(ValueError, match=r"rate_scale = 1,.*rate_scale_prior"):
+            sampler(prior, PoissonLogitLikelihood().double(), x, y)
+        sampler(prior, PoissonLogitLikelihood(rate_scale=2 * float(y.mean())).double(), x, y)
+    GibbsSampler(prior, PoissonLogitLikelihood(rate_scale_prior=(2.0, 0.2)).double(), x, y)
+    # counts drawn from the model at its highest rate are within the bound
+    at_cap = torch.poisson(torch.full((40,), 3.7, dtype=torch.float64), generator=g)
+    PoissonLogitLikelihood(rate_scale=3.7).double().check_fixed_constants(at_cap)

@@ -25,10 +25,12 @@ from gpytorch_augment import (
     LaplaceTransformLikelihood,
     StudentTLikelihood,
 )
+from gpytorch_augment._numerics.solvers import EULER_A
 from gpytorch_augment.distributions import InverseGaussian, PolyaGamma, TiltedLaplaceTransform
 from gpytorch_augment.likelihoods import GammaMixing, InverseGammaMixing, PolyaGammaMixing
 from gpytorch_augment.testing import ExplicitPrior, geweke_z, make_cavi_model
 from gpytorch_augment.testing.geweke import Z_TOL
+from tests.distributions.pg_cdf import polya_gamma_cdf
 
 BETA = 0.7  # Laplace scale
 NU, SIGMA = 3.5, 1.7  # Student-t
@@ -506,3 +508,63 @@ def test_real_valued_predictive_from_phi_has_quantiles_and_intervals():
         assert abs(float(lomax.predictive_cdf(q, v)[0]) - reference) < 1e-5
     median = lomax.predictive_quantile(q, 0.5)
     torch.testing.assert_close(lomax.predictive_cdf(q, median), torch.full((3,), 0.5, dtype=torch.float64))
+
+
+def _logistic_from_polya_gamma() -> LaplaceTransformLikelihood:
+    """The class docstring's Bernoulli-logit example (r(y, f) = f^2 / 2 is 0 at f = 0)."""
+    return LaplaceTransformLikelihood(
+        PolyaGammaMixing(), log_c=-math.log(2), g=lambda y: y - 0.5, gamma=0.5,
+        target_distribution=lambda f: torch.distributions.Bernoulli(logits=f),
+    )
+
+
+def test_polya_gamma_transform_has_the_logistic_gradient_where_r_is_zero():
+    # f = 0 gives r = 0, where sqrt(r) has an infinite derivative; the gradient of log phi(r(f)) and of the tilted
+    # mean in r must be the hand-written likelihood's there and everywhere near
+    logit = _logistic_from_polya_gamma()
+    y = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0])
+    f = torch.tensor([0.0, 0.0, 1e-9, -1e-3, 0.7], requires_grad=True)
+    grad = torch.autograd.grad(logit.log_prob_at(y, f).sum(), f)[0]
+    f_ref = f.detach().clone().requires_grad_(True)
+    expected = torch.autograd.grad(BernoulliLogitLikelihood().log_prob_at(y, f_ref).sum(), f_ref)[0]
+    torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-15)
+    r = torch.tensor([0.0, 1e-12, 0.3], requires_grad=True)
+    mixing = PolyaGammaMixing()
+    (d_log_phi,) = torch.autograd.grad(mixing.log_laplace(r).sum(), r)
+    (d_mean,) = torch.autograd.grad(mixing.tilted_mean(r).sum(), r)
+    # log phi(r) = -log cosh sqrt(r/2) = -r/4 + r^2/48 - ..., E omega = tanh(c/2)/(2c) = 1/4 - r/24 + ... (c^2 = 2r)
+    assert torch.isfinite(d_log_phi).all() and torch.isfinite(d_mean).all()
+    torch.testing.assert_close(d_log_phi[:2], torch.full((2,), -0.25), rtol=1e-10, atol=0.0)
+    torch.testing.assert_close(d_mean[:2], torch.full((2,), -1.0 / 24), rtol=1e-10, atol=0.0)
+
+
+def test_hmc_on_the_polya_gamma_transform_draws_what_the_logistic_likelihood_draws():
+    # a zero prior mean: the Laplace mode search starts at f = 0, where r(y, f) = 0
+    g = torch.Generator().manual_seed(0)
+    n = 12
+    t = torch.linspace(-2, 2, n)
+    K = torch.exp(-0.5 * (t[:, None] - t[None, :]) ** 2) + 1e-6 * torch.eye(n)
+    x = torch.arange(n, dtype=torch.float64).unsqueeze(-1)
+    y = torch.bernoulli(torch.sigmoid(2 * t), generator=g)
+    draws = []
+    for likelihood in (_logistic_from_polya_gamma(), BernoulliLogitLikelihood()):
+        sampler = HMCSampler(ExplicitPrior(torch.zeros(n), K), likelihood, x, y)
+        draws.append(sampler.sample(10, warmup=10, num_chains=2, seed=1, progress=False).f)
+    assert not torch.isnan(draws[0]).any()
+    # same seed and the same log-density up to rounding (the chains differ by ~1e-12): agreement to 1e-6 rules out
+    # any difference in the law while leaving room for rounding amplified along 20 transitions
+    assert float((draws[0] - draws[1]).abs().max()) < 1e-6
+
+
+@pytest.mark.parametrize("b", [1.0, 2.5])
+@pytest.mark.parametrize("r", [0.0, 1.0])
+def test_tilted_cdf_is_finite_and_exact_to_the_inversion_error_in_the_left_tail(b, r):
+    """The Pólya-Gamma law's CDF by Euler inversion, from x = 1e-6 (where the contour's |s| reaches 1e7 and torch's
+    complex log1p of a subnormal was NaN, x ~ 3e-5 to 2e-4) to 10, against the exact series: within the method's
+    absolute error, e^-A for the discretisation plus as much again for the Euler summation of the series."""
+    x = torch.logspace(-6, 1, 71, dtype=torch.float64)
+    law = TiltedLaplaceTransform(PolyaGammaMixing(b).double().log_laplace, torch.tensor(r, dtype=torch.float64))
+    cdf = law.cdf(x)
+    assert bool(torch.isfinite(cdf).all())
+    exact = polya_gamma_cdf(x, b, math.sqrt(2 * r))
+    assert (cdf - exact).abs().max() <= 2 * math.exp(-EULER_A)

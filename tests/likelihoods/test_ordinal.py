@@ -108,3 +108,27 @@ def test_one_call_fit_learns_the_cutpoints():
     with torch.no_grad():
         fitted = likelihood.marginal(model(x)).probs
     assert float((fitted - _direct(true_b, f)).abs().mean()) < 0.06
+
+
+@pytest.mark.parametrize("cutpoints", [None, [0.0, 1.0], [-1.0, 0.0], [0.0, 1.0, 2.0]])
+def test_cutpoint_gradient_is_finite_when_an_end_cutpoint_is_zero(cutpoints):
+    # the default OrdinalLogitLikelihood(2) has its only cut-point at 0; every bound's gradient must match the
+    # gradient of the written-out log-probability
+    num_classes = 2 if cutpoints is None else len(cutpoints) + 1
+    likelihood = OrdinalLogitLikelihood(num_classes, cutpoints=cutpoints).double()
+    y = torch.arange(num_classes, dtype=torch.float64).repeat(2)
+    f = torch.linspace(-1.5, 1.5, y.numel(), dtype=torch.float64)
+    for value in (
+        lambda: likelihood.log_prob_at(y, f),
+        lambda: likelihood.collapsed_bound(y, f, torch.ones_like(f)),
+        lambda: likelihood.expected_log_prob(y, gpytorch.distributions.MultivariateNormal(f, torch.eye(y.numel()))),
+    ):
+        likelihood.zero_grad()
+        value().sum().backward()
+        assert torch.isfinite(likelihood.raw_cutpoints.grad).all()
+    likelihood.zero_grad()
+    likelihood.log_prob_at(y, f).sum().backward()
+    raw = likelihood.raw_cutpoints.detach().clone().requires_grad_(True)
+    b = torch.cat([raw[:1], raw[:1] + torch.nn.functional.softplus(raw[1:]).cumsum(-1)])
+    _direct(b, f).gather(-1, y.long().unsqueeze(-1)).log().sum().backward()
+    assert torch.allclose(likelihood.raw_cutpoints.grad, raw.grad, rtol=1e-10, atol=1e-12)

@@ -215,3 +215,24 @@ def test_zero_comparisons_raise_naming_comparisons():
         with pytest.raises(ValueError, match="^comparisons holds no pairs"):
             call()
             pytest.fail(name)
+
+
+def test_comparisons_are_whole_indices_at_every_entry_point_and_stored_exactly():
+    x = _inputs()
+    likelihood = PairwiseLogitLikelihood()
+    prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
+    for bad in (PAIRS.double() + 0.7 * (PAIRS == 1), PAIRS > 1):
+        with pytest.raises(ValueError, match="comparisons must hold integer indices"):
+            CAVI(make_cavi_model(1, x).double(), likelihood, num_data=len(PAIRS)).fit(
+                x, LABELS, comparisons=bad, max_iter=1
+            )
+        with pytest.raises(ValueError, match="comparisons must hold integer indices"):
+            GibbsSampler(prior, likelihood, x, LABELS, comparisons=bad)
+    # labels in a narrow float dtype: every index is stored exactly (above 256, 2048 and 2**24 a bfloat16, float16
+    # and float32 target would round an index to a neighbour)
+    for dtype, index in ((torch.bfloat16, 257), (torch.float16, 2049), (torch.float32, 2**24 + 1)):
+        pairs = torch.tensor([[index, 0], [1, index - 2]])
+        target = likelihood.check_targets(torch.ones(2, dtype=dtype), comparisons=pairs)
+        assert torch.equal(likelihood.split_targets(target)[1], pairs), dtype
+        with pytest.raises(ValueError, match=f"found indices in 0..{index}"):
+            likelihood.observation_design(target, 5)

@@ -226,3 +226,18 @@ def test_detects_h_non_monotone_cavi(broken, component):
     data.likelihood = _broken(broken)
     ratios = violation_cavi_monotone(data.likelihood, data, Z=torch.linspace(-3, 3, 10).unsqueeze(-1), sweeps=15)
     assert ratios[component] > 1e3, ratios
+
+
+@pytest.mark.parametrize("name", ["BernoulliLogitLikelihood", "StudentTLikelihood", "PoissonLogitLikelihood"])
+def test_an_integer_mean_of_q_f_is_refused_naming_it(name):
+    # an int64 mean made every quadrature node an integer: expected_log_prob 0 and log_marginal -inf, silently
+    import gpytorch
+
+    import gpytorch_augment
+
+    likelihood = getattr(gpytorch_augment, name)()
+    q_f = gpytorch.distributions.MultivariateNormal(torch.tensor([0, 1]), torch.eye(2))
+    y = torch.tensor([1.0, 0.0])
+    for method in (likelihood.expected_log_prob, likelihood.log_marginal):
+        with pytest.raises(ValueError, match="function_dist.*floating-point mean"):
+            method(y, q_f)

@@ -2,8 +2,11 @@ r"""Warm-up adaptation of :class:`~gpytorch_augment.inference.hmc.HMCKernel`: th
 averaging, and the trajectory length shared by the chains by ChEES.
 
 **Step size** (Hoffman & Gelman 2014, §3.2, eq. 6; :math:`\gamma = 0.05`, :math:`t_0 = 10`, :math:`\kappa = 0.75`,
-shrinkage point :math:`\log(10\varepsilon_0)`): per chain, towards the target acceptance probability; frozen at
-the averaged value when warm-up ends.
+shrinkage point :math:`\log(10\varepsilon_0)`): per chain, towards the target acceptance probability; frozen when
+warm-up ends at the averaged value, capped by the largest step size tried in warm-up whose transition reached the
+target acceptance (by the smallest one tried where none did). The early iterates probe steps up to ten times
+:math:`\varepsilon_0` and more, and after a warm-up of one or two iterations the average is such an untried probe
+(3--14 times too large, every proposal rejected); after a long warm-up the cap does not bind.
 
 **Trajectory length** (ChEES; Hoffman, Radul & Sountsov 2021, "An adaptive MCMC scheme for setting trajectory
 lengths in Hamiltonian Monte Carlo"). Each transition integrates for a jittered time :math:`t = uT`,
@@ -22,7 +25,11 @@ acceptance-weighted gradient estimate over the chains
     (z'_c - \bar z')^\top p'_c, \qquad w_c = \alpha_c / \textstyle\sum_{c'} \alpha_{c'},
 
 (:math:`z'`, :math:`p'` the proposal and its momentum, :math:`\alpha_c` the acceptance probability,
-:math:`\bar z` the chains' mean, :math:`\bar z'` the acceptance-weighted mean of the proposals). The length used
+:math:`\bar z` the chains' mean, :math:`\bar z'` the acceptance-weighted mean of the proposals). With one chain
+there is no cross-chain centre (both deviations would be 0 and :math:`T` would never move): :math:`\bar z` and
+:math:`\bar z'` are then the running mean of the chain's states over the warm-up so far (including the current
+one), an estimate of the posterior mean, and :math:`w = \alpha` (normalising one weight would count a rejected
+proposal in full). One chain adapts more slowly and more noisily than many. The length used
 after warm-up is :math:`\exp` of the mean of :math:`\log T` over the second half of warm-up. Adaptation uses the
 chains' history during warm-up only; afterwards :math:`T` is fixed and the jitter is drawn independently of the
 state, so every transition leaves the posterior invariant.
@@ -58,8 +65,14 @@ class DualAveraging:
         self.log_eps_bar = torch.zeros_like(eps0)
         self.h_bar = torch.zeros_like(eps0)
         self.target, self.gamma, self.t0, self.kappa, self.t = target, gamma, t0, kappa, 0
+        self.largest_good = torch.zeros_like(eps0)  # the largest step tried that reached the target (0: none)
+        self.smallest_tried = torch.full_like(eps0, math.inf)
 
     def update(self, accept_prob: Tensor) -> None:
+        tried = self.log_eps.exp()
+        good = accept_prob >= self.target
+        self.largest_good = torch.where(good, torch.maximum(self.largest_good, tried), self.largest_good)
+        self.smallest_tried = torch.minimum(self.smallest_tried, tried)
         self.t += 1
         eta = 1.0 / (self.t + self.t0)
         self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept_prob)
@@ -72,8 +85,18 @@ class DualAveraging:
         return self.log_eps.exp()
 
     @property
+    def reached_target(self) -> Tensor:
+        """Per chain, whether some step size tried in warm-up reached the target acceptance."""
+        return self.largest_good > 0
+
+    @property
     def final(self) -> Tensor:
-        return self.log_eps_bar.exp()
+        """The averaged step size, capped by the largest tried step that reached the target acceptance (by the
+        smallest tried where none did; the averaged one before any update)."""
+        if self.t == 0:
+            return self.log_eps_bar.exp()
+        cap = torch.where(self.reached_target, self.largest_good, self.smallest_tried)
+        return torch.minimum(self.log_eps_bar.exp(), cap)
 
 
 class ChEESAdaptation:
@@ -106,6 +129,7 @@ class ChEESAdaptation:
         self.log_length, self.bounds, self.rate, self.beta2 = math.log(length), bounds, rate, beta2
         self.num_warmup, self.t, self.v = num_warmup, 0, 0.0
         self.log_sum, self.count = 0.0, 0
+        self.state_sum: Tensor | None = None  # one chain: the sum of its warm-up states (the centre's numerator)
 
     @property
     def length(self) -> float:
@@ -117,9 +141,14 @@ class ChEESAdaptation:
         self.t += 1
         total = float(accept_prob.sum())
         if total > 0 and bool(torch.isfinite(z1).all()) and bool(torch.isfinite(p1).all()):
-            w = (accept_prob / total).view(1, -1, 1)
-            x0 = z - z.mean(1, keepdim=True)
-            x1 = z1 - (w * z1).sum(1, keepdim=True)
+            w = (accept_prob / total).view(1, -1, 1) if z.shape[1] > 1 else accept_prob.view(1, -1, 1)
+            if z.shape[1] > 1:
+                x0 = z - z.mean(1, keepdim=True)
+                x1 = z1 - (w * z1).sum(1, keepdim=True)
+            else:  # one chain: centre on the running mean of its states
+                self.state_sum = z.clone() if self.state_sum is None else self.state_sum + z
+                centre = self.state_sum / self.t
+                x0, x1 = z - centre, z1 - centre
             change = (x1 * x1).sum((0, 2)) - (x0 * x0).sum((0, 2))
             grad = float((w.view(-1) * times * change * (x1 * p1).sum((0, 2))).sum())
             if math.isfinite(grad):

@@ -78,6 +78,7 @@ Example::
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -436,7 +437,7 @@ class HMCKernel(MCMCKernel):
         start from ``state``'s (a continued run), else from ``initial_step_size`` (``trajectory_length``); warm-up
         adapts them."""
         C = f.shape[0]
-        z = self._to_z(f)
+        z = self._start(f, state)
         U, grad = self._potential(z, self.target.y)
         eps = self._chain_step_size(C, state.step_size if state is not None else None)
         adapt = DualAveraging(eps, self.target_accept) if num_warmup > 0 else None
@@ -449,6 +450,19 @@ class HMCKernel(MCMCKernel):
             chees = ChEESAdaptation(length, num_warmup, bounds)
         zero = torch.zeros(C, dtype=self.target.linalg_dtype, device=self.target.device)
         return HMCChains(z, U, grad, eps, adapt, zero, 0.0, length, chees)
+
+    def _start(self, f: Tensor, state: ChainState | None) -> Tensor:
+        """The coordinates of ``f`` (C, T, N): the state's own ``coordinates`` where they map exactly to its ``f``
+        under this preconditioner (a continued run then takes the very steps one longer run takes), else solved
+        from ``f``."""
+        z = state.coordinates if state is not None else None
+        shape = (self.laplace.C.shape[0], f.shape[0], self.laplace.C.shape[-1])
+        if isinstance(z, Tensor) and tuple(z.shape) == shape and isinstance(state.f, Tensor):
+            z = z.to(device=self.target.device, dtype=self.target.linalg_dtype)
+            f_of_z = self.target.to_storage(self._to_f(z)).to(self.target.dtype)
+            if f_of_z.shape == state.f.shape and torch.equal(f_of_z, state.f.to(f_of_z.device)):
+                return z.clone()
+        return self._to_z(f)
 
     def step(self, chains: HMCChains, generator: torch.Generator, adapt: bool) -> HMCChains:
         adapting = adapt and chains.adapt is not None
@@ -472,9 +486,20 @@ class HMCKernel(MCMCKernel):
         )
 
     def end_warmup(self, chains: HMCChains) -> HMCChains:
-        """Freeze the step sizes at their dual-averaged values (and the ChEES length at its average)."""
+        """Freeze the step sizes at their dual-averaged values, capped by the warm-up's trials (and the ChEES length
+        at its average); warn where a chain tried no step size that reached ``target_accept``."""
         if chains.adapt is None:
             return chains
+        missed = ~chains.adapt.reached_target
+        if bool(missed.any()):
+            warnings.warn(
+                f"HMC warm-up: {int(missed.sum())} of {missed.numel()} chains tried no step size reaching "
+                f"target_accept={self.target_accept} in {chains.adapt.t} warm-up iterations; their step size is frozen "
+                "at the smallest one tried and may reject most proposals: run a longer warmup (100 or more) or pass "
+                "a smaller initial_step_size",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         length = chains.chees.final if chains.chees is not None else chains.length
         return chains._replace(step_size=chains.adapt.final, adapt=None, length=length, chees=None)
 
@@ -493,7 +518,7 @@ class HMCKernel(MCMCKernel):
     def last_state(self, chains: HMCChains) -> ChainState:
         f = self.target.to_storage(self._to_f(chains.z)).to(self.target.dtype)
         length = chains.length if self.trajectory == "chees" else None
-        return ChainState(f=f, step_size=chains.step_size, trajectory_length=length)
+        return ChainState(f=f, step_size=chains.step_size, trajectory_length=length, coordinates=chains.z.clone())
 
     def finish(self, chains: HMCChains, num_kept_iterations: int) -> None:
         """Report the run: :attr:`step_size` (read by :meth:`sweep`, never by a later run) and :attr:`last_run`."""

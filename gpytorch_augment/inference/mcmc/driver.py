@@ -217,7 +217,9 @@ class MCMC:
         """Continue the chains of ``samples`` for ``num_samples`` more draws (same thinning, no warm-up).
 
         The random stream continues from the stored generator state, so ``sample(n1)`` followed by
-        ``resume(·, n2)`` gives exactly the draws of ``sample(n1 + n2)``. Returns all draws, concatenated.
+        ``resume(·, n2)`` gives bit for bit the draws of ``sample(n1 + n2)`` (a kernel whose chains move in
+        coordinates other than ``f``, as HMC's, continues from the coordinates stored in the last state, not from
+        ``f`` mapped back). Returns all draws, concatenated.
         (Runs joined with ``PosteriorSamples.cat(..., dim="chain")`` have no single generator state; they continue
         with a fresh seed.)
 

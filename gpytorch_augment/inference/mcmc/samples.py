@@ -17,7 +17,7 @@ from linear_operator.operators import DiagLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
-from ..._validation import check_finite, check_finite_state, check_state_keys
+from ..._validation import check_finite, check_finite_state, check_state_keys, check_target_keywords
 from ...core.linalg import add_to_diagonal, vecmat
 from ...core.prior import linalg_advice, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
@@ -337,6 +337,12 @@ class PosteriorSamples:
                     else None
                 ),
                 trajectory_length=first.last.trajectory_length,  # one length for the joined chains: the first's
+                coordinates=(
+                    torch.cat([r.last.coordinates for r in runs], dim=1)
+                    if all(isinstance(r.last.coordinates, Tensor) for r in runs)
+                    and len({r.last.coordinates.shape[::2] for r in runs}) == 1
+                    else None
+                ),
             )
             seed, sweeps = None, first.num_sweeps
         return cls(
@@ -453,8 +459,15 @@ class PosteriorSamples:
             per call when the likelihood's constants were sampled (:attr:`hyper`), each draw with its own values.
         :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
             ``likelihood.marginal``.
+        :raises ValueError: for a ``chunk_size`` that is not a positive integer.
+        :raises TypeError: for a keyword the likelihood does not take as per-datum data.
         """
         target = self._checked_target(x_new)
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+        ):
+            raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+        check_target_keywords(target.likelihood, kwargs, "predict")
         mu_new, P, cov, var = target.conditional_terms(x_new.to(target.x.dtype))
         w = target.conditioning_values(self.f.flatten(0, 1), None if self.u is None else self.u.flatten(0, 1))
         means = mu_new + (w.unsqueeze(-2) @ P).squeeze(-2)  # the conditional means, (chains * draws, T, N*)

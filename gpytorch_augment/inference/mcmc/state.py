@@ -29,6 +29,11 @@ class ChainState:
     :ivar step_size: the per-chain leapfrog step sizes ``(chains,)`` of an
         :class:`~gpytorch_augment.HMCSampler` run (frozen after its warm-up; ``None`` for kernels without one). A run
         started from this state continues with them; a run started without it adapts from ``initial_step_size``.
+    :ivar trajectory_length: the ChEES trajectory length of an HMC run (``None`` for other trajectories/kernels).
+    :ivar coordinates: the kernel's own coordinates of the chains where they are not ``f`` itself (HMC: the
+        preconditioned ``z``, ``(groups, chains, n)``), so that a continued run starts from the very same state
+        rather than from ``f`` mapped back (which rounds). A kernel uses them only where they map exactly to ``f``
+        under its current coordinates; otherwise (another preconditioner, an edited ``f``) it starts from ``f``.
 
     Example::
 
@@ -47,6 +52,7 @@ class ChainState:
     hyper: dict[str, Tensor] = field(default_factory=dict)
     step_size: Tensor | None = None
     trajectory_length: float | None = None
+    coordinates: Tensor | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +64,7 @@ class ChainState:
             "hyper": dict(self.hyper),
             "step_size": self.step_size,
             "trajectory_length": self.trajectory_length,
+            "coordinates": self.coordinates,
         }
 
     @classmethod
@@ -71,4 +78,5 @@ class ChainState:
             hyper=dict(state.get("hyper") or {}),
             step_size=state.get("step_size"),
             trajectory_length=state.get("trajectory_length"),
+            coordinates=state.get("coordinates"),
         )

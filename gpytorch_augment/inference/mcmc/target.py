@@ -178,6 +178,8 @@ class PosteriorTarget:
         self.model, self.likelihood, self.x = model, likelihood, x
         self.target_kwargs = kwargs
         self.y = likelihood.check_targets(y, **kwargs)
+        if not likelihood.samples_constants:
+            likelihood.check_fixed_constants(self.y)
         #: the linear observations :math:`g = Df` the targets read (:class:`~gpytorch_augment.core.LinearObservations`;
         #: ``None`` for a pointwise likelihood, whose datum :math:`i` reads :math:`f_i`)
         self.design = likelihood.observation_design(self.y, x.shape[-2])
