@@ -9,8 +9,6 @@ PYTHON ?= python
 PIP := $(PYTHON) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: install install-bench demo test bench docs gpu-check
-
 install:
 	$(PIP) install $(TORCH_PIN)
 	$(PIP) install -e ".[test]"
@@ -21,9 +19,29 @@ install-bench: install
 demo: install
 	$(PYTHON) -m gpytorch_augment.demo
 
+# The numerically sensitive tests (the regression pins, numerics, distributions, predictive CDFs and quantiles, the
+# one-call fit) run a second time on PyTorch's portable CPU kernels, as another CPU computes: a tolerance that only
+# this CPU's vector kernels meet fails here, before it lands.
+PORTABLE_TESTS := tests/test_regression_pins.py tests/test_numerics.py tests/distributions \
+	tests/likelihoods/test_count_predictive.py tests/likelihoods/test_robust_predictive.py \
+	tests/inference/test_hyperparameters.py tests/inference/test_fit_model.py
+
+.PHONY: install install-bench demo test test-fast test-portable bench docs gpu-check
+
+# Everything: the whole suite, slow tier included, then the portable-kernel pass.
 test: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(MAKE) --no-print-directory test-portable
+
+# Everyday work: the suite without the slow tier (Geweke batteries, notebooks, the Sphinx build, multi-process runs,
+# the largest fuzz matrices, simulation coverage).
+test-fast: install
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not slow"
+
+test-portable:
+	ATEN_CPU_CAPABILITY=default $(PYTHON) -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS)
 
 bench: install-bench
 	$(PYTHON) benchmarks/classification.py

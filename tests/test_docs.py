@@ -107,6 +107,7 @@ def built_pages(site: Path) -> set[str]:
     return {p for p in pages if not p.startswith("_")} - GENERATED
 
 
+@pytest.mark.slow  # the Sphinx build
 def test_every_page_is_built(site: Path) -> None:
     assert TUTORIALS, "no tutorials found"
     pages = built_pages(site)
@@ -302,6 +303,7 @@ def fast(code: str) -> str:
     return code
 
 
+@pytest.mark.slow  # executes the guides' snippets
 @pytest.mark.parametrize("page", EXECUTED_PAGES)
 def test_the_snippets_of_the_page_run(page: str) -> None:
     import torch

@@ -25,6 +25,9 @@ from gpytorch_augment.testing.models import make_cavi_model
 from tests.fuzz_runner import Case, classify
 from tests.likelihoods.registry import PRIMARY
 
+#: the slow tier (the largest fuzz matrices): `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 N, M = 8, 4
 
 

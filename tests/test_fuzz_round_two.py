@@ -13,6 +13,9 @@ import torch
 import gpytorch_augment as ga
 from gpytorch_augment.testing import make_cavi_model
 
+#: the slow tier (the largest fuzz matrices): `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 
 def _log_pg0_reference(x: float, b: float) -> float:
     r""":math:`\log\mathrm{PG}(x\mid b, 0)` by its alternating series in ``digits``-digit arithmetic."""

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+#: the slow tier (executes every notebook): `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")  # provides the python3 kernel

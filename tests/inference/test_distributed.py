@@ -32,6 +32,9 @@ from gpytorch_augment.inference.schedules import RobbinsMonro
 from tests.inference.test_gibbs import PlainGP
 from tests.models import SVGP
 
+#: the slow tier (multi-process runs): `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 WORLD = 2
 TIMEOUT_S = 20
 JOIN_S = 240

@@ -28,6 +28,9 @@ from gpytorch_augment.testing.geweke import NUM_POINTS, NUM_REFERENCE, Z_TOL, ge
 from tests.likelihoods.registry import CASES
 from tests.likelihoods.toy_multilatent import SELF_TEST_CASES as _MULTI_LATENT_CASES
 
+#: the slow tier (Geweke batteries): `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 #: chains of the successive-conditional simulator; identity (g) asks for 2e4 (set GPYTORCH_AUGMENT_GEWEKE_CHAINS=20000)
 NUM_CHAINS = int(os.environ.get("GPYTORCH_AUGMENT_GEWEKE_CHAINS", 4_000))
 NUM_SWEEPS = 300

@@ -22,6 +22,7 @@ def _cases():
     ]
 
 
+@pytest.mark.slow  # coverage by simulation
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
 def test_predictive_interval_covers_simulated_data(case):
     """Draw f from a known q(f), y from the likelihood: the 90 % interval holds about 90 % of the y."""

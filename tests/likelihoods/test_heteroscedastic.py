@@ -476,6 +476,7 @@ def _tiny_two_latent_prior(n: int, seed: int, scale: float) -> tuple[Tensor, Ten
     return 0.5 * torch.randn(2, n, generator=g), K
 
 
+@pytest.mark.slow  # long chains against the true posterior
 @pytest.mark.parametrize(
     "make",
     [lambda: _gaussian(max_precision=2.0), lambda: _student_t(df=3.0, max_precision=2.0)],

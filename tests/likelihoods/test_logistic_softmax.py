@@ -369,6 +369,7 @@ def _batched_logits(theta: torch.Tensor, f: torch.Tensor, bijective: bool) -> to
     return torch.cat([latent, (t[..., -1:] / 2).log().expand(*f.shape[:-1], 1)], -1)
 
 
+@pytest.mark.slow  # a Geweke test
 @pytest.mark.parametrize("bijective, K", [(False, 2), (True, 3)], ids=["over-parametrised", "bijective"])
 def test_geweke_class_scale_gibbs_step(bijective, K):
     """theta ~ Ga(2, 1.5): the sweep (Omega, then zeta | f, theta, theta | f, zeta, a fresh (n, omega) | f, theta,

@@ -24,6 +24,7 @@ def _cases():
     ]
 
 
+@pytest.mark.slow  # coverage by simulation
 @pytest.mark.parametrize(
     "case, level",
     [pytest.param(c, 0.9, id=f"{c[0]}-0.9") for c in _cases()]
