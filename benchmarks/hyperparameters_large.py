@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import inspect
 import math
 import sys
 import time
@@ -55,12 +54,13 @@ from torch import Tensor  # noqa: E402
 
 from gpytorch_augment import CAVI, BernoulliLogitLikelihood, CAVIVariationalStrategy  # noqa: E402
 from gpytorch_augment._validation import checked_data  # noqa: E402
-from gpytorch_augment.inference.hyperparameters import fit_hyperparameters, hyperparameters_of  # noqa: E402
+from gpytorch_augment.inference.fit_options import FitOptions  # noqa: E402
+from gpytorch_augment.inference.hyperparameters import hyperparameters_of  # noqa: E402
 
-_DEFAULTS = inspect.signature(fit_hyperparameters).parameters
+_DEFAULTS = FitOptions().resolved("stochastic")
 #: the stochastic protocol's defaults, read from the package (not chosen here)
-OURS_LR = float(_DEFAULTS["lr"].default)
-OURS_DEFAULT_BATCH = int(_DEFAULTS["batch_size"].default)
+OURS_LR = float(_DEFAULTS.lr)
+OURS_DEFAULT_BATCH = int(_DEFAULTS.batch_size)
 
 #: the grid, fixed before any run
 GRID = {

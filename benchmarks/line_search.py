@@ -1,4 +1,4 @@
-r"""How many evaluations one line search of the one-call fit may spend: ``NESTED_MAX_LINE_SEARCH``, on every
+r"""How many evaluations one line search of the one-call fit may spend: ``FitOptions.max_line_search``, on every
 likelihood.
 
 Near its optimum the nested objective :math:`J(\theta)` (``gpytorch_augment/inference/nested.py``) has an envelope
@@ -33,7 +33,6 @@ import nested_settings as ns  # noqa: E402
 import stationarity as st  # noqa: E402
 import torch  # noqa: E402
 
-from gpytorch_augment.inference import hyperparameters as module  # noqa: E402
 from gpytorch_augment.inference.nested import NestedObjective  # noqa: E402
 
 #: the caps compared, declared before any run: torch's own default (25, the package's until this script) and 10
@@ -46,20 +45,21 @@ def run_cap(problem: str, data: dict[str, Any], Z: torch.Tensor, cap: int, max_i
     counts = {"evaluations": 0}
 
     @contextmanager
-    def capped_and_counted() -> Iterator[None]:
-        call, previous = NestedObjective.__call__, module.NESTED_MAX_LINE_SEARCH
+    def counted_evaluations() -> Iterator[None]:
+        call = NestedObjective.__call__
 
         def counted(self: NestedObjective, *args: Any, **kwargs: Any) -> torch.Tensor:
             counts["evaluations"] += 1
             return call(self, *args, **kwargs)
 
-        module.NESTED_MAX_LINE_SEARCH, NestedObjective.__call__ = cap, counted
+        NestedObjective.__call__ = counted
         try:
             yield
         finally:
-            module.NESTED_MAX_LINE_SEARCH, NestedObjective.__call__ = previous, call
+            NestedObjective.__call__ = call
 
-    result = st.measure_fit(problem, data, Z, max_iter, around=capped_and_counted)
+    result = st.measure_fit(problem, data, Z, max_iter, hyper_options={"max_line_search": cap},
+                            around=counted_evaluations)  # fmt: skip
     return {"cap": cap, **result, **({} if "failed" in result else counts)}
 
 

@@ -61,7 +61,9 @@ from gpytorch_augment import (  # noqa: E402
     StudentTLikelihood,
 )
 from gpytorch_augment.datasets import load_keel, load_rdataset  # noqa: E402
-from gpytorch_augment.inference.hyperparameters import NESTED_MAX_ITER, NESTED_TOL  # noqa: E402
+from gpytorch_augment.inference.fit_options import FitOptions  # noqa: E402
+
+NESTED_MAX_ITER, NESTED_TOL = FitOptions().resolved("nested").max_iter, FitOptions().resolved("nested").tol
 
 # ---------------------------------------------------------------------------------------------------- declared
 #: the grid, declared before any run: inner_steps k (CAVI steps per evaluation) x true_steps j (natural-gradient

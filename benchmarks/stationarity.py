@@ -39,14 +39,12 @@ import nested_settings as ns  # noqa: E402
 import torch  # noqa: E402
 
 from gpytorch_augment import CAVI, CAVIVariationalStrategy  # noqa: E402
-from gpytorch_augment.inference.hyperparameters import (  # noqa: E402
-    NESTED_GTOL,
-    NESTED_MAX_ITER,
-    NESTED_TOL,
-    hyperparameters_of,
-)
+from gpytorch_augment.inference.fit_options import FitOptions  # noqa: E402
+from gpytorch_augment.inference.hyperparameters import hyperparameters_of  # noqa: E402
 from gpytorch_augment.inference.nested import NestedProtocol  # noqa: E402
 
+_NESTED = FitOptions().resolved("nested")  #: the nested protocol's defaults
+NESTED_GTOL, NESTED_MAX_ITER, NESTED_TOL = _NESTED.gtol, _NESTED.max_iter, _NESTED.tol
 #: the settings, declared before any run: the default, and two polish restarts
 SETTINGS = {"default": {}, "restarts=2": {"restarts": 2}}
 SEEDS = ns.SEEDS  #: the splits of nested_settings.py (no tuning used them)
