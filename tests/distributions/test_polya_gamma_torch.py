@@ -1,6 +1,7 @@
-"""The torch-native Pólya-Gamma sampler (:mod:`gpytorch_augment.distributions.polya_gamma_torch`): exact moments
-and the law of ``polyagamma``'s exact samplers (two-sample Kolmogorov-Smirnov), reproducibility from a generator,
-devices and dtypes, bad input, and :class:`PolyaGamma` without ``polyagamma`` installed.
+"""The torch-native Pólya-Gamma sampler (:mod:`gpytorch_augment.distributions.polya_gamma_torch`): exact moments,
+the law of ``polyagamma``'s exact samplers (two-sample Kolmogorov-Smirnov) and the exact CDF (small ``b``, both
+samplers), reproducibility from a generator, devices and dtypes, bad input, and :class:`PolyaGamma` without
+``polyagamma`` installed.
 
 Every check is seeded and can fail: the same moment check rejects the draws of a slightly wrong law."""
 
@@ -19,7 +20,7 @@ from gpytorch_augment._numerics import pg_mean, pg_variance
 from gpytorch_augment.distributions import PolyaGamma
 from gpytorch_augment.distributions import polya_gamma as pg_module
 from gpytorch_augment.distributions.polya_gamma import _sample_numpy, uses_torch_sampler
-from gpytorch_augment.distributions.polya_gamma_torch import SUM_MAX, sample_pg1, sample_polya_gamma
+from gpytorch_augment.distributions.polya_gamma_torch import SUM_MAX, polya_gamma_icdf, sample_pg1, sample_polya_gamma
 from tests.distributions.pg_cdf import polya_gamma_cdf
 
 # (b, c): Devroye's two proposals (c small: mostly the exponential; c large: the truncated inverse Gaussian, both of
@@ -159,26 +160,60 @@ def test_integer_tilts_give_float_draws_and_huge_tilts_the_mean() -> None:
 _KS_999 = 1.9495
 
 
-@pytest.mark.parametrize(
-    "b",
-    [
-        pytest.param(0.003, marks=pytest.mark.xfail(strict=True, reason="issue 38 item 4: KS 0.45, wrong law")),
-        pytest.param(0.01, marks=pytest.mark.xfail(strict=True, reason="issue 38 item 4: KS 0.18, wrong law")),
-        pytest.param(0.03, marks=pytest.mark.xfail(strict=True, reason="issue 38 item 4: KS 0.04, wrong law")),
-        0.1,
-        0.7,
-    ],
-)
-@pytest.mark.parametrize("c", [0.0, 2.0])
-def test_draws_follow_the_exact_cdf(b, c):
+def _ks_to_exact_cdf(draws: torch.Tensor, b: float, c: float) -> float:
+    """The Kolmogorov-Smirnov distance of ``draws`` to the exact PG(b, c) CDF."""
+    x = draws.to(torch.float64).sort().values
+    n = x.numel()
+    F = polya_gamma_cdf(x.clamp_min(1e-300), b, c)
+    i = torch.arange(1, n + 1, dtype=torch.float64)
+    return float(torch.maximum(i / n - F, F - (i - 1) / n).max())
+
+
+#: small b (b <= 0.05 was wrong for every tilt: KS 0.99 at 1e-5, 0.45 at 0.003, 0.18 at 0.01, 0.04 at 0.03), a
+#: fraction beside exact PG(1) draws (2.3), and moderate b
+EXACT_CDF_CASES = [(1e-5, 0.0), (1e-4, 1.0), (0.003, 0.0), (0.003, 2.0), (0.01, 20.0), (0.03, 2.0), (0.1, 0.0),
+                   (0.7, 2.0), (2.3, 1.0)]
+
+
+@pytest.mark.parametrize("b, c", EXACT_CDF_CASES)
+def test_draws_follow_the_exact_cdf(b: float, c: float) -> None:
     """The torch sampler's draws against the exact PG(b, c) CDF (series in log space) by the Kolmogorov-Smirnov
-    distance, below its 0.999 quantile for the sample size. Small non-integer b fails: the 10-term gamma series
-    with a moment-matched gamma tail puts mass near 0 where the law has F(x) ~ exp(-b^2 / (8x))."""
+    distance, below its 0.999 quantile for the sample size (issue 38 item 4: the 10-term gamma series with a
+    moment-matched gamma tail, used for fractional parts before, puts mass near 0 where the law has
+    F(x) ~ exp(-b^2 / (8x)); the moments alone did not show it)."""
     n = 20000
     g = torch.Generator().manual_seed(0)
     full = partial(torch.full, (n,), dtype=torch.float64)
-    x = sample_polya_gamma(full(b), full(c), generator=g).sort().values
-    F = polya_gamma_cdf(x.clamp_min(1e-300), b, c)
-    i = torch.arange(1, n + 1, dtype=torch.float64)
-    ks = torch.maximum(i / n - F, F - (i - 1) / n).max()
-    assert ks <= _KS_999 / math.sqrt(n)
+    assert _ks_to_exact_cdf(sample_polya_gamma(full(b), full(c), generator=g), b, c) <= _KS_999 / math.sqrt(n)
+
+
+@pytest.mark.parametrize("b, c", [(1e-5, 0.0), (1e-5, 20.0), (1e-4, 1.0), (1e-4, 20.0), (0.01, 0.0), (0.05, 1.0)])
+def test_host_draws_follow_the_exact_cdf(b: float, c: float) -> None:
+    """``PolyaGamma.sample`` on the CPU (``polyagamma``'s routing, :func:`_sample_numpy`) against the exact CDF:
+    the gamma series it used for ``b < 1`` at ``|c| < 8`` and for ``b <= 1e-4`` (which the package refuses) was
+    wrong (KS 0.99 at b = 1e-5, 0.94 at 1e-4, 0.18 at 0.01, 0.015 at 0.05)."""
+    pytest.importorskip("polyagamma")
+    n = 20000
+    draws = PolyaGamma(torch.tensor(b), torch.tensor(c)).sample((n,), generator=torch.Generator().manual_seed(0))
+    assert _ks_to_exact_cdf(draws, b, c) <= _KS_999 / math.sqrt(n)
+
+
+@pytest.mark.parametrize("b", [1e-6, 0.02, 0.5, 1.0])
+@pytest.mark.parametrize("c", [0.0, 3.0, 40.0])
+def test_icdf_inverts_the_exact_cdf(b: float, c: float) -> None:
+    """F(polya_gamma_icdf(u)) = u, from 2^-54 to 1 - 2^-54 (both tails), against the reference series."""
+    u = torch.tensor([2.0**-54, 1e-10, 1e-3, 0.2, 0.5, 0.8, 0.999, 1 - 1e-9, 1 - 2.0**-54], dtype=torch.float64)
+    x = polya_gamma_icdf(u, torch.tensor(b, dtype=torch.float64), torch.tensor(c, dtype=torch.float64))
+    assert bool((x > 0).all()) and bool((x.diff() > 0).all())
+    F = polya_gamma_cdf(x, b, c)
+    torch.testing.assert_close(F, u, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize(
+    "u, b, c, match",
+    [(0.5, 0.0, 0.0, "b must be in"), (0.5, 1.5, 0.0, "b must be in"), (0.0, 0.5, 0.0, "u must be in"),
+     (1.5, 0.5, 0.0, "u must be in"), (0.5, 0.5, math.inf, "c must be finite")],
+)
+def test_icdf_bad_input_raises(u: float, b: float, c: float, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        polya_gamma_icdf(torch.tensor(u), torch.tensor(b), torch.tensor(c))
