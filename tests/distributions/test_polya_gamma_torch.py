@@ -178,9 +178,9 @@ EXACT_CDF_CASES = [(1e-5, 0.0), (1e-4, 1.0), (0.003, 0.0), (0.003, 2.0), (0.01, 
 @pytest.mark.parametrize("b, c", EXACT_CDF_CASES)
 def test_draws_follow_the_exact_cdf(b: float, c: float) -> None:
     """The torch sampler's draws against the exact PG(b, c) CDF (series in log space) by the Kolmogorov-Smirnov
-    distance, below its 0.999 quantile for the sample size (issue 38 item 4: the 10-term gamma series with a
-    moment-matched gamma tail, used for fractional parts before, puts mass near 0 where the law has
-    F(x) ~ exp(-b^2 / (8x)); the moments alone did not show it)."""
+    distance, below its 0.999 quantile for the sample size. Moments cannot show a wrong law here: a truncated gamma
+    series with a moment-matched gamma tail has the right mean and variance but puts mass near 0, where the law has
+    F(x) ~ exp(-b^2 / (8x))."""
     n = 20000
     g = torch.Generator().manual_seed(0)
     full = partial(torch.full, (n,), dtype=torch.float64)
