@@ -251,14 +251,14 @@ def test_sampler_method_that_is_not_a_name_is_named(method):
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"hyper_options": {"restarts": math.inf}}, "^restarts must be an integer >= 0, got inf"),
-        ({"hyper_options": {"restarts": math.nan}}, "^restarts must be an integer >= 0, got nan"),
-        ({"hyper_options": {"restarts": None}}, "^restarts must be an integer >= 0, got None"),
+        ({"hyper_options": {"restarts": math.inf}}, "^restarts must be an integer >= 0 or None, got inf"),
+        ({"hyper_options": {"restarts": math.nan}}, "^restarts must be an integer >= 0 or None, got nan"),
+        ({"hyper_options": {"restarts": -1}}, "^restarts must be an integer >= 0 or None, got -1"),
         ({"hyper_options": {"lr": "a"}}, "^lr must be a finite number > 0, got 'a'"),
         ({"max_iter": 2.5}, r"^max_iter must be an integer >= 1 or None, got 2.5"),
         ({"max_iter": math.inf}, r"^max_iter must be an integer >= 1 or None, got inf"),
     ],
-    ids=["restarts-inf", "restarts-nan", "restarts-None", "lr-string", "max_iter-2.5", "max_iter-inf"],
+    ids=["restarts-inf", "restarts-nan", "restarts-negative", "lr-string", "max_iter-2.5", "max_iter-inf"],
 )
 @pytest.mark.parametrize("learn", [True, False], ids=["one-call", "plain"])
 def test_fit_options_out_of_range_are_named_not_truncated(options, message, learn):

@@ -63,6 +63,14 @@ ALLOWED = {
     ("likelihoods/laplace.py", "_cdf_function"): "as_tensor of the user's value",
     ("likelihoods/student_t.py", "predictive_cdf"): "as_tensor of the user's value",
     ("likelihoods/student_t.py", "_cdf_function"): "as_tensor of the user's value",
+    ("_validation.py", "as_tensors"): "as_tensor of the user's numpy arrays (numpy lives on the host)",
+    ("core/design.py", "comparison_indices"): "as_tensor of the user's index pairs (a tensor keeps its device)",
+    ("distributions/laplace_transform.py", "log_laplace_derivatives"): "zeros_like keeps the device; as_tensor of a "
+    "value that is already a tensor or a number",
+    ("likelihoods/laplace_transform.py", "log_prob"): "as_tensor of the user's value, then .to(self.f)",
+    ("likelihoods/laplace_transform.py", "predictive_cdf"): "as_tensor of the user's value (a tensor keeps its device)",
+    ("preference.py", "_fit_exact"): "SciPy's objective value, a host scalar",
+    ("inference/lbfgs.py", "run_scipy.write"): "SciPy's host array of raw values, moved with .to(parameter)",
 }
 
 

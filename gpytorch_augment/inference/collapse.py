@@ -41,7 +41,7 @@ def latent_spread(model: torch.nn.Module, x: Tensor, num_latents: int = 1) -> Te
     if num_latents > 1 or mean.dim() > x.dim() - 1:  # (..., N, T): latents last
         mean = mean.movedim(-1, 0)
     mean = mean.reshape(max(num_latents, 1), -1) if num_latents > 1 else mean.reshape(1, -1)
-    return mean.std(dim=-1) if mean.shape[-1] > 1 else torch.zeros(mean.shape[0], dtype=mean.dtype)
+    return mean.std(dim=-1) if mean.shape[-1] > 1 else torch.zeros(mean.shape[0], dtype=mean.dtype, device=mean.device)
 
 
 def is_constant(model: torch.nn.Module, x: Tensor, num_latents: int = 1, tol: float = SPREAD_TOL) -> bool:

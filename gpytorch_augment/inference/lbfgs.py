@@ -67,7 +67,7 @@ def run_scipy(protocol: Any, on_iteration: OnIteration, max_iter: int) -> str:
     def fun(theta: np.ndarray) -> tuple[float, np.ndarray]:
         write(theta)
         value, grads = protocol.evaluate()
-        flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads]) if grads else torch.zeros(0)
+        flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads]) if grads else torch.zeros(0, device="cpu")
         return value, flat.cpu().numpy()
 
     state = {"stop": False, "count": 0}
