@@ -196,9 +196,12 @@ def load(name: str, p: dict[str, Any], seed: int, quick: bool) -> dict[str, Any]
 class Model(gpytorch.models.ApproximateGP):
     """``T`` independent latents (``T = 1``: one) with constant mean (``zero_mean``: none, for the ordinal
     likelihood, whose first cut-point a constant mean duplicates) and scaled ARD-RBF kernel at fixed ``Z``,
-    GPyTorch's default initial values: the README recipe as a GPyTorch user writes it."""
+    GPyTorch's default initial values: the README recipe as a GPyTorch user writes it. ``unit_start``: lengthscales
+    and outputscale set to 1 instead (the start of the earlier protocol, which the scripts that import this model
+    -- ``nested_settings.py``, ``stationarity.py``, ``quadrature_route.py``, ``protocol_crossover.py`` -- keep)."""
 
-    def __init__(self, Z: Tensor, T: int, distribution_cls: type, strategy_cls: type, zero_mean: bool = False) -> None:
+    def __init__(self, Z: Tensor, T: int, distribution_cls: type, strategy_cls: type, zero_mean: bool = False,
+                 unit_start: bool = False) -> None:  # fmt: skip
         batch = torch.Size([T]) if T > 1 else torch.Size()
         q_u = distribution_cls(Z.size(-2), batch_shape=batch)
         strategy = strategy_cls(self, Z, q_u, learn_inducing_locations=False)
@@ -208,6 +211,9 @@ class Model(gpytorch.models.ApproximateGP):
         self.mean_module = gpytorch.means.ZeroMean() if zero_mean else gpytorch.means.ConstantMean(batch_shape=batch)
         kernel = gpytorch.kernels.RBFKernel(ard_num_dims=Z.size(-1), batch_shape=batch)
         self.covar_module = gpytorch.kernels.ScaleKernel(kernel, batch_shape=batch)
+        if unit_start:
+            self.covar_module.base_kernel.lengthscale = torch.ones_like(kernel.lengthscale)
+            self.covar_module.outputscale = torch.ones_like(self.covar_module.outputscale)
 
     def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
