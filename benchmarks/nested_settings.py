@@ -205,7 +205,7 @@ def run_setting(problem: str, data: dict[str, Any], Z: Tensor, k: int, j: int, m
     """One fit of a fresh model at ``(k, j)`` from the common start; its time, true ELBO, test NLL and end."""
     lik = make_likelihood(problem, data["K"])
     model = hp.Model(Z, lik.num_latents, gpytorch.variational.CholeskyVariationalDistribution,
-                     CAVIVariationalStrategy).double()  # fmt: skip
+                     CAVIVariationalStrategy, unit_start=True).double()  # fmt: skip
     x, y, n = data["x"], data["y"], data["y"].shape[-1]
     start, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings(record=True) as caught:

@@ -39,7 +39,8 @@ PROTOCOLS = ("nested", "stochastic")
 
 
 def run(protocol: str, x: torch.Tensor, y: torch.Tensor, data: dict[str, Any], Z: torch.Tensor) -> dict[str, Any]:
-    model = hb.Model(Z, 1, gpytorch.variational.CholeskyVariationalDistribution, CAVIVariationalStrategy).double()
+    model = hb.Model(Z, 1, gpytorch.variational.CholeskyVariationalDistribution, CAVIVariationalStrategy,
+                     unit_start=True).double()  # fmt: skip
     likelihood = BernoulliLogitLikelihood()
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:

@@ -219,7 +219,7 @@ class Clock:
 def frozen_hyperparameters(kind: str, data: dict[str, Any], Z: Tensor) -> dict[str, Any]:
     """The setup fit (:data:`SETUP`): the kernel, mean and (Matérn) :math:`\\rho` both routes then keep fixed."""
     model = hp.Model(Z, 1, gpytorch.variational.CholeskyVariationalDistribution,
-                     gpytorch.variational.VariationalStrategy).double()  # fmt: skip
+                     gpytorch.variational.VariationalStrategy, unit_start=True).double()  # fmt: skip
     likelihood = (QuadratureMatern() if kind == "matern" else QuadratureSVM()).double()
     mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=data["y"].numel())
     optimizer = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=SETUP["lr"])
@@ -234,7 +234,7 @@ def frozen_hyperparameters(kind: str, data: dict[str, Any], Z: Tensor) -> dict[s
 def build(kind: str, route: str, Z: Tensor, hypers: dict[str, Any] | None) -> tuple[Any, Any]:
     """Model and likelihood of one run; ``hypers`` set and frozen (``None``: learned from the common start)."""
     strategy = CAVIVariationalStrategy if route == "ours" else gpytorch.variational.VariationalStrategy
-    model = hp.Model(Z, 1, gpytorch.variational.CholeskyVariationalDistribution, strategy).double()
+    model = hp.Model(Z, 1, gpytorch.variational.CholeskyVariationalDistribution, strategy, unit_start=True).double()
     frozen = hypers is not None
     if frozen:
         common.set_hyperparameters(model, hypers, frozen=True)

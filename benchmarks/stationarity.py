@@ -58,7 +58,7 @@ def measure_fit(problem: str, data: dict[str, Any], Z: torch.Tensor, max_iter: i
     the test NLL."""
     lik = ns.make_likelihood(problem, data["K"])
     model = hp.Model(Z, lik.num_latents, gpytorch.variational.CholeskyVariationalDistribution,
-                     CAVIVariationalStrategy).double()  # fmt: skip
+                     CAVIVariationalStrategy, unit_start=True).double()  # fmt: skip
     x, y, n = data["x"], data["y"], data["y"].shape[-1]
     cavi = CAVI(model, lik, num_data=n)
     start = time.perf_counter()
