@@ -325,16 +325,7 @@ def polya_gamma_icdf(u: Tensor, b: Tensor, c: Tensor) -> Tensor:
     shape = u.shape
     u, b, c = u.reshape(-1), b.reshape(-1), c.abs().reshape(-1)
     log1p_exp = torch.log1p(torch.exp(-c))
-    k = torch.sqrt(2 * (_TAIL_NATS + b * log1p_exp))
-    lo = 2 * (torch.log(b) - torch.log(k + torch.sqrt(k * k + 2 * b * c)))
-    hi = torch.log((_TAIL_NATS + b * (0.5 * c + log1p_exp)) / (0.5 * c * c + 2 * _PI2 / 9))
-    # start: the quantile of the leading term at c = 0, 2^(b+1) Phi(-b / (2 sqrt x)); where b c > 1 (the law
-    # concentrates about its mean) a log-normal with the exact mean and variance; clamped into the bracket
-    z = torch.special.ndtri((u * torch.exp(-(b + 1) * math.log(2.0))).clamp(max=0.5 - 1e-9))
-    levy = 2 * (torch.log(b) - math.log(2.0) - torch.log(-z))
-    mean = pg_mean(b, c)
-    lognormal = torch.log(mean) + torch.sqrt(pg_variance(b, c)) / mean * torch.special.ndtri(u)
-    y = torch.minimum(torch.maximum(torch.where(b * c > 1, lognormal, levy), lo), hi)
+    lo, hi, y = _icdf_bracket_and_start(u, b, c, log1p_exp)
     n = torch.arange(_TERM_BUCKETS[-1], dtype=torch.float64, device=u.device)
     bb = b.unsqueeze(-1)
     a = torch.lgamma(n + bb) - torch.lgamma(bb) - torch.lgamma(n + 1) + bb * log1p_exp.unsqueeze(-1)
@@ -375,6 +366,20 @@ def polya_gamma_icdf(u: Tensor, b: Tensor, c: Tensor) -> Tensor:
         lo[idx], hi[idx], y[idx] = lo_i, hi_i, new
         idx = idx[~converged]
     return torch.exp(y).reshape(shape)
+
+
+def _icdf_bracket_and_start(u: Tensor, b: Tensor, c: Tensor, log1p_exp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`polya_gamma_icdf`'s bracket ``(lo, hi)`` of ``log x`` (its Chernoff bounds) and its start inside it."""
+    k = torch.sqrt(2 * (_TAIL_NATS + b * log1p_exp))
+    lo = 2 * (torch.log(b) - torch.log(k + torch.sqrt(k * k + 2 * b * c)))
+    hi = torch.log((_TAIL_NATS + b * (0.5 * c + log1p_exp)) / (0.5 * c * c + 2 * _PI2 / 9))
+    # start: the quantile of the leading term at c = 0, 2^(b+1) Phi(-b / (2 sqrt x)); where b c > 1 (the law
+    # concentrates about its mean) a log-normal with the exact mean and variance; clamped into the bracket
+    z = torch.special.ndtri((u * torch.exp(-(b + 1) * math.log(2.0))).clamp(max=0.5 - 1e-9))
+    levy = 2 * (torch.log(b) - math.log(2.0) - torch.log(-z))
+    mean = pg_mean(b, c)
+    lognormal = torch.log(mean) + torch.sqrt(pg_variance(b, c)) / mean * torch.special.ndtri(u)
+    return lo, hi, torch.minimum(torch.maximum(torch.where(b * c > 1, lognormal, levy), lo), hi)
 
 
 def _gamma(shape: Tensor, generator: torch.Generator | None) -> Tensor:
