@@ -1,8 +1,6 @@
 """gpytorch-augment: augmented (conditionally conjugate) likelihoods for GPyTorch, with closed-form CAVI
 updates and blocked Gibbs sampling."""
 
-from typing import Any
-
 from . import core, distributions, likelihoods
 from .distributions import PolyaGamma
 from .inference import (
@@ -79,9 +77,3 @@ __all__ = [
     "likelihoods",
     "posterior_sampler",
 ]
-
-
-def __getattr__(name: str) -> Any:  # the names renamed in 0.3, for one release
-    from .inference._deprecated import deprecated_attribute
-
-    return deprecated_attribute(__name__, name)

@@ -2,8 +2,6 @@
 criteria), and the samplers -- kernels (blocked Gibbs, Laplace-preconditioned HMC) run by one driver
 (:mod:`~gpytorch_augment.inference.mcmc`); :func:`posterior_sampler` picks between them."""
 
-from typing import Any
-
 from .cavi import CAVI
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
 from .gibbs import GibbsKernel, GibbsSampler
@@ -36,9 +34,3 @@ __all__ = [
     "make_schedule",
     "posterior_sampler",
 ]
-
-
-def __getattr__(name: str) -> Any:  # the names renamed in 0.3, for one release
-    from ._deprecated import deprecated_attribute
-
-    return deprecated_attribute(__name__, name)

@@ -36,7 +36,6 @@ Example::
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from torch import Tensor
@@ -72,7 +71,6 @@ def posterior_sampler(
     *,
     method: str = "auto",
     inducing_points: Tensor | None = None,
-    kernel: str | None = None,
     **kwargs: Any,
 ) -> MCMC:
     """Build the sampler of the posterior :math:`p(f \\mid y)` named by ``method``.
@@ -83,23 +81,12 @@ def posterior_sampler(
     :param y: training targets ``(N,)``.
     :param method: ``"auto"`` (default: :func:`choose_method`), ``"gibbs"`` or ``"hmc"``.
     :param inducing_points: optional inducing inputs (Gibbs only).
-    :param kernel: the old name of ``method`` (deprecated: "kernel" is the covariance function to a GPyTorch user).
     :param kwargs: options of the chosen sampler (e.g. ``overrelaxation`` for Gibbs, ``num_steps`` for HMC, both:
         ``jitter``) and per-datum keyword data of the likelihood.
     :return: a :class:`~gpytorch_augment.GibbsSampler` or :class:`~gpytorch_augment.HMCSampler` (both
         :class:`~gpytorch_augment.inference.mcmc.MCMC` drivers).
     :raises ValueError: on an unknown ``method`` or an option the chosen sampler rejects.
     """
-    if kernel is not None:
-        warnings.warn(
-            "posterior_sampler(kernel=...) is deprecated and will be removed in the next release: use method=... "
-            "(the same values)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if method != "auto" and method != kernel:
-            raise ValueError(f"method={method!r} and the deprecated kernel={kernel!r} disagree; pass method only")
-        method = kernel
     if not isinstance(method, str) or (method != "auto" and method not in METHODS):
         raise ValueError(f"method must be 'auto' or one of {tuple(METHODS)}, got {method!r}")
     name = choose_method(likelihood, inducing_points) if method == "auto" else method

@@ -1,6 +1,6 @@
 """The sampler framework (:mod:`gpytorch_augment.inference.mcmc`): kernels are siblings run by one driver, a kernel of
-one's own runs under it unchanged, the draws predict through the target's public interface, the renamed names and
-the ``kernel=`` keyword still resolve with a ``DeprecationWarning``, and the sampler modules import no cycle."""
+one's own runs under it unchanged, the draws predict through the target's public interface, the names renamed in 0.3
+and the ``kernel=`` keyword are gone, and the sampler modules import no cycle."""
 
 from __future__ import annotations
 
@@ -132,33 +132,30 @@ def test_draws_predict_through_the_target_alone():
 
 
 @pytest.mark.parametrize(
-    ("module", "old", "new"),
+    ("module", "old"),
     [
-        (gpytorch_augment, "GibbsSamples", PosteriorSamples),
-        (gpytorch_augment.inference, "GibbsState", ChainState),
-        (gpytorch_augment.inference, "GibbsPrediction", PosteriorPrediction),
-        (gpytorch_augment.inference, "GibbsSummary", PosteriorSummary),
-        (gibbs_package, "GibbsState", ChainState),
-        (gibbs_package, "BlockedGibbsKernel", GibbsKernel),
+        (gpytorch_augment, "GibbsSamples"),
+        (gpytorch_augment.inference, "GibbsState"),
+        (gpytorch_augment.inference, "GibbsPrediction"),
+        (gpytorch_augment.inference, "GibbsSummary"),
+        (gibbs_package, "GibbsState"),
+        (gibbs_package, "BlockedGibbsKernel"),
     ],
 )
-def test_renamed_names_resolve_with_a_deprecation_warning(module, old, new):
-    with pytest.warns(DeprecationWarning, match=new.__name__):
-        assert getattr(module, old) is new
-    with pytest.raises(AttributeError, match="NoSuchName"):
-        module.NoSuchName  # noqa: B018
+def test_the_names_renamed_in_0_3_are_gone(module, old):
+    """0.x keeps no aliases (the CHANGELOG lists the renames): an old name is an ``AttributeError``."""
+    with pytest.raises(AttributeError, match=old):
+        getattr(module, old)
 
 
-def test_the_kernel_keyword_is_deprecated_for_method():
+def test_posterior_sampler_takes_method_and_no_kernel_keyword():
     prior, x, y = _problem()
-    with pytest.warns(DeprecationWarning, match="method="):
-        sampler = posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, kernel="gibbs")
-    assert type(sampler) is GibbsSampler
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new keyword warns about nothing
+        warnings.simplefilter("error")  # the keyword warns about nothing
         assert type(posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, method="hmc")) is HMCSampler
-    with pytest.raises(ValueError, match="disagree"), pytest.warns(DeprecationWarning):
-        posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, method="hmc", kernel="gibbs")
+        assert type(posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, method="gibbs")) is GibbsSampler
+    with pytest.raises(TypeError, match="kernel"):
+        posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, kernel="gibbs")
 
 
 # ------------------------------------------------------------------------------------------------- import cycles

@@ -13,9 +13,3 @@ from .kernel import GibbsChains, GibbsKernel
 from .sampler import GibbsSampler
 
 __all__ = ["GibbsChains", "GibbsKernel", "GibbsSampler"]
-
-
-def __getattr__(name: str):  # the names renamed in 0.3, for one release
-    from .._deprecated import deprecated_attribute
-
-    return deprecated_attribute(__name__, name)

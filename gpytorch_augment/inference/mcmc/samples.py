@@ -171,8 +171,7 @@ def _format_cell(column: str, value: float) -> str:
 @dataclass
 class PosteriorSamples:
     r"""Draws of a sampler run (:class:`~gpytorch_augment.GibbsSampler`, :class:`~gpytorch_augment.HMCSampler` or any
-    :class:`~gpytorch_augment.inference.mcmc.MCMC` driver). ``GibbsSamples`` is a deprecated alias of this class
-    (removed in 0.4).
+    :class:`~gpytorch_augment.inference.mcmc.MCMC` driver).
 
     :ivar f: latent draws ``(chains, draws, N)`` (``(chains, draws, T, N)`` for ``T`` latents).
     :ivar aux: auxiliary draws, one tensor per variable, ``(chains, draws, ...)``.
