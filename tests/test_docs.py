@@ -30,6 +30,7 @@ def _require_sphinx() -> None:
 
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "gpytorch_augment"
 DOCS = ROOT / "docs"
 TUTORIALS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 BUILD_TIMEOUT_S = 300
@@ -394,6 +395,19 @@ def test_no_compatibility_shims() -> None:
     assert importlib.util.find_spec("gpytorch_augment.likelihoods.heteroscedastic") is None
     assert not (ROOT / "tests" / "likelihoods" / "case.py").exists()
     assert (ROOT / "CHANGELOG.md").is_file()
+    assert not (PACKAGE / "inference" / "_deprecated.py").exists()
+    modules = [p for p in PACKAGE.rglob("*.py") if re.search(r"^def __getattr__\(", p.read_text("utf-8"), re.M)]
+    assert not modules, f"module __getattr__ (an alias shim) in {modules}"
+
+
+#: a timing figure: a duration per unit or a speed ratio (they go stale; benchmarks/README.md keeps them)
+_TIMING = re.compile(r"\d\s?(µs|ms)\b|\d(\.\d+)?\s?[x×]\s(faster|slower)|\d+\s?-\s?\d+\s?[x×]\s(faster|slower)")
+
+
+def test_no_benchmark_figures_in_the_package() -> None:
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:100]}" for p in PACKAGE.rglob("*.py")
+             for n, line in enumerate(p.read_text("utf-8").splitlines(), 1) if _TIMING.search(line)]  # fmt: skip
+    assert not found, "timing figures in the package (move them to benchmarks/README.md):\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("name", ["CAVIVariationalStrategy", "UnwhitenedCAVIVariationalStrategy"])

@@ -209,10 +209,9 @@ def _sample_numpy(b: np.ndarray, z: np.ndarray, rng: np.random.Generator, out: n
     ======================================  =====================================================
 
     For integer ``b <= 12`` (e.g. ``b = 1``, Bernoulli) only the two exact samplers ``"devroye"`` and
-    ``"alternate"`` are used; ``"devroye"`` is also the fastest for ``b = 1`` (measured, 864 draws, one core:
-    0.14--0.24 µs per draw against 0.25--0.35 µs for ``"alternate"`` and 1.5--1.8 µs for ``"saddle"``). When one branch
-    covers every element (the usual
-    case in a Gibbs sweep) it is a single vectorised call writing into ``out``, without masked copies.
+    ``"alternate"`` are used; ``"devroye"`` is also the fastest for ``b = 1`` (``benchmarks/README.md``). When
+    one branch covers every element (the usual case in a Gibbs sweep) it is a single vectorised call writing into
+    ``out``, without masked copies.
     """
     from polyagamma import random_polyagamma
 
@@ -297,7 +296,7 @@ class PolyaGamma(NotReparameterized, Distribution):
       On a GPU they use the torch-native sampler of :mod:`~gpytorch_augment.distributions.polya_gamma_torch`
       (Devroye's exact method, sums for integer ``b``, the inversion of the exact CDF for a fractional part; exact
       for ``b <= 16``; no host round trip), from the generator or from torch's
-      global RNG of that device; on the CPU the ``polyagamma`` path above (about 5x faster there, one thread), or
+      global RNG of that device; on the CPU the ``polyagamma`` path above (the faster one there), or
       the torch-native sampler where ``polyagamma`` is not installed (:func:`uses_torch_sampler`). A CPU generator
       with GPU parameters draws on the host and copies the draws over. The draws are returned on the parameters'
       device and dtype.

@@ -108,7 +108,7 @@ class LaplacePreconditioner(NamedTuple):
     :math:`\tfrac12\lVert\hat v\rVert^2`, ``w_rows`` (``W`` laid out for the product :math:`Wd` with a
     latent-major ``d`` (T, C, N): its diagonal (T, 1, N) where ``W`` is diagonal -- one latent or diagonal
     curvature -- else (T, T, 1, N)) and ``At`` (:math:`A^\top`, stored contiguous: a product with a transposed view
-    takes a slower BLAS path, 3-5x slower for few chains)."""
+    takes a slower BLAS path)."""
 
     f_hat: Tensor
     v_hat: Tensor
