@@ -43,7 +43,7 @@ from ...core.prior import with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..mcmc.kernel import MCMCKernel
 from ..mcmc.state import ChainState
-from ..mcmc.target import PosteriorTarget, PriorTerms
+from ..mcmc.target import PosteriorTarget, TargetPriorTerms
 
 __all__ = ["F_UPDATES", "GibbsChains", "GibbsKernel"]
 
@@ -325,7 +325,7 @@ class GibbsKernel(MCMCKernel):
 
     def _gpml_draw(
         self,
-        terms: PriorTerms,
+        terms: TargetPriorTerms,
         h: Tensor,
         lam: Tensor,
         generator: torch.Generator | None,
@@ -374,7 +374,7 @@ class GibbsKernel(MCMCKernel):
             if key not in self.workspace:
                 idx = torch.as_tensor(latents, device=terms.L.device)
                 picked = (t.index_select(0, idx) if t is not None else None for t in terms)
-                self.workspace[key] = PriorTerms(*picked)
+                self.workspace[key] = TargetPriorTerms(*picked)
             terms = self.workspace[key]
         if self.target.design is not None:  # linear observations: the whitened draw with their statistics
             observed = self._observed_terms(terms, latents)
@@ -385,7 +385,7 @@ class GibbsKernel(MCMCKernel):
             return self._gpml_draw(terms, h, lam, generator, f_old), None
         return self._whitened_draw(terms.A, terms.mu, h, lam, generator, f_old)
 
-    def _observed_terms(self, terms: PriorTerms, latents: list[int] | None) -> tuple[Tensor, Tensor]:
+    def _observed_terms(self, terms: TargetPriorTerms, latents: list[int] | None) -> tuple[Tensor, Tensor]:
         r""":math:`(AD^\top, D\mu)` of the linear observations (cached per prior and block)."""
         key = ("observed", tuple(latents) if latents is not None else None)
         if key not in self.workspace:
@@ -393,7 +393,7 @@ class GibbsKernel(MCMCKernel):
             self.workspace[key] = (design.apply(terms.A), design.apply(terms.mu))
         return self.workspace[key]
 
-    def _q_alpha(self, terms: PriorTerms, h: Tensor, lam: Tensor) -> WhitenedGaussian:
+    def _q_alpha(self, terms: TargetPriorTerms, h: Tensor, lam: Tensor) -> WhitenedGaussian:
         r""":math:`q^*_\alpha(v)`, the Power-EP fixed point of the Gaussian problem with tilts :math:`(h, \lambda)`:
         the core's optimal whitened Gaussian for the statistics of the pseudo-observations
         :math:`(h_i, \lambda_i) / (1 + \alpha\lambda_i d_i)` (``alpha = 0``: Titsias's :math:`q(v)`)."""
@@ -404,7 +404,7 @@ class GibbsKernel(MCMCKernel):
 
     def _sparse_draw(
         self,
-        terms: PriorTerms,
+        terms: TargetPriorTerms,
         h: Tensor,
         lam: Tensor,
         generator: torch.Generator | None,

@@ -16,7 +16,7 @@ from .driver import MCMC, rank_seed
 from .kernel import MCMCKernel
 from .samples import PosteriorPrediction, PosteriorSamples, PosteriorSummary
 from .state import ChainState
-from .target import LINALG_DTYPE, PosteriorTarget, PriorTerms
+from .target import LINALG_DTYPE, PosteriorTarget, TargetPriorTerms
 
 __all__ = [
     "LINALG_DTYPE",
@@ -27,6 +27,6 @@ __all__ = [
     "PosteriorSamples",
     "PosteriorSummary",
     "PosteriorTarget",
-    "PriorTerms",
+    "TargetPriorTerms",
     "rank_seed",
 ]

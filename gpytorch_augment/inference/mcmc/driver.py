@@ -19,7 +19,7 @@ from .kernel import MCMCKernel
 from .recorder import Recorder
 from .samples import PosteriorSamples
 from .state import ChainState
-from .target import PosteriorTarget, PriorTerms
+from .target import PosteriorTarget, TargetPriorTerms
 
 __all__ = ["MCMC", "rank_seed"]
 
@@ -74,8 +74,8 @@ class MCMC:
     is_sparse = property(lambda self: self.target.is_sparse, doc="Whether the sampler uses inducing points.")
 
     @property
-    def terms(self) -> PriorTerms:
-        """The cached prior terms (:class:`~gpytorch_augment.inference.mcmc.PriorTerms`)."""
+    def terms(self) -> TargetPriorTerms:
+        """The cached prior terms (:class:`~gpytorch_augment.inference.mcmc.TargetPriorTerms`)."""
         return self.target.terms
 
     def refresh(self) -> None:

@@ -41,13 +41,13 @@ from ...core.prior import prior_cholesky, split_prior, whiten_prior, with_linalg
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, validated_latent_blocks
 from .state import ChainState
 
-__all__ = ["LINALG_DTYPE", "PosteriorTarget", "PriorTerms", "conditional_variances"]
+__all__ = ["LINALG_DTYPE", "PosteriorTarget", "TargetPriorTerms", "conditional_variances"]
 
 #: default dtype of every factorisation and of the chain state (``linalg_dtype=`` overrides it)
 LINALG_DTYPE = torch.float64
 
 
-class PriorTerms(NamedTuple):
+class TargetPriorTerms(NamedTuple):
     r"""The cached prior, latent-major with an explicit latent dimension ``T`` (``T = 1`` for one latent).
 
     Exact model: ``mu`` (T, N), ``K`` = K + jitter I (T, N, N), ``L`` = chol(K) (T, N, N), ``A`` = Lᵀ
@@ -309,7 +309,7 @@ class PosteriorTarget:
             K = covar.to_dense().to(dt)
             K = add_to_diagonal((K + K.mT) / 2, self.jitter)  # exactly symmetric (the f-draw reads either triangle)
             L = prior_cholesky(K, "K + jitter I of the sampler", source_dtype=covar.dtype)
-            self._terms = PriorTerms(mu=mean.to(dt), L=L, A=L.mT.contiguous(), K=K)
+            self._terms = TargetPriorTerms(mu=mean.to(dt), L=L, A=L.mT.contiguous(), K=K)
         else:
             Z = self.inducing_points
             if Z.shape[:-2] != x.shape[:-2]:
@@ -319,13 +319,13 @@ class PosteriorTarget:
             mean, covar = self.prior(torch.cat([Z, x], dim=-2))
             terms = whiten_prior(*split_prior(mean, covar, M, dense=False), self.jitter, dt)
             d = conditional_variances(terms.k_diag, terms.a_sq, self.jitter)
-            self._terms = PriorTerms(mu=terms.mu_X, L=terms.L, A=terms.A, mu_Z=terms.mu_Z, d=d)
+            self._terms = TargetPriorTerms(mu=terms.mu_X, L=terms.L, A=terms.A, mu_Z=terms.mu_Z, d=d)
         self._prior_cache.put([], self._model_tensors(), (), ())
         self.version += 1
 
     @property
-    def terms(self) -> PriorTerms:
-        """The cached prior terms (see :class:`PriorTerms`)."""
+    def terms(self) -> TargetPriorTerms:
+        """The cached prior terms (see :class:`TargetPriorTerms`)."""
         return self._terms
 
     @with_linalg_advice("the sampler's prior")
