@@ -475,12 +475,14 @@ def pilot(name: str, p: dict[str, Any], quick: bool) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- runs
 def run_problem(
     name: str, splits: int, quick: bool, only: list[str] | None = None, first_seed: int = 0,
-    link_variants: bool = False,
+    link_variants: bool = False, pilots: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
+    """Every method on the splits of ``name``; the peers' configurations from the pilot split, or from ``pilots``
+    (``{problem: pilot record}`` of an earlier run: the same choices without running the grid again)."""
     p = dict(PROBLEMS[name])
     if quick:
         p["cap"] = 10.0
-    chosen_record = pilot(name, p, quick)
+    chosen_record = pilots[name] if pilots and name in pilots else pilot(name, p, quick)
     chosen = {f: (v[0], v[1]) for f, v in chosen_record["chosen"].items()}
     runs: dict[str, list[dict[str, Any]]] = {}
     for seed in range(first_seed, first_seed + splits):
@@ -646,18 +648,27 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--out-name", default="hyperparameters",
                         help="stem of the result files: results/<out-name>[_<problems>].{json,md}")
+    parser.add_argument("--pilot-from", type=Path, default=None,
+                        help="take each problem's pilot (the peers' chosen configurations) from this result file")
     parser.add_argument("--merge", type=Path, nargs="+", default=None,
                         help="combine the JSON files of separate runs into results/<out-name>.{json,md}")
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args.merge, common.output_dir(args.out, False), args.out_name)
+    pilots = None
+    if args.pilot_from is not None:
+        import json
+
+        earlier = json.loads(args.pilot_from.read_text())["results"]
+        pilots = {r["problem"]: r["pilot"] for r in earlier if r.get("pilot")}
     machine = common.start_run(threads=1, seed=0)
     out = common.output_dir(args.out, args.quick)
     stem = args.out_name if set(args.problems) == set(SUITE) else args.out_name + "_" + "_".join(args.problems)
     stem += f"_seeds{args.first_seed}-{args.first_seed + args.splits - 1}" if args.first_seed else ""
     results: list[dict[str, Any]] = []
     for name in args.problems:  # the record is rewritten after every problem: a crash keeps what was measured
-        results.append(run_problem(name, args.splits, args.quick, args.only, args.first_seed, args.link_variants))
+        results.append(run_problem(name, args.splits, args.quick, args.only, args.first_seed, args.link_variants,
+                                   pilots))  # fmt: skip
         record = {"machine": common.close_machine_info(dict(machine)), "arguments": list(argv or sys.argv[1:]),
                   "grid": GRID, "problems": PROBLEMS, "results": results}  # fmt: skip
         write_results(out, stem, record)
