@@ -92,6 +92,26 @@ def test_additive_product_rule_is_the_product_rule(offset) -> None:
     torch.testing.assert_close(nx.additive_product_rule(logsigmoid, mean, var, log_scales, b, ratios=True), ratios)
 
 
+def test_additive_product_rule_sums_in_logs_where_the_grid_underflows() -> None:
+    """Latent variances of 1e6 put grid points where every term is below e^-745: the direct sum underflows to 0
+    there, and the rule must take its log-domain branch (checked against logsumexp on the same product grid)."""
+    mean = torch.tensor([[0.0, 1.0], [0.5, -0.5]], dtype=torch.float64)
+    var = torch.tensor([[1e6, 1e6], [0.3, 0.2]], dtype=torch.float64)
+    log_scales = torch.tensor([[0.0, -1.0], [0.2, 0.1]], dtype=torch.float64)
+    n = nx.PRODUCT_RULE_NODES[2]
+    z, w = nx.gauss_hermite(torch.zeros((), dtype=torch.float64), torch.ones((), dtype=torch.float64), n)
+    log_t = log_scales.unsqueeze(0) + logsigmoid(mean + var.sqrt() * z.view(n, 1, 1))  # (n, B, 2)
+    grid = torch.logaddexp(log_t[:, None, :, 0], log_t[None, :, :, 1])  # (n, n, B)
+    weights = (w[:, None] * w[None, :]).unsqueeze(-1)
+    assert bool((log_t[:, None, 0, 0] + 0 * log_t[None, :, 0, 1] < -800).any())  # the first row does underflow
+    expected_log = (weights * grid).sum((0, 1))
+    expected_ratios = torch.stack([(weights * (log_t[:, None, :, 0] - grid).exp()).sum((0, 1)),
+                                   (weights * (log_t[None, :, :, 1] - grid).exp()).sum((0, 1))], -1)  # fmt: skip
+    torch.testing.assert_close(nx.additive_product_rule(logsigmoid, mean, var, log_scales), expected_log)
+    torch.testing.assert_close(nx.additive_product_rule(logsigmoid, mean, var, log_scales, ratios=True),
+                               expected_ratios)  # fmt: skip
+
+
 def test_bounded_maximise_finds_the_maximum_and_keeps_a_better_incumbent() -> None:
     targets = torch.tensor([0.3, -0.95, 0.999])
     best = nx.bounded_maximise(lambda x: -((x - targets) ** 2), -1.0, 1.0, torch.zeros(3))

@@ -420,8 +420,19 @@ def additive_product_rule(
         total = (log_b - shift).exp() if log_b is not None else torch.zeros_like(shift)
         for view in views:
             total = total + view  # (n,)*J + (B,)
-        if bool((total <= 0).any()) or not bool(torch.isfinite(total).all()):
-            # a grid spread wider than the dtype's range: the log-domain sum (slower, exact in range)
+        if ratios:
+            inv = weights / total
+            cols = [(inv * view).sum(grid_axes) for view in views]
+            if offset is not None:
+                cols.append(inv.sum(grid_axes) * (log_b - shift).exp())
+            part = torch.stack(cols, -1)
+        else:
+            part = (weights * total.log()).sum(grid_axes) + shift
+        # every term is at most 1 after the shift, so the only failure is a total that underflows to 0 somewhere,
+        # which makes the row's result infinite or NaN: checked on the B results, not on the n^J B grid points
+        if bool(torch.isfinite(part).all()):
+            parts.append(part)
+        else:  # a grid spread wider than the dtype's range: the log-domain sum (slower, exact in range)
             views = grid_views(log_t)
             log_total = (log_b - shift).expand_as(shift) if log_b is not None else None
             for view in views:
@@ -434,15 +445,6 @@ def additive_product_rule(
                 parts.append(torch.stack(cols, -1))
             else:
                 parts.append((weights * log_total).sum(grid_axes) + shift)
-            continue
-        if ratios:
-            inv = weights / total
-            cols = [(inv * view).sum(grid_axes) for view in views]
-            if offset is not None:
-                cols.append(inv.sum(grid_axes) * (log_b - shift).exp())
-            parts.append(torch.stack(cols, -1))
-        else:
-            parts.append((weights * total.log()).sum(grid_axes) + shift)
     return torch.cat(parts, 0)
 
 
