@@ -29,13 +29,13 @@ Protocol = Literal["auto", "nested", "stochastic"]
 Optimizer = Literal["torch", "scipy"]
 
 #: which options belong to one protocol only (the others apply to both)
-_NESTED_ONLY = ("inner_steps", "true_steps", "restarts", "optimizer", "max_line_search", "gtol")
+_NESTED_ONLY = ("inner_steps", "true_steps", "restarts", "optimizer", "max_line_search", "gtol", "elbo_bound")
 _STOCHASTIC_ONLY = ("lr", "batch_size", "num_epochs")
 #: the defaults of the protocol-specific options (``None`` in a :class:`FitOptions` means "this default")
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "nested": {
         "max_iter": 500, "tol": 1e-6, "inner_steps": 3, "true_steps": 3, "restarts": 0, "optimizer": "torch",
-        "max_line_search": 25, "gtol": 1e-2,
+        "max_line_search": 25, "gtol": 1e-2, "elbo_bound": False,
     },
     "stochastic": {"max_iter": None, "tol": 1e-4, "lr": 0.05, "batch_size": 1024, "num_epochs": 20},
 }  # fmt: skip
@@ -74,6 +74,12 @@ class FitOptions:
     :param max_line_search: evaluations one line search may spend (25).
     :param gtol: the stationarity test: a stop is certified when every entry of the objective's gradient per
         datum, with :math:`q(u)` at its optimum, is at most this (``1e-2``).
+    :param elbo_bound: where the likelihood has a cheaper lower bound of its expected log-likelihood
+        (:attr:`~gpytorch_augment.likelihoods.AugmentedLikelihood.has_elbo_bound`, e.g. the logistic-softmax's Jensen
+        bound) and the default convergence rule runs, first fit the objective with the bound in it, then the exact
+        objective from that point; the result is judged on the exact objective either way. Off by default
+        (``False``): it can be several times faster, but the exact stage can settle in a worse optimum
+        (``benchmarks/README.md``).
 
     **Stochastic only**: ``lr`` (Adam's learning rate, 0.05), ``batch_size`` (1024), ``num_epochs`` (20).
     """
@@ -91,6 +97,7 @@ class FitOptions:
     restarts: int | None = None
     max_line_search: int | None = None
     gtol: float | None = None
+    elbo_bound: bool | None = None
     lr: float | None = None
     batch_size: int | None = None
     num_epochs: int | None = None
@@ -98,8 +105,9 @@ class FitOptions:
     def __post_init__(self) -> None:
         _check_flag("priors", self.priors)
         _check_flag("initialise", self.initialise)
-        if self.learn_inducing_locations is not None:
-            _check_flag("learn_inducing_locations", self.learn_inducing_locations)
+        for name in ("learn_inducing_locations", "elbo_bound"):
+            if getattr(self, name) is not None:
+                _check_flag(name, getattr(self, name))
         if not isinstance(self.protocol, str) or self.protocol not in ("auto", "nested", "stochastic"):
             raise ValueError(f"protocol must be one of 'auto', 'nested', 'stochastic', got {self.protocol!r}")
         if self.optimizer is not None and self.optimizer not in ("torch", "scipy"):

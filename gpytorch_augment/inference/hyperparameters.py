@@ -286,7 +286,7 @@ class _Run:
             rule.reset()
         trace, clock = CAVITrace(), Clock()
         bar = progress_bar(o.max_iter, desc="nested L-BFGS", unit="iteration") if self.progress else None
-        state = {"since": 0, "restarted": 0}
+        state = {"since": 0, "restarted": 0, "fresh": False}  # fresh: L-BFGS restarted, on polish or a new objective
 
         def on_iteration(value: float) -> bool:
             trace.elbo.append(value)
@@ -301,7 +301,7 @@ class _Run:
                 bar.update(1)
             with clock.paused():
                 done = rule.check(trace, True) if isinstance(rule, Convergence) else bool(rule(trace))
-            return done and (not state["restarted"] or state["since"] >= 2)  # not right after a restart
+            return done and (not state["fresh"] or state["since"] >= 2)  # not right after a restart
 
         run_optimizer = OPTIMIZERS[o.optimizer]
         try:
@@ -310,6 +310,14 @@ class _Run:
                     cavi, self.x, self.y, self.params, inner_steps=o.inner_steps, true_steps=o.true_steps,
                     max_line_search=o.max_line_search, **self.kwargs,
                 )  # fmt: skip
+                likelihood = cavi.likelihood
+                if o.elbo_bound and likelihood.has_elbo_bound and self.convergence is None:
+                    # first stage: the objective with the likelihood's cheaper bound, to its own stopping rule
+                    with likelihood.elbo_bound():
+                        run_optimizer(protocol, on_iteration, o.max_iter - 1)
+                    protocol.reset()  # L-BFGS afresh on the exact objective, q(u) re-solved for it
+                    rule.reset()
+                    state["since"], state["fresh"] = 0, True
                 while True:
                     outcome = run_optimizer(protocol, on_iteration, o.max_iter - trace.num_steps)
                     protocol.finish()  # q(u) at its optimum for these hyper-parameters
@@ -319,7 +327,7 @@ class _Run:
                     if o.max_iter - trace.num_steps < 1:
                         status, message = FitStatus.CAP, _nested_cap(o)
                         break
-                    state["restarted"], state["since"] = state["restarted"] + 1, 0
+                    state["restarted"], state["since"], state["fresh"] = state["restarted"] + 1, 0, True
                     protocol.restart()  # L-BFGS afresh, in polish mode, from the refreshed q(u)
                 value = protocol.objective_value()
             if trace.time:

@@ -366,6 +366,12 @@ class NestedProtocol:
         largest = entries[self.largest_at] if entries else 0.0
         return largest if math.isfinite(largest) and math.isfinite(float(loss.detach())) else math.inf
 
+    def reset(self) -> None:
+        """L-BFGS afresh (its curvature pairs forgotten) and :math:`q(u)` re-solved at the current hyper-parameters:
+        what the fit does when the objective itself changes (from a likelihood's bound to the exact one)."""
+        self._optimizer, self._stalls, self.stalled = None, 0, False
+        self.objective.advance()
+
     def restart(self) -> None:
         r"""Go on in *polish* mode: L-BFGS afresh, on the true ELBO with :math:`q(u)` held at the snapshot (an
         exact gradient), and :meth:`finish` after every iteration. Each iteration then raises the true ELBO

@@ -115,6 +115,17 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: starts at 1.
     real_valued_targets: bool = False
 
+    #: Whether :meth:`elbo_bound` makes :meth:`expected_log_prob` a cheaper deterministic lower bound of itself,
+    #: which the one-call fit's nested protocol can optimise first (``hyper_options={"elbo_bound": True}``).
+    has_elbo_bound: bool = False
+
+    @contextmanager
+    def elbo_bound(self) -> Iterator[None]:
+        r"""Inside this context :meth:`expected_log_prob` returns a lower bound :math:`\ell_i \le E_{q(f_i)}\log
+        p(y_i \mid f_i)` that is cheaper to evaluate, where the likelihood has one (:attr:`has_elbo_bound`; the
+        default has none and changes nothing)."""
+        yield
+
     @property
     def samples_constants(self) -> bool:
         """Whether :meth:`sample_hyperparameters` draws the likelihood's constants (a prior on them is set). Only

@@ -4,7 +4,8 @@ Pólya-Gamma variables (:doc:`/maths/multiclass`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -247,6 +248,7 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.num_predictive_points = int(num_predictive_points)
         self.num_elbo_points = int(num_elbo_points)
+        self._bounded = False  # inside elbo_bound()
         self.num_classes = int(num_classes)
         self.bijective = bool(bijective)
         self.num_latents = self.num_classes - 1 if self.bijective else self.num_classes
@@ -413,20 +415,40 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         """The predictive ``Categorical(probs=predict_proba(q_f))`` (the latent variance integrated, not plugged in)."""
         return Categorical(probs=self.predict_proba(function_dist))
 
+    has_elbo_bound = True
+
+    @contextmanager
+    def elbo_bound(self) -> Iterator[None]:
+        r"""Inside this context :meth:`expected_log_prob` replaces :math:`E\log T` by :math:`\log E T =
+        \log\sum_l \theta_l\bar s_l E\sigma(f_l)` (Jensen), a lower bound of the expected log-likelihood from
+        one-dimensional Gauss--Hermite terms only; the gap grows with the latent variances."""
+        previous, self._bounded = self._bounded, True
+        try:
+            yield
+        finally:
+            self._bounded = previous
+
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
         r"""The true :math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum (product Gauss--Hermite, or ``num_elbo_points``
-        quasi-Monte Carlo points for :math:`J > 3`)."""
+        quasi-Monte Carlo points for :math:`J > 3`; inside :meth:`elbo_bound`, its Jensen lower bound)."""
         y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = self._moments(function_dist)
         log_w, _ = self._log_weights()
         full, Y = self._labels(y, mean.dtype)
         nodes, weights = gauss_hermite(mean, var, _LOG_SIGMOID_NODES)
-        expected_log_sigmoid = (weights * logsigmoid(nodes)).sum(0)  # (..., N, J)
-        return (full * log_w).sum(-1) + (Y * expected_log_sigmoid).sum(-1) - self._integrate(
-            mean, var, probs=False, num_points=self.num_elbo_points
-        )
+        log_sigmoid = logsigmoid(nodes)
+        expected_log_sigmoid = (weights * log_sigmoid).sum(0)  # (..., N, J)
+        if self._bounded:  # log E T: the log of a sum of 1-D expectations
+            log_expected = torch.logsumexp(weights.log() + log_sigmoid, 0)  # log E sigma(f_j), (..., N, J)
+            terms = log_w[..., : self.num_latents] + log_expected
+            if self.bijective:
+                terms = torch.cat([terms, log_w[..., self.num_latents :].expand(*terms.shape[:-1], 1)], -1)
+            log_total = torch.logsumexp(terms, -1)
+        else:
+            log_total = self._integrate(mean, var, probs=False, num_points=self.num_elbo_points)
+        return (full * log_w).sum(-1) + (Y * expected_log_sigmoid).sum(-1) - log_total
 
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any

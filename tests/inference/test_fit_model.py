@@ -158,3 +158,41 @@ def test_the_stochastic_protocol_takes_its_options_and_refuses_the_nested_ones()
                           generator=torch.Generator().manual_seed(0))  # fmt: skip
     assert result.protocol == "stochastic" and result.optimizer == "adam" and result.num_steps == 4
     assert result.status in (FitStatus.CAP, FitStatus.COLLAPSED) and result.gradient is None
+
+
+def test_elbo_bound_is_a_nested_option_of_booleans():
+    assert FitOptions(elbo_bound=True).resolved("nested").elbo_bound is True
+    assert FitOptions().resolved("nested").elbo_bound is False
+    with pytest.raises(ValueError, match="elbo_bound must be True or False"):
+        FitOptions(elbo_bound=1)
+    with pytest.raises(ValueError, match="elbo_bound applies to the nested protocol only"):
+        FitOptions(elbo_bound=True).resolved("stochastic")
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["staged", "exact"])
+def test_the_staged_fit_optimises_the_bound_first_and_is_judged_on_the_exact_objective(bound):
+    """With ``elbo_bound`` a logistic-softmax fit evaluates the Jensen bound first and only the exact
+    objective at its end (the stationarity test, the final objective); without it never the bound."""
+    from gpytorch_augment import LogisticSoftmaxLikelihood
+    from gpytorch_augment.testing import make_cavi_model
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(60, 1, generator=g, dtype=torch.float64) * 6 - 3
+    y = torch.bucketize(x.squeeze(-1), torch.tensor([-1.0, 1.0], dtype=torch.float64)).double()  # 3 classes
+    likelihood = LogisticSoftmaxLikelihood(3).double()
+    model = make_cavi_model(3, torch.linspace(-3, 3, 6, dtype=torch.float64).unsqueeze(-1)).double()
+    kinds = []
+    exact_call = type(likelihood).expected_log_prob
+
+    def recording(self, *args, **kwargs):
+        kinds.append("bound" if self._bounded else "exact")
+        return exact_call(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(likelihood), "expected_log_prob", recording)
+        result = fit_hyperparameters(CAVI(model, likelihood, num_data=60), x, y, {"elbo_bound": bound})
+    assert result.status.value in ("converged", "certified", "not_stationary"), result.message
+    assert ("bound" in kinds) is bound and kinds[-1] == "exact"
+    if bound:  # one switch: the bound stage, then the exact one
+        first_exact = kinds.index("exact", kinds.index("bound"))
+        assert "bound" not in kinds[first_exact:]
