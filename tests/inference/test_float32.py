@@ -41,10 +41,10 @@ def test_the_float32_kernel_matrix_is_not_positive_definite_in_float32():
     assert int(torch.linalg.cholesky_ex(K + jitter * torch.eye(len(x))).info) > 0
 
 
-@pytest.mark.parametrize("kernel", ["auto", "gibbs", "hmc"])
-def test_float32_reproduction_samples_and_predicts(kernel):
+@pytest.mark.parametrize("method", ["auto", "gibbs", "hmc"])
+def test_float32_reproduction_samples_and_predicts(method):
     prior, x, y = _line()
-    sampler = posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, kernel=kernel)
+    sampler = posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, method=method)
     assert sampler.terms.L.dtype == torch.float64
     samples = sampler.sample(20, warmup=20, num_chains=2, seed=0, progress=False)
     assert samples.f.dtype == torch.float32 and bool(torch.isfinite(samples.f).all())
