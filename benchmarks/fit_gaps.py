@@ -1,10 +1,11 @@
-"""Why the one-call fit misses BoTorch's test NLL on four problems of the fit-quality table (issue 37): a diagnosis.
+"""Where the one-call fit and BoTorch differ on four problems of the fit-quality table (issue 37): a diagnosis.
 
-``hyperparameters.py --out-name fit_quality`` has ours (MAP under the default priors) 0.005-0.037 nats behind
+Under the first default priors ``hyperparameters.py --out-name fit_quality`` had ours (MAP) 0.005-0.037 nats behind
 BoTorch's ``fit_gpytorch_mll`` on sonar, breast cancer, spambase and Boston. Two things differ besides the optimizer:
 the **link** (GPyTorch's ``BernoulliLikelihood`` is probit; ours is logit) and the **model** (BoTorch's lengthscale
 prior on inputs min-max scaled to the unit cube and no outputscale prior; ours reads the prior through each input's
-standard deviation and adds a Gamma(2, 1) outputscale prior). This script separates them on the table's own splits
+standard deviation and adds a default Gamma outputscale prior, ``default_priors.OUTPUTSCALE_GAMMA``). This script
+separates them on the table's own splits
 (a diagnosis, not a choice: no default is set from it):
 
 * ``ours`` -- the one-call fit, every default (the table's row);
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                           ["problem", "arm", "splits", "test NLL", "minus ours (paired mean)", "median time (s)"],
                           rows)  # fmt: skip
     _report.write_report(common.output_dir(args.out, args.quick), "fit_gaps", record,
-                         "Why the one-call fit misses BoTorch on four problems", settings, [table])  # fmt: skip
+                         "Where the one-call fit and BoTorch differ on four problems", settings, [table])  # fmt: skip
     return record
 
 
