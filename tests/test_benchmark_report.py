@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+#: the benchmarks a user reruns, then the studies behind decisions (``benchmarks/studies/``)
+SEARCH = [str(BENCHMARKS), str(BENCHMARKS / "studies")]
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +59,11 @@ CONVERTED["_sampling_report"] = "sampling"
 @pytest.mark.parametrize("name", sorted(CONVERTED))
 def test_a_converted_script_renders_its_result_record(report, name: str, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.path[:0] = SEARCH
     try:
         script = importlib.import_module(name)
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        del sys.path[: len(SEARCH)]
     assert not hasattr(script, "write_markdown") and not hasattr(script, "markdown"), f"{name}.py writes Markdown"
     result = json.loads((BENCHMARKS / "results" / f"{CONVERTED[name]}.json").read_text())
     title, settings, tables = script.report(result)
@@ -74,11 +76,11 @@ def test_a_converted_script_renders_its_result_record(report, name: str, tmp_pat
 
 
 def _script(name: str):
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.path[:0] = SEARCH
     try:
         return importlib.import_module(name)
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        del sys.path[: len(SEARCH)]
 
 
 def test_sparse_sampling_renders_a_record_without_the_later_fields(report, tmp_path: Path) -> None:
@@ -172,7 +174,7 @@ def test_the_gpu_reanalysis_removes_the_empty_steps_time(report) -> None:
 
 
 def test_the_quadrature_route_baselines_are_our_observation_models() -> None:
-    """``benchmarks/quadrature_route.py``'s GPyTorch likelihoods: ``forward(f).log_prob(y)`` is our
+    """``benchmarks/studies/quadrature_route.py``'s GPyTorch likelihoods: ``forward(f).log_prob(y)`` is our
     ``log_prob_at(y, f)`` (Matérn-3/2 at the same ρ; the SVM's pseudo-likelihood), so both routes fit one model."""
     import torch
 

@@ -23,8 +23,8 @@ al., ICML 2025, trace maximum-likelihood failures in high dimension to it).
 BoTorch's ``PairwiseGP``), under :math:`\sigma^2 \sim \mathrm{Gamma}(2, \tfrac14)` (mode 4, mean 8): its density
 vanishes at :math:`\sigma^2 = 0`, so a fit cannot settle at the constant predictor of a zero outputscale, and its
 long right tail leaves room for the large outputscales of nearly linear functions. The rate was chosen on pilots
-outside every reported table (``benchmarks/prior_pilot.py``; the figures in ``benchmarks/README.md``) by the lowest
-mean held-out NLL among the rates 1, ½ and ¼, a log-normal and no prior.
+outside every reported table (``benchmarks/studies/prior_pilot.py``; the figures in ``benchmarks/README.md``) by
+the lowest mean held-out NLL among the rates 1, ½ and ¼, a log-normal and no prior.
 
 A default prior is added only to a hyper-parameter without a prior of the user's (a prior registered on the
 kernel under GPyTorch's name, ``lengthscale_prior`` or ``outputscale_prior``, wins), and only for the duration of

@@ -13,8 +13,8 @@ The methods, all under the same ``sample`` / ``resume`` / :class:`~gpytorch_augm
 ``"auto"`` applies one rule, with no likelihood-specific branch: the Gibbs sampler where only it applies
 (``inducing_points`` given, or ``likelihood.samples_constants``), else the likelihood's declared
 ``preferred_sampler`` -- the sampler with the larger worst-case effective sample size per second in
-``benchmarks/sampling.py`` (real posteriors) or ``benchmarks/sampler_choice.py`` (synthetic ones), ``"gibbs"`` where
-the two split by chain count and for a likelihood not measured. Which to use when, with the measured figures:
+``benchmarks/sampling.py`` (real posteriors) or ``benchmarks/studies/sampler_choice.py`` (synthetic ones), ``"gibbs"``
+where the two split by chain count and for a likelihood not measured. Which to use when, with the measured figures:
 ``docs/guide/choosing.md``.
 
 Example::

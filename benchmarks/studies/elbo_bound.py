@@ -12,8 +12,8 @@ that point. Both settings run on multi-class problems outside every reported tab
 **Rule, declared before any run:** ``elbo_bound=True`` is the default if, over the pilot runs, its mean test NLL is
 at most 0.005 above the exact fit's and its median speed-up (exact time / staged time) is at least 1.3.
 
-    python benchmarks/elbo_bound.py          # ~10 min on the shared 2-core machine
-    python benchmarks/elbo_bound.py --quick  # one split of wine
+    python benchmarks/studies/elbo_bound.py          # ~10 min on the shared 2-core machine
+    python benchmarks/studies/elbo_bound.py --quick  # one split of wine
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     record = {"machine": common.close_machine_info(machine), "runs": runs, "adopted": adopted,
               "rule": {"nll_margin": NLL_MARGIN, "min_speed_up": MIN_SPEED_UP}}  # fmt: skip
     settings = {
-        "command": "python benchmarks/elbo_bound.py" + (" --quick" if args.quick else ""),
+        "command": "python benchmarks/studies/elbo_bound.py" + (" --quick" if args.quick else ""),
         "problems": str(problems),
         "seeds": str(seeds),
         "rule": f"adopt if mean NLL gap <= {NLL_MARGIN} and median speed-up >= {MIN_SPEED_UP}",

@@ -28,7 +28,7 @@ from typing import Any
 import gpytorch
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 from _common import close_machine_info, machine_sentence, output_dir, run_arguments, start_run  # noqa: E402
 from _report import Table, write_report  # noqa: E402
 

@@ -18,17 +18,19 @@ is its earliest possible time).
 
 Usage::
 
-    python benchmarks/gpu_reanalyse.py benchmarks/results/gpu/gpu.json --output-dir benchmarks/results/gpu
+    python benchmarks/studies/gpu_reanalyse.py benchmarks/results/gpu/gpu.json --output-dir benchmarks/results/gpu
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-import _report
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
+import _report  # noqa: E402
 
 
 def empty_steps(record: dict[str, Any]) -> int:
@@ -106,7 +108,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("records", type=Path, nargs="+", help="gpu.py JSON records (their CAVI parts are re-read)")
-    p.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parent / "results" / "gpu")
+    p.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parent.parent / "results" / "gpu")
     p.add_argument("--name", default="gpu_corrected")
     args = p.parse_args(argv)
     sources = [json.loads(path.read_text()) for path in args.records]

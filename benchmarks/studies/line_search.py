@@ -10,8 +10,8 @@ reports per run the wall time, the L-BFGS iterations, the evaluations of :math:`
 gradient entry at the end, the true ELBO per datum and the test NLL. The caps of a split run one after the other in a
 rotating order, one thread, after an untimed warm-up.
 
-Run ``python benchmarks/line_search.py`` (``results/line_search.{json,md}``), ``--problems ... --tag part`` for a
-part, or ``--quick`` (seconds, to ``$TMPDIR/gpytorch_augment_benchmarks/``).
+Run ``python benchmarks/studies/line_search.py`` (``results/line_search.{json,md}``), ``--problems ... --tag part``
+for a part, or ``--quick`` (seconds, to ``$TMPDIR/gpytorch_augment_benchmarks/``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 def _write(out: Path, stem: str, record: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     settings = {
-        "command": "python benchmarks/line_search.py " + " ".join(record.get("arguments", [])),
+        "command": "python benchmarks/studies/line_search.py " + " ".join(record.get("arguments", [])),
         "caps (declared before any run)": str(CAPS),
         "problems, splits, start": "those of nested_settings.py; splits " + ", ".join(map(str, record["seeds"])),
         "parts": ", ".join(record.get("parts", [])) or "one run",

@@ -17,7 +17,7 @@ registered priors included), the held-out test NLL (``-likelihood.log_marginal(y
 own predictive log-density, closed form or quadrature), whether the run stopped on its cap (``trace.converged``),
 its L-BFGS iterations and the warnings it raised.
 
-Run ``python benchmarks/nested_settings.py`` (full grid, ``results/nested_settings.{json,md}``) or ``--quick``
+Run ``python benchmarks/studies/nested_settings.py`` (full grid, ``results/nested_settings.{json,md}``) or ``--quick``
 (seconds; two settings, one split, tiny problems, to ``$TMPDIR/gpytorch_augment_benchmarks/``).
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -376,7 +376,7 @@ def _pm(row: dict[str, Any], key: str, spec: str) -> str | None:
 
 def write_results(out: Path, record: dict[str, Any], name: str) -> None:
     settings = {
-        "command": "python benchmarks/nested_settings.py " + " ".join(record["arguments"]),
+        "command": "python benchmarks/studies/nested_settings.py " + " ".join(record["arguments"]),
         "grid (declared before any run)": f"inner_steps k ∈ {GRID['inner_steps']} × true_steps j ∈ "
         f"{GRID['true_steps']}; default {DEFAULT}",
         "splits (seeds)": ", ".join(str(s) for s in record["seeds"]),

@@ -10,7 +10,7 @@ both, with everything else as in ``multiclass.py`` (same subset, Z, initialisati
 subset's true ELBO every 100 iterations), then freezes each fit's hyper-parameters, fits q(u) by CAVI on all
 training data (whitened strategy, as every CAVI row of ``multiclass.py``) and reports the test accuracy and NLL.
 
-Run ``python benchmarks/hyper_objective.py`` (~15 min on 2 shared cores) or ``--quick``; results go to
+Run ``python benchmarks/studies/hyper_objective.py`` (~15 min on 2 shared cores) or ``--quick``; results go to
 ``results/hyper_objective.{json,md}``.
 """
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -93,7 +93,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
                       r["final"]["test_nll"], f"{min(h['mean_constant']):+.2f} … {max(h['mean_constant']):+.2f}"])
     title = "Stability of the true-ELBO M-step" + (" (quick smoke run)" if result["quick"] else "")
     settings = {
-        "command": f"python benchmarks/hyper_objective.py{' --quick' if result['quick'] else ''}",
+        "command": f"python benchmarks/studies/hyper_objective.py{' --quick' if result['quick'] else ''}",
         "problem": "KEEL satimage, logistic-softmax with θ = 1",
         "hyper-parameters": "the procedure of multiclass.py (seeded 2,000-point subset, fixed k-means Z, "
         "median-heuristic initialisation, Adam lr 0.05), then q(u) by CAVI on all training data",

@@ -21,9 +21,9 @@ the one-call fit); BoTorch's hyper-parameters are copied into our model, :math:`
 (``NestedProtocol.finish``) and the one-call fit's objective is evaluated: which optimum is higher, and how each
 predicts.
 
-    python benchmarks/fit_gaps.py          # ~15 min on the shared 2-core machine
-    python benchmarks/fit_gaps.py --optima # ~2 min: Boston, the two optima of one objective
-    python benchmarks/fit_gaps.py --quick  # one split of sonar
+    python benchmarks/studies/fit_gaps.py          # ~15 min on the shared 2-core machine
+    python benchmarks/studies/fit_gaps.py --optima # ~2 min: Boston, the two optima of one objective
+    python benchmarks/studies/fit_gaps.py --quick  # one split of sonar
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -179,7 +179,7 @@ def main_optima(args: argparse.Namespace) -> dict[str, Any]:
         rows,
     )
     settings = {
-        "command": "python benchmarks/fit_gaps.py --optima",
+        "command": "python benchmarks/studies/fit_gaps.py --optima",
         "objective": "the one-call fit's MAP objective per datum (true ELBO + registered log-priors), q(u) "
         "at its optimum (NestedProtocol.finish)",
         **_report.machine_settings(record["machine"]),
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ]
             )
     record = {"machine": common.close_machine_info(machine), "problems": problems, "runs": runs}
-    settings = {"command": "python benchmarks/fit_gaps.py" + (" --quick" if args.quick else ""),
+    settings = {"command": "python benchmarks/studies/fit_gaps.py" + (" --quick" if args.quick else ""),
                 "arms": "; ".join(ARMS), "splits": "the fit-quality table's (seeds 0..n-1), the same inducing inputs",
                 "outputscale prior of ours, BoTorch's model": f"Gamma{FLAT_OUTPUTSCALE} (user-registered)",
                 **_report.machine_settings(record["machine"])}  # fmt: skip

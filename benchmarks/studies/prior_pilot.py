@@ -15,10 +15,10 @@ problems is the candidate for the default. Every arm runs the README recipe's on
 the data-aware start); the arms differ only in the one function swapped for the run (the only way to vary it
 without a user-facing option). Arms run interleaved, rotated per split, one thread.
 
-    python benchmarks/prior_pilot.py --question width         # ~5 min on the shared 2-core machine
-    python benchmarks/prior_pilot.py --question outputscale
-    python benchmarks/prior_pilot.py --question outputscale_rate  # ~12 min: adds two 3-class sets
-    python benchmarks/prior_pilot.py --question width --quick # a smoke run: one problem, one split
+    python benchmarks/studies/prior_pilot.py --question width         # ~5 min on the shared 2-core machine
+    python benchmarks/studies/prior_pilot.py --question outputscale
+    python benchmarks/studies/prior_pilot.py --question outputscale_rate  # ~12 min: adds two 3-class sets
+    python benchmarks/studies/prior_pilot.py --question width --quick # a smoke run: one problem, one split
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows.append(["mean NLL", *(f"{result['mean_nll'][a]:.4f}" for a in arms_)])
     tables = [_report.Table(f"Pilot ({args.question}): mean over splits " + ", ".join(map(str, seeds))
                             + f"); chosen: {result['chosen']}", header, rows)]  # fmt: skip
-    settings = {"command": f"python benchmarks/prior_pilot.py --question {args.question}"
+    settings = {"command": f"python benchmarks/studies/prior_pilot.py --question {args.question}"
                 + (" --quick" if args.quick else ""),
                 "arms": ", ".join(arms_), "problems": str({n: PILOT_PROBLEMS[n] for n in problems}),
                 "splits (seeds)": str(seeds),

@@ -19,8 +19,8 @@ samplers draws more effective samples per second -- on one seeded synthetic post
 
 Run::
 
-    python benchmarks/sampler_choice.py            # ~6 min -> results/sampler_choice.{json,md}
-    python benchmarks/sampler_choice.py --quick    # smoke check -> $TMPDIR
+    python benchmarks/studies/sampler_choice.py            # ~6 min -> results/sampler_choice.{json,md}
+    python benchmarks/studies/sampler_choice.py --quick    # smoke check -> $TMPDIR
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -148,7 +148,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
     e2e = {name: _verdict([r["ratio_e2e"] for r in rounds.values()]) for name, rounds in result["problems"].items()}
     verdicts = [[name, steady, e2e.get(name)] for name, steady in result["verdict"].items()]
     settings = {
-        "command": "python benchmarks/sampler_choice.py",
+        "command": "python benchmarks/studies/sampler_choice.py",
         "date (UTC)": result["generated"],
         "posteriors": f"synthetic, N = {result['config']['n']}, two inputs, unit RBF prior, seeded",
         "sampler settings": str(SETTINGS),

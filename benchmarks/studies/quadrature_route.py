@@ -36,8 +36,8 @@ and its time to target = the first evaluation at or below (best final test NLL o
 setting) + 0.005 nats, evaluation time excluded from every clock (ours: evaluated after every CAVI step / L-BFGS
 iteration through ``fit``'s callback; the peer: after every step up to 20, then every 10th).
 
-Run ``python benchmarks/quadrature_route.py [--problems boston heart ...] [--splits 5]`` or ``--quick``; results go
-to ``results/quadrature_route.{json,md}`` (``--quick``: to the temporary folder).
+Run ``python benchmarks/studies/quadrature_route.py [--problems boston heart ...] [--splits 5]`` or ``--quick``;
+results go to ``results/quadrature_route.{json,md}`` (``--quick``: to the temporary folder).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -513,7 +513,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
                 pilot.rows.append([r["problem"], setting, label, run["time"], f"{run['test_nll']:.4f}",
                                    run["time_to_target"], run["time_to_settled"], chosen])  # fmt: skip
     settings = {
-        "command": "python benchmarks/quadrature_route.py " + " ".join(result.get("arguments", [])),
+        "command": "python benchmarks/studies/quadrature_route.py " + " ".join(result.get("arguments", [])),
         "problems (N train)": ", ".join(f"{r['problem']} ({r['splits'][0]['num_train']}, M = "
                                         f"{r['splits'][0]['num_inducing']})" for r in result["results"]),
         "splits": f"seeds 0..{result['num_splits'] - 1} (80/20), pilot seed {result['pilot_seed']}",

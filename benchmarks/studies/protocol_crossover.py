@@ -8,7 +8,7 @@ test NLL on 10,000 held-out points; the crossover is the smallest ``N`` at which
 with a test NLL within 0.005 of the nested one's. The default threshold
 :data:`~gpytorch_augment.inference.hyperparameters.NESTED_MAX_DATA` is set from it.
 
-Run ``python benchmarks/protocol_crossover.py [--sizes 2000 8000 32000] [--quick]``; results go to
+Run ``python benchmarks/studies/protocol_crossover.py [--sizes 2000 8000 32000] [--quick]``; results go to
 ``results/protocol_crossover.{json,md}``.
 """
 
@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         [[r["num_train"], r["protocol"], r["time"], r["test_nll"], r["test_error"], r["converged"], r["steps"]]
          for r in rows],
     )  # fmt: skip
-    settings = {"command": "python benchmarks/protocol_crossover.py" + (" --quick" if args.quick else ""),
+    settings = {"command": "python benchmarks/studies/protocol_crossover.py" + (" --quick" if args.quick else ""),
                 "data": f"scale.py's synthetic binary problem, {NUM_TEST} held-out points",
                 "model": f"M = {NUM_INDUCING} fixed k-means inducing inputs, lengthscales 1, outputscale 1",
                 **_report.machine_settings(machine)}  # fmt: skip

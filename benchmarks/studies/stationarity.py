@@ -14,7 +14,7 @@ per run the wall time, whether it was certified (``trace.converged``), how it en
 at the end (``NestedProtocol.stationarity()``, measured after the timed call), the true ELBO per datum and the
 test NLL. The settings of a split run one after the other in a rotating order, one thread, after an untimed warm-up.
 
-Run ``python benchmarks/stationarity.py`` (``results/stationarity.{json,md}``) or ``--quick`` (seconds, to
+Run ``python benchmarks/studies/stationarity.py`` (``results/stationarity.{json,md}``) or ``--quick`` (seconds, to
 ``$TMPDIR/gpytorch_augment_benchmarks/``).
 """
 
@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                   "settings": SETTINGS, "gtol": NESTED_GTOL, "seeds": seeds,
                   "total_wall_time": time.perf_counter() - started, "results": results}  # fmt: skip
         settings = {
-            "command": "python benchmarks/stationarity.py " + " ".join(record["arguments"]),
+            "command": "python benchmarks/studies/stationarity.py " + " ".join(record["arguments"]),
             "settings (declared before any run)": str(SETTINGS),
             "stationarity test": f"largest |dELBO/dθ| per datum at the optimal q(u) ≤ {NESTED_GTOL:g}",
             "problems, splits, start": "those of nested_settings.py; splits " + ", ".join(map(str, seeds)),
