@@ -65,8 +65,8 @@ class AugmentedLikelihood(Likelihood, ABC):
     Targets are validated by :meth:`check_targets` at the public entry points (engines, MLLs,
     :meth:`expected_log_prob`); every other member is pure and assumes valid input.
 
-    State written by the engines, for inspection: ``q_aux`` (the latest optimal :math:`q(\Omega)`
-    parameters) and ``aux`` (the latest Gibbs draw of :math:`\Omega`).
+    State written by CAVI, for inspection: ``q_aux`` (the latest optimal :math:`q(\Omega)` parameters). The
+    samplers keep their draws of :math:`\Omega` in their own chain state (``samples.last.aux``), not here.
 
     Example::
 
@@ -141,7 +141,6 @@ class AugmentedLikelihood(Likelihood, ABC):
     def __init__(self) -> None:
         super().__init__()
         self.q_aux: AuxDict | None = None
-        self.aux: AuxDict | None = None
 
     # ------------------------------------------------------------------ validation
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:

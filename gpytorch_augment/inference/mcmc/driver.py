@@ -196,7 +196,6 @@ class MCMC:
         last = kernel.last_state(chains)
         last.rng_state = generator.get_state()
         last.num_sweeps = (state.num_sweeps if state is not None else 0) + total
-        target.likelihood.aux = last.aux
         return PosteriorSamples(
             f=draws["f"],
             aux=draws["aux"],
