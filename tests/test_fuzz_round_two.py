@@ -156,7 +156,7 @@ def test_class_scales_keep_absent_classes_on_label_sorted_mini_batches():
 
 
 def test_maximise_class_scales_leaves_absent_classes_exactly():
-    from gpytorch_augment.likelihoods.logistic_softmax import maximise_class_scales
+    from gpytorch_augment.likelihoods.class_scales import maximise_class_scales
 
     g = torch.Generator().manual_seed(0)
     a = torch.rand(12, 4, generator=g, dtype=torch.float64) + 0.1

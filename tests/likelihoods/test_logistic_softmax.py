@@ -22,7 +22,7 @@ import torch
 from torch.nn.functional import logsigmoid
 
 from gpytorch_augment import CAVI, GibbsSampler, LogisticSoftmaxLikelihood
-from gpytorch_augment.likelihoods.logistic_softmax import maximise_class_scales
+from gpytorch_augment.likelihoods.class_scales import maximise_class_scales
 from gpytorch_augment.testing import gp_data, protocol_data, violation_aux_conditional
 from gpytorch_augment.testing.geweke import NUM_POINTS, Z_TOL, tiny_prior
 from gpytorch_augment.testing.models import make_cavi_model as _make_model
