@@ -22,6 +22,9 @@ from sphinx.ext.napoleon import GoogleDocstring
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # document this checkout's package
+sys.path.insert(0, str(DOCS))  # and generate its tables with docs/likelihood_table.py
+
+import likelihood_table  # noqa: E402  (docs/likelihood_table.py)
 
 import gpytorch_augment  # noqa: E402
 
@@ -47,7 +50,7 @@ if os.environ.get("GPYTORCH_AUGMENT_DOCS_INTERSPHINX") == "1":
     }
 
 # Sources: reST and MyST pages in docs/, the notebooks through the docs/tutorials -> ../tutorials link.
-exclude_patterns = ["_build", "**/.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "maths/_likelihoods.md", "**/.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
 root_doc = "index"
 
 # -- autodoc -----------------------------------------------------------------------------------------------------
@@ -176,6 +179,7 @@ def _google_sections(app, what, name, obj, options, lines):
 
 
 def setup(app):
+    likelihood_table.write(ROOT)  # the likelihood tables of docs/maths and the README, from the classes
     app.connect("autodoc-process-docstring", _drop_builtin_alias_doc)
     app.connect("autodoc-process-docstring", _google_sections)
     app.connect("missing-reference", _resolve_alias)

@@ -359,7 +359,9 @@ def test_the_api_table_lists_every_top_level_name() -> None:
     import gpytorch_augment
 
     table = (DOCS / "api" / "index.rst").read_text(encoding="utf-8")
-    missing = [name for name in gpytorch_augment.__all__ if f"``{name}``" not in table]
+    assert "``gpytorch_augment.likelihoods.__all__``" in table  # the likelihoods' export list, named once
+    listed = set(gpytorch_augment.__all__) - set(gpytorch_augment.likelihoods.__all__)
+    missing = [name for name in sorted(listed) if f"``{name}``" not in table]
     assert not missing, f"the top-level table of docs/api/index.rst lacks {missing}"
 
 

@@ -115,6 +115,14 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: starts at 1.
     real_valued_targets: bool = False
 
+    #: The augmentation in a few words: the likelihood's row of the likelihood tables, which the documentation
+    #: build generates from every exported class that sets it (``""``: no row, as for this abstract class).
+    augmentation: str = ""
+    #: The ``docs/maths`` page that derives the augmentation, linked from the tables (``""``: the class docstring).
+    maths_page: str = ""
+    #: The latents column of the tables where it is not :attr:`num_latents` (e.g. ``"K or K−1"``).
+    latents_label: str = ""
+
     #: Whether :meth:`elbo_bound` makes :meth:`expected_log_prob` a cheaper deterministic lower bound of itself,
     #: which the one-call fit's nested protocol can optimise first (``hyper_options={"elbo_bound": True}``).
     has_elbo_bound: bool = False

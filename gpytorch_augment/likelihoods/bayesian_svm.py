@@ -88,6 +88,9 @@ class BayesianSVMLikelihood(LaplaceTransformLikelihood):
         tensor([-0., -3.])
     """
 
+    augmentation = "hinge-loss pseudo-likelihood, inverse-Gaussian (generic augmentation)"
+    maths_page = "generic"
+
     def __init__(self) -> None:
         super().__init__(InverseGammaMixing(0.5, rate=0.5))
 

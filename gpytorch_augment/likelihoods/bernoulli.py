@@ -51,6 +51,9 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
         True
     """
 
+    augmentation = "Pólya-Gamma"
+    maths_page = "binary"
+
     #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 

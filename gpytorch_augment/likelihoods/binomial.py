@@ -82,6 +82,9 @@ class BinomialLogitLikelihood(CountPredictive, AugmentedLikelihood):
         torch.Size([2])
     """
 
+    augmentation = "Pólya-Gamma"
+    maths_page = "binary"
+
     @staticmethod
     def split_targets(target: Tensor) -> tuple[Tensor, Tensor]:
         """The successes and the trials of a canonical target (see :meth:`check_targets`)."""

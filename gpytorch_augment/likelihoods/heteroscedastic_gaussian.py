@@ -68,6 +68,9 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
+    augmentation = "Poisson + Pólya-Gamma, partially collapsed"
+    maths_page = "heteroscedastic"
+
     #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 

@@ -85,6 +85,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
     :param batch_shape: batch shape of the constants.
     """
 
+    augmentation = "Poisson + Pólya-Gamma + Gamma, partially collapsed"
+    maths_page = "heteroscedastic"
+
     #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 

@@ -71,6 +71,9 @@ class LaplaceLikelihood(ContinuousPredictive, AugmentedLikelihood):
     :param batch_shape: batch shape of :math:`\beta` (as in GPyTorch's ``GaussianLikelihood``).
     """
 
+    augmentation = "inverse-Gaussian scale mixture"
+    maths_page = "robust"
+
     real_valued_targets = True
 
     def __init__(

@@ -133,6 +133,10 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         noise of GPyTorch's 10-sample Monte-Carlo estimate, at 1/32 of the points of the predictive's rule).
     """
 
+    augmentation = "negative multinomial + Pólya-Gamma (over-parametrised or bijective, class scales)"
+    maths_page = "multiclass"
+    latents_label = "K or K−1"
+
     #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 

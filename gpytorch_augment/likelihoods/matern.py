@@ -86,6 +86,9 @@ class MaternThreeHalvesLikelihood(LaplaceTransformLikelihood):
     :raises ValueError: naming ``scale`` if it is not a positive finite number.
     """
 
+    augmentation = "GIG(−3/2) scale mixture (generic augmentation)"
+    maths_page = "generic"
+
     def __init__(
         self, scale: float | Tensor = 1.0, learn_scale: bool = True, batch_shape: torch.Size = torch.Size()
     ) -> None:

@@ -116,6 +116,9 @@ class NegativeBinomialLogitLikelihood(CountPredictive, AugmentedLikelihood):
     :param batch_shape: batch shape of :math:`r`.
     """
 
+    augmentation = "Pólya-Gamma, PG(y + r, 0)"
+    maths_page = "counts"
+
     def __init__(self, total_count: float = 1.0, batch_shape: torch.Size = torch.Size()) -> None:
         super().__init__()
         register_positive_constant(self, "total_count", total_count, batch_shape)

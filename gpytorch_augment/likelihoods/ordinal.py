@@ -90,6 +90,9 @@ class OrdinalLogitLikelihood(AugmentedLikelihood):
         ``K - 1`` in number.
     """
 
+    augmentation = "two Pólya-Gamma per datum (cumulative logit, ordered cut-points)"
+    maths_page = "ordinal"
+
     def __init__(
         self,
         num_classes: int,

@@ -86,6 +86,9 @@ class PoissonLogitLikelihood(CountPredictive, AugmentedLikelihood):
     :param batch_shape: batch shape of :math:`\xi`.
     """
 
+    augmentation = "Poisson + Pólya-Gamma (rate ξσ(f))"
+    maths_page = "counts"
+
     #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
 

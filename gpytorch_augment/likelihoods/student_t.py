@@ -73,6 +73,9 @@ class StudentTLikelihood(ContinuousPredictive, AugmentedLikelihood):
     :param batch_shape: batch shape of the constants.
     """
 
+    augmentation = "Gamma scale mixture"
+    maths_page = "robust"
+
     #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
     real_valued_targets = True

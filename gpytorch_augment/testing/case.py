@@ -99,10 +99,9 @@ class LikelihoodCase:
       ``(y, kwargs)`` (the fuzz matrix uses them); ``constructor_kwargs`` are the arguments of a default instance,
       :meth:`default_likelihood` (e.g. ``{"num_classes": 3}``); ``constants`` names the positive constants whose
       constructor argument and setter must reject bad values, ``constant_priors`` the constructor's prior
-      arguments that must reject bad priors, each with the further arguments it needs (the constants matrix);
-      ``augmentation`` (a few words) and ``maths_page`` (the stem of the ``docs/maths`` page) make the class's row
-      of the likelihood tables of the README and the docs. A further case of an already listed class leaves
-      ``augmentation`` empty.
+      arguments that must reject bad priors, each with the further arguments it needs (the constants matrix).
+      The likelihood tables of the documentation come from the classes themselves
+      (:attr:`~gpytorch_augment.likelihoods.AugmentedLikelihood.augmentation`), not from the cases.
     * ``extras``: optional hooks. ``extras["mc_expectations"](likelihood, y, q_aux, aux_draws)`` returns
       ``{name: (closed_form, per_draw_values)}`` for further identity (d) comparisons (e.g. :math:`E\log\omega`);
       ``extras["gpytorch_covariance_scale"]`` and ``extras["gpytorch_skip"]`` configure GPyTorch's likelihood
@@ -155,10 +154,6 @@ class LikelihoodCase:
     #: registration: prior arguments of the constructor that reject bad priors -> the further constructor arguments
     #: a prior needs (e.g. ``{"class_scale_prior": {"learn_class_scales": True}}``)
     constant_priors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: registration: the augmentation in a few words, for the likelihood tables ("" for a further case of a class)
-    augmentation: str = ""
-    #: registration: the stem of the docs/maths page with the class's mathematics
-    maths_page: str = ""
 
     def __repr__(self) -> str:  # short ids in pytest output
         return self.name

@@ -28,6 +28,7 @@ BERNOULLI = LikelihoodCase(
     marginalise=marginalise_single_pg,
     q_aux_distribution=_bernoulli_q_aux,
     example_targets=cyclic_targets(2),
-    augmentation="Pólya-Gamma",
-    maths_page="binary",
 )
+
+#: this module's cases (the registry collects the ``CASES`` of every ``cases_*.py`` module)
+CASES: list[LikelihoodCase] = [BERNOULLI]

@@ -57,8 +57,6 @@ BINOMIAL = LikelihoodCase(
     marginalise=marginalise_single_pg,
     q_aux_distribution=_binomial_q_aux,
     example_targets=cyclic_targets(3, trials=3.0),
-    augmentation="Pólya-Gamma",
-    maths_page="binary",
 )
 
 
@@ -101,8 +99,6 @@ POISSON = LikelihoodCase(
     example_targets=cyclic_targets(4),
     constants=("rate_scale",),
     constant_priors={"rate_scale_prior": {}},
-    augmentation="Poisson + Pólya-Gamma (rate ξσ(f))",
-    maths_page="counts",
 )
 
 
@@ -130,9 +126,7 @@ NEGATIVE_BINOMIAL = LikelihoodCase(
     example_targets=cyclic_targets(4),
     constructor_kwargs={"total_count": 2.0},
     constants=("total_count",),
-    augmentation="Pólya-Gamma, PG(y + r, 0)",
-    maths_page="counts",
 )
 
-#: the count cases; ``registry.CASES`` includes them
-COUNT_CASES: list[LikelihoodCase] = [BINOMIAL, POISSON, NEGATIVE_BINOMIAL]
+#: this module's cases (the registry collects the ``CASES`` of every ``cases_*.py`` module)
+CASES: list[LikelihoodCase] = [BINOMIAL, POISSON, NEGATIVE_BINOMIAL]

@@ -53,8 +53,6 @@ MATERN = LikelihoodCase(
     marginalise_atol=1e-7,
     example_targets=real_targets,
     constants=("scale",),
-    augmentation="GIG(−3/2) scale mixture (generic augmentation)",
-    maths_page="generic",
 )
 
 BAYESIAN_SVM = LikelihoodCase(
@@ -66,8 +64,6 @@ BAYESIAN_SVM = LikelihoodCase(
     expected_log_lik=svm_expected_log_lik,
     marginalise_atol=1e-7,
     example_targets=cyclic_targets(2),
-    augmentation="hinge-loss pseudo-likelihood, inverse-Gaussian (generic augmentation)",
-    maths_page="generic",
     skip={
         "g": "the hinge loss is a pseudo-likelihood: the Gibbs sampler targets p(f) L(y|f), but Geweke's "
         "marginal-conditional draws take y from the normalised link, a different joint; "
@@ -81,5 +77,5 @@ BAYESIAN_SVM = LikelihoodCase(
     },
 )
 
-#: the named instances of the generic augmentation; ``registry.CASES`` includes them
-GENERIC_CASES: list[LikelihoodCase] = [MATERN, BAYESIAN_SVM]
+#: this module's cases (the registry collects the ``CASES`` of every ``cases_*.py`` module)
+CASES: list[LikelihoodCase] = [MATERN, BAYESIAN_SVM]

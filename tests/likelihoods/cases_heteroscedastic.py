@@ -195,8 +195,6 @@ HETEROSCEDASTIC_GAUSSIAN = LikelihoodCase(
     example_targets=real_targets,
     constants=("max_precision",),
     constant_priors={"max_precision_prior": {}},
-    augmentation="Poisson + Pólya-Gamma, partially collapsed",
-    maths_page="heteroscedastic",
 )
 
 HETEROSCEDASTIC_STUDENT_T = LikelihoodCase(
@@ -211,9 +209,7 @@ HETEROSCEDASTIC_STUDENT_T = LikelihoodCase(
     example_targets=real_targets,
     constants=("max_precision", "df"),
     constant_priors={"max_precision_prior": {}},
-    augmentation="Poisson + Pólya-Gamma + Gamma, partially collapsed",
-    maths_page="heteroscedastic",
 )
 
-#: the heteroscedastic cases; ``registry.CASES`` includes them
-HETEROSCEDASTIC_CASES: list[LikelihoodCase] = [HETEROSCEDASTIC_GAUSSIAN, HETEROSCEDASTIC_STUDENT_T]
+#: this module's cases (the registry collects the ``CASES`` of every ``cases_*.py`` module)
+CASES: list[LikelihoodCase] = [HETEROSCEDASTIC_GAUSSIAN, HETEROSCEDASTIC_STUDENT_T]

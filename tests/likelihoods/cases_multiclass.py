@@ -168,11 +168,8 @@ LOGISTIC_SOFTMAX = _case(
     constructor_kwargs={"num_classes": 3},
     constants=("class_scales",),
     constant_priors={"class_scale_prior": {"learn_class_scales": True}},
-    augmentation="negative multinomial + Pólya-Gamma (over-parametrised or bijective, class scales)",
-    maths_page="multiclass",
-    extras={"table_latents": "K or K−1"},
 )
 LOGISTIC_SOFTMAX_BIJECTIVE = _case("logistic_softmax_bijective", THETA_BIJECTIVE, bijective=True)
 
-#: the multi-class cases; ``registry.CASES`` includes them
-MULTICLASS_CASES: list[LikelihoodCase] = [LOGISTIC_SOFTMAX, LOGISTIC_SOFTMAX_BIJECTIVE]
+#: this module's cases (the registry collects the ``CASES`` of every ``cases_*.py`` module)
+CASES: list[LikelihoodCase] = [LOGISTIC_SOFTMAX, LOGISTIC_SOFTMAX_BIJECTIVE]

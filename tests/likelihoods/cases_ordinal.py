@@ -68,8 +68,7 @@ ORDINAL = LikelihoodCase(
     q_aux_distribution=_ordinal_q_aux,
     example_targets=cyclic_targets(len(CUTPOINTS) + 1),
     constructor_kwargs={"num_classes": len(CUTPOINTS) + 1},
-    augmentation="two Pólya-Gamma per datum (cumulative logit, ordered cut-points)",
-    maths_page="ordinal",
 )
 
-ORDINAL_CASES = [ORDINAL]
+#: this module's cases (the registry collects the ``CASES`` of every ``cases_*.py`` module)
+CASES: list[LikelihoodCase] = [ORDINAL]

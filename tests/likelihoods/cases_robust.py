@@ -123,8 +123,6 @@ LAPLACE = LikelihoodCase(
     marginalise_atol=1e-7,
     example_targets=real_targets,
     constants=("scale",),
-    augmentation="inverse-Gaussian scale mixture",
-    maths_page="robust",
 )
 
 STUDENT_T = LikelihoodCase(
@@ -137,8 +135,6 @@ STUDENT_T = LikelihoodCase(
     extras={"mc_expectations": _expected_log_omega},
     example_targets=real_targets,
     constants=("scale", "df"),
-    augmentation="Gamma scale mixture",
-    maths_page="robust",
 )
 
 #: heavier than Cauchy tails (nu < 1) and a small scale: the collapsed sigma update and the bounds still hold
@@ -158,5 +154,5 @@ STUDENT_T_HEAVY = LikelihoodCase(
     },
 )
 
-#: the robust-regression cases; ``registry.CASES`` includes them
-ROBUST_CASES: list[LikelihoodCase] = [LAPLACE, STUDENT_T, STUDENT_T_HEAVY]
+#: this module's cases (the registry collects the ``CASES`` of every ``cases_*.py`` module)
+CASES: list[LikelihoodCase] = [LAPLACE, STUDENT_T, STUDENT_T_HEAVY]

@@ -26,7 +26,7 @@ from gpytorch_augment.likelihoods.negative_binomial import (
     solve_total_count,
 )
 from gpytorch_augment.likelihoods.poisson import PoissonLogitLikelihood
-from tests.likelihoods.cases_counts import COUNT_CASES
+from tests.likelihoods.cases_counts import CASES as COUNT_CASES
 from tests.models import SVGP
 
 

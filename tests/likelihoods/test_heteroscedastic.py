@@ -51,7 +51,8 @@ from tests.inference.test_gibbs import (
     make_two_latent_gaussian_likelihood,
     regression_data,
 )
-from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_CASES, HETEROSCEDASTIC_GAUSSIAN
+from tests.likelihoods.cases_heteroscedastic import CASES as HETEROSCEDASTIC_CASES
+from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_GAUSSIAN
 
 Z_TOL = 4.5
 
