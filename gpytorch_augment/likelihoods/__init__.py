@@ -12,6 +12,7 @@ from .heteroscedastic_gaussian import HeteroscedasticGaussianLikelihood
 from .heteroscedastic_student_t import HeteroscedasticStudentTLikelihood
 from .laplace import LaplaceLikelihood
 from .laplace_transform import LaplaceTransformLikelihood
+from .logistic_noise import LogisticNoiseLikelihood
 from .logistic_softmax import LogisticSoftmaxLikelihood
 from .matern import MaternThreeHalvesLikelihood
 from .mixing_laws import GammaMixing, InverseGammaMixing, LaplaceTransformMixing, MixingLaw, PolyaGammaMixing
@@ -33,6 +34,7 @@ __all__ = [
     "LaplaceLikelihood",
     "LaplaceTransformLikelihood",
     "LaplaceTransformMixing",
+    "LogisticNoiseLikelihood",
     "LogisticSoftmaxLikelihood",
     "MaternThreeHalvesLikelihood",
     "MixingLaw",
