@@ -71,7 +71,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
     One :meth:`step` on a batch :math:`\mathcal B` of the data
 
     1. computes the marginals :math:`q(f_i) = \mathcal N(m_i, s_i)` of the current :math:`q(u)`;
-    2. sets every :math:`q(\Omega_i)` to its optimum (the *local* step) and stores it as ``likelihood.q_aux``;
+    2. sets every :math:`q(\Omega_i)` to its optimum (the *local* step), kept as the engine's :attr:`q_aux`;
     3. applies the likelihood's closed-form hyper-parameter updates, if any;
     4. forms the batch's sufficient statistics (:class:`~gpytorch_augment.core.SufficientStatistics`) of the expected
        potentials and precisions, scaled by :math:`N/|\mathcal B|`, and from them the optimal whitened natural
@@ -162,6 +162,9 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         self.num_steps = 0
         #: the step size :math:`\rho` used by the last :meth:`step`
         self.last_step_size: float | None = None
+        #: the variational parameters of :math:`q(\Omega)` set by the last :meth:`step`, on its batch (``None``
+        #: before the first): the engine's state, never the likelihood's
+        self.q_aux: AuxDict | None = None
         self._mll: MarginalLogLikelihood | None = hyper_objective
         self._checked_optimizers: set[int] = set()
         #: the ``torch.distributed`` process group the data are sharded over (``None``: the default group, used
@@ -395,7 +398,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                 moves[block] = True
                 q_new = q_new.where(moves, q)
             strategy.write_whitened(q_new, terms)
-        likelihood.q_aux = q_aux
+        self.q_aux = q_aux
         self.last_step_size = rho
         self.num_steps += 1
         return elbo, q_new

@@ -146,10 +146,6 @@ class AugmentedLikelihood(Likelihood, ABC):
         their current values (no prior on them, :attr:`samples_constants` ``False``): raise ``ValueError`` naming
         the constant where no latent values can fit ``y`` at those values. The default checks nothing."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.q_aux: AuxDict | None = None
-
     # ------------------------------------------------------------------ validation
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Validate targets and return them in the canonical form the other members expect.
@@ -227,16 +223,30 @@ class AugmentedLikelihood(Likelihood, ABC):
     def expected_log_prob(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` of the **true** likelihood, one value per datum (quadrature)."""
+        r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` of the **true** likelihood, one value per datum: GPyTorch's entry
+        point, which checks the observations against :math:`q(f)` (:meth:`check_observations`) and returns
+        :meth:`expected_log_lik` of the canonical targets."""
         y = self.check_observations(observations, function_dist, **kwargs)
-        nodes, weights = self._quadrature(function_dist)
-        return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
+        return self.expected_log_lik(y, function_dist, **kwargs)
 
     def log_marginal(
         self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
-        r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i`, one value per datum (quadrature)."""
+        r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i`, one value per datum: GPyTorch's entry point, which checks
+        the observations and returns :meth:`log_marginal_lik` of the canonical targets."""
         y = self.check_observations(observations, function_dist, **kwargs)
+        return self.log_marginal_lik(y, function_dist, **kwargs)
+
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
+        r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum for **canonical** targets (checked once, by the caller):
+        the engines' entry. The default is Gauss--Hermite quadrature of :meth:`log_prob_at`; a likelihood
+        overrides it with a closed form or a better rule."""
+        nodes, weights = self._quadrature(function_dist)
+        return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
+
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
+        r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i` per datum for **canonical** targets (by quadrature unless
+        overridden)."""
         nodes, weights = self._quadrature(function_dist)
         return torch.logsumexp(weights.log() + self.log_prob_at(y, nodes, **kwargs), dim=0)
 

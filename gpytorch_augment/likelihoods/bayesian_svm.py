@@ -108,12 +108,9 @@ class BayesianSVMLikelihood(LaplaceTransformLikelihood):
         r""":math:`\log L(y\mid f) = -2\max(1 - s_y f, 0)` (the pseudo-likelihood)."""
         return -2 * torch.relu(1 - self._sign(y).to(f.dtype) * f)
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)}\log L(y_i\mid f_i) = -2\,(d\,\Phi(d/\sigma) + \sigma\,\phi(d/\sigma))`,
         :math:`d = 1 - s_i m_i`, :math:`\sigma^2 = s_{ii}` (the pseudo-likelihood, per datum)."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = function_dist.mean, function_dist.variance
         d = 1 - self._sign(y).to(mean.dtype) * mean
         sigma = var.clamp_min(torch.finfo(mean.dtype).tiny).sqrt()
@@ -130,11 +127,8 @@ class BayesianSVMLikelihood(LaplaceTransformLikelihood):
         nodes, weights = self._quadrature(function_dist)
         return Bernoulli(probs=(weights * torch.sigmoid(svm_logits(nodes))).sum(0).clamp(0.0, 1.0))
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`\log p(y_*)` under :meth:`marginal` (the normalised predictive), per datum."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         probs = self.marginal(function_dist).probs
         positive = y > 0
         return torch.where(positive, probs, 1 - probs).clamp_min(torch.finfo(probs.dtype).tiny).log()

@@ -93,13 +93,10 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
         grad_g = 0.5 * torch.sigmoid(-g) * (1 - tau * r * r)
         return value, torch.stack([tau * r, grad_g], dim=-1)
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`\frac12\log\frac{\xi}{2\pi} + \frac12E\log\sigma(g) - \xi E\sigma(g)\,\phi`, closed form in
         :math:`f`,
         Gauss--Hermite in :math:`g` (a 1-D rule over both latents would integrate along a diagonal)."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = self._moments(function_dist)
         nodes, weights = gauss_hermite(mean[..., 1], var[..., 1], NUM_QUADRATURE_LOCS)
         e_log_sigma = (weights * logsigmoid(nodes)).sum(0)
@@ -118,10 +115,7 @@ class HeteroscedasticGaussianLikelihood(HeteroscedasticLikelihoodBase):
             nodes, weights, lambda g: Normal(m_f, (s_f + 1 / (xi * torch.sigmoid(g))).sqrt())
         )
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
-        y = self.check_observations(observations, function_dist, **kwargs)
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         return self.marginal(function_dist).log_prob(y)
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:

@@ -169,12 +169,9 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
         f_, g = split_latents(f)
         return self._log_t(self.df, self._noise_log_precision(g), (y - f_) ** 2)
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f)q(g)}\log t_\nu`: Gauss--Hermite in :math:`g` and, per node, the exact :math:`f`-expectation
         :math:`E\log(1+\xi\sigma(g)(y-f)^2/\nu)` (Frullani's integral)."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = self._moments(function_dist)
         nodes, weights = gauss_hermite(mean[..., 1], var[..., 1], NUM_QUADRATURE_LOCS)
         log_prec = self._noise_log_precision(nodes)
@@ -196,10 +193,7 @@ class HeteroscedasticStudentTLikelihood(HeteroscedasticLikelihoodBase):
             lambda g: StudentTPredictive(df, m_f, s_f, torch.exp(-0.5 * (xi.log() + logsigmoid(g)))),
         )
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
-        y = self.check_observations(observations, function_dist, **kwargs)
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         return self.marginal(function_dist).log_prob(y)
 
     # ------------------------------------------------------------------ variational side

@@ -99,20 +99,14 @@ class LaplaceLikelihood(ContinuousPredictive, AugmentedLikelihood):
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> NormalLaplace:
         return NormalLaplace(function_dist.mean, function_dist.variance.clamp_min(0).sqrt(), self.scale)
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)}\log p(y_i\mid f_i) = -\log 2\beta - E|y_i - f_i|/\beta` in closed form, per datum."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         var = function_dist.variance.clamp_min(torch.finfo(y.dtype).tiny)
         d = y - function_dist.mean
         abs_residual = (2 * var / math.pi).sqrt() * torch.exp(-(d**2) / (2 * var)) + d * torch.erf(d / (2 * var).sqrt())
         return -torch.log(2 * self.scale) - abs_residual / self.scale
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
-        y = self.check_observations(observations, function_dist, **kwargs)
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         return self.marginal(function_dist).log_prob(y)
 
     # ------------------------------------------------------------------ predictive quantiles

@@ -337,12 +337,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         finally:
             self._bounded = previous
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r"""The true :math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum (product Gauss--Hermite, or ``num_elbo_points``
         quasi-Monte Carlo points for :math:`J > 3`; inside :meth:`elbo_bound`, its Jensen lower bound)."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = self._moments(function_dist)
         log_w, _ = self._log_weights()
         full, Y = self._labels(y, mean.dtype)
@@ -359,11 +356,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
             log_total = self._integrate(mean, var, probs=False, num_points=self.num_elbo_points)
         return (full * log_w).sum(-1) + (Y * expected_log_sigmoid).sum(-1) - log_total
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`\log p(y_i \mid \text{data})` per datum under :meth:`predict_proba`."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         probs = self.predict_proba(function_dist)
         full, _ = self._labels(y, probs.dtype)
         return (full * probs).sum(-1).log()

@@ -127,20 +127,14 @@ class MaternThreeHalvesLikelihood(LaplaceTransformLikelihood):
             mixing, MaternThreeHalves(f, scale.to(f.dtype)), function_dist.mean, function_dist.variance, self._a()
         )
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`\log\int p(y_i\mid f_i)\,q(f_i)\,df_i` in closed form, per datum."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         a = self._a().to(y.dtype)
         return log_normal_matern32(y - function_dist.mean, function_dist.variance, a)
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)}\log p(y_i\mid f_i)`, per datum: :math:`E|y - f|` in closed form and
         :math:`E\log(1 + a|y - f|)` by Gauss--Legendre panels on each side of the kink."""
-        y = self.check_observations(observations, function_dist, **kwargs)
         a = self._a().to(y.dtype)
         d, var = y - function_dist.mean, function_dist.variance.clamp_min(torch.finfo(y.dtype).tiny)
         abs_residual = (2 * var / math.pi).sqrt() * torch.exp(-(d**2) / (2 * var)) + d * torch.erf(d / (2 * var).sqrt())

@@ -161,26 +161,21 @@ class PairwiseLogitLikelihood(AugmentedLikelihood):
         nodes, weights = gauss_hermite(mean, var, NUM_QUADRATURE_LOCS)
         return Bernoulli(probs=(weights * torch.sigmoid(nodes)).sum(0).clamp(0.0, 1.0))
 
-    def _nodes(self, observations: Tensor, function_dist: MultivariateNormal, comparisons: Tensor | None):
-        y = self.check_targets(observations.to(function_dist.mean.dtype), comparisons=comparisons)
+    def _nodes(self, y: Tensor, function_dist: MultivariateNormal) -> tuple[Tensor, Tensor]:
+        comparisons = self.split_targets(y)[1]
         mean, var = self.observation_marginals(function_dist, comparisons)
         nodes, weights = gauss_hermite(mean, var, NUM_QUADRATURE_LOCS)
         return self.log_prob_at(y, nodes), weights
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, comparisons: Tensor | None = None,
-        **kwargs: Any,
-    ) -> Tensor:  # fmt: skip
-        r""":math:`E_{q(f)}\log\sigma(s_j g_j)` per comparison (quadrature of the marginal of :math:`g_j`)."""
-        log_p, weights = self._nodes(observations, function_dist, comparisons)
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
+        r""":math:`E_{q(f)}\log\sigma(s_j g_j)` per comparison (quadrature of the marginal of :math:`g_j`), for
+        the canonical target (labels and pairs)."""
+        log_p, weights = self._nodes(y, function_dist)
         return (weights * log_p).sum(0)
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, comparisons: Tensor | None = None,
-        **kwargs: Any,
-    ) -> Tensor:  # fmt: skip
-        r""":math:`\log E_{q(f)}\sigma(s_j g_j)` per comparison."""
-        log_p, weights = self._nodes(observations, function_dist, comparisons)
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
+        r""":math:`\log E_{q(f)}\sigma(s_j g_j)` per comparison, for the canonical target."""
+        log_p, weights = self._nodes(y, function_dist)
         return torch.logsumexp(weights.log() + log_p, dim=0)
 
     # ------------------------------------------------------------------ protocol members (at g = Df)

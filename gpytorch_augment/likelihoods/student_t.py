@@ -128,10 +128,7 @@ class StudentTLikelihood(ContinuousPredictive, AugmentedLikelihood):
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> StudentTPredictive:
         return StudentTPredictive(self.df, function_dist.mean, function_dist.variance, self.scale)
 
-    def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
-        y = self.check_observations(observations, function_dist, **kwargs)
+    def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         return self.marginal(function_dist).log_prob(y)
 
     # ------------------------------------------------------------------ predictive quantiles
@@ -156,9 +153,7 @@ class StudentTLikelihood(ContinuousPredictive, AugmentedLikelihood):
         spread = function_dist.variance.double().clamp_min(0) + self.scale.detach().double() ** 2
         return function_dist.mean.double(), spread.sqrt()
 
-    def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
-    ) -> Tensor:
+    def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)}\log t_\nu(y_i\mid f_i,\sigma)`, per datum, accurate for any :math:`\sigma/\sqrt{s_i}`.
 
         With :math:`c = \nu\sigma^2`, Frullani's integral and the Gaussian expectation of :math:`e^{-\tau(y-f)^2}`
@@ -169,7 +164,6 @@ class StudentTLikelihood(ContinuousPredictive, AugmentedLikelihood):
         :math:`f` is off by 0.1--0.4 nats at
         :math:`\sigma \le 0.1\sqrt s`.)
         """
-        y = self.check_observations(observations, function_dist, **kwargs)
         mean, var = function_dist.mean, function_dist.variance.clamp_min(0)
         expected_log1p = expected_log1p_square((y - mean) ** 2, var, self.df * self.scale**2)
         return self._log_t(torch.zeros_like(expected_log1p)) - self._alpha * expected_log1p
