@@ -26,6 +26,7 @@ from .._validation import (
     as_tensors,
     check_finite,
     check_inputs_targets,
+    check_latents,
     check_nonempty,
     check_target_keywords,
     checked_data,
@@ -43,7 +44,7 @@ from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, val
 from ..variational.cavi_variational_strategy import _CAVIMixin, cavi_strategy_of
 from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
-from ._checks import check_batch_size, check_input_dim, check_latents
+from ._checks import check_batch_size, check_input_dim
 from ._fit_config import FitConfig
 from ._hyper_steps import HyperStepMixin
 from ._modes import training_mode
