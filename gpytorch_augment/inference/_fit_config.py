@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -16,8 +16,14 @@ from ..core.distributed import all_gather_objects
 from ._batches import Batch, ShuffleCursor, loader_batches, per_datum, tensor_batches
 from ._checks import check_full_batch
 from .convergence import CAVITrace, Convergence, RelativeChange
+from .engine import CAVIEngine
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 StopRule = Callable[[CAVITrace, bool], bool]
+#: a stopping rule as the caller gives it
+Rule = Convergence | Callable[[CAVITrace], bool]
 
 
 @dataclass
@@ -28,7 +34,7 @@ class FitConfig:
     y: Tensor | None
     kwargs: dict[str, Any]
     batch_size: int | None
-    data_loader: Any
+    data_loader: Iterable[Any] | None
     generator: torch.Generator | None
     hyper_optimizer: torch.optim.Optimizer | None
     hyper_steps: int
@@ -65,10 +71,10 @@ class FitConfig:
         return total
 
     @classmethod
-    def build(cls, cavi: Any, x: Tensor | None, y: Tensor | None, *, max_iter: int | None, tol: float,
+    def build(cls, cavi: CAVIEngine, x: Tensor | None, y: Tensor | None, *, max_iter: int | None, tol: float,
               hyper_optimizer: torch.optim.Optimizer | None, hyper_steps: int, batch_size: int | None,
-              data_loader: Any, num_epochs: int | None, convergence: Any, generator: torch.Generator | None,
-              kwargs: dict[str, Any]) -> FitConfig:  # fmt: skip
+              data_loader: Iterable[Any] | None, num_epochs: int | None, convergence: Rule | None,
+              generator: torch.Generator | None, kwargs: dict[str, Any]) -> FitConfig:  # fmt: skip
         minibatch = batch_size is not None or data_loader is not None
         group = cavi.process_group if cavi.distributed else None
         sharded = cavi.distributed
@@ -79,7 +85,7 @@ class FitConfig:
         if int(hyper_steps) < 1:
             raise ValueError(f"hyper_steps must be a positive integer, got {hyper_steps}")
         if hyper_optimizer is not None:
-            cavi._check_hyper_optimizer(hyper_optimizer)
+            cavi.check_hyper_optimizer(hyper_optimizer)
         if max_iter is None:
             max_iter = 100 if not minibatch else None
         max_iter = check_integer("max_iter", max_iter, 1, optional=True)
@@ -103,11 +109,11 @@ class FitConfig:
             num_batches=num_batches,
             check=_stop_rule(convergence),
             sharded=sharded,
-            cursor=None if sharded else cavi._shuffle,
+            cursor=None if sharded else cavi.shuffle_cursor,
         )
 
 
-def _stop_rule(convergence: Any) -> StopRule:
+def _stop_rule(convergence: Rule) -> StopRule:
     if isinstance(convergence, Convergence):
         convergence.reset()
         return convergence.check
@@ -117,14 +123,14 @@ def _stop_rule(convergence: Any) -> StopRule:
 
 
 def _check_loader(
-    cavi: Any,
+    cavi: CAVIEngine,
     x: Tensor | None,
     y: Tensor | None,
     batch_size: int | None,
-    data_loader: Any,
+    data_loader: Iterable[Any],
     kwargs: dict[str, Any],
     sharded: bool = False,
-    group: Any = None,
+    group: ProcessGroup | None = None,
 ) -> int | None:
     """Validate a data-loader fit; returns the number of batches per epoch (``None`` if unknown). With sharded
     data the loader's dataset is either the whole data set read through a ``DistributedSampler`` or this rank's
@@ -162,19 +168,19 @@ def _check_loader(
 
 
 def _check_tensors(
-    cavi: Any,
+    cavi: CAVIEngine,
     x: Tensor | None,
     y: Tensor | None,
-    batch_size: Any,
+    batch_size: int | None,
     sharded: bool = False,
-    group: Any = None,
+    group: ProcessGroup | None = None,
     kwargs: dict[str, Any] | None = None,
 ) -> tuple[int | None, int]:
     """Validate a fit on tensors; returns ``(batch_size, batches per epoch)`` (with sharded data: the largest
     number over the ranks)."""
     if x is None or y is None:
         raise ValueError("fit needs the data: x and y, or a data_loader")
-    cavi._check_inputs(x, y)
+    cavi.check_inputs(x, y)
     if not sharded:
         check_nonempty(x, "CAVI.fit")
     whole = dict(kwargs or {})
