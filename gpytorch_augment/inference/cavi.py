@@ -43,10 +43,12 @@ from ..core.distributed import (
 )
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from ..variational.cavi_variational_strategy import _CAVIMixin, cavi_strategy_of
+from . import hyperparameters
 from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
 from ._checks import check_batch_size, check_input_dim
 from ._fit_config import FitConfig
+from ._fit_setup import fit_config, fit_data
 from ._hyper_steps import HyperStepMixin
 from ._modes import training_mode
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
@@ -96,7 +98,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
 
     **The engine's interface.** The one-call fit's protocols use CAVI through
     :class:`~gpytorch_augment.inference.engine.CAVIEngine` (:meth:`prior_terms`, :meth:`update`,
-    :meth:`marginal_distribution`, :meth:`frozen_q`, :meth:`q_state`, ...), which it implements.
+    :meth:`marginal_distribution`, :meth:`frozen_q`, :meth:`q_state`, :meth:`run`, ...), which it implements;
+    :meth:`fit` dispatches to them or runs :meth:`run` itself.
 
     :param model: an ``ApproximateGP`` whose strategy is a :class:`~gpytorch_augment.CAVIVariationalStrategy`
         (or its unwhitened sibling, or a batched one inside ``IndependentMultitaskVariationalStrategy``) with a
@@ -571,27 +574,47 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             :class:`~gpytorch_augment.inference.fit_result.FitResult` (a trace with the status, the reason, the
             objective and the priors used).
         """
-        x, y = as_tensors(x, y, kwargs=kwargs)
-        if x is not None and y is not None and not self.likelihood.linear_observations:
-            y = squeezed_targets(x, y)
-        if self.likelihood.linear_observations and (batch_size is not None or data_loader is not None):
-            raise ValueError(
-                f"{type(self.likelihood).__name__} reads linear combinations of the inputs: fit it on the full data "
-                "(no batch_size, no data_loader)"
-            )
+        x, y = fit_data(self.likelihood, x, y, kwargs, batch_size, data_loader)
         if learn_hyperparameters or hyper_options is not None:  # the one-call protocol (its own defaults)
-            return self._fit_hyperparameters(
-                x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, callback=callback,
-                batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
-                progress=progress, generator=generator, learn=learn_hyperparameters, options=hyper_options,
-                kwargs=kwargs,
+            if not learn_hyperparameters:
+                raise ValueError("hyper_options are only used with learn_hyperparameters=True")
+            if hyper_optimizer is not None:
+                raise ValueError("pass either hyper_optimizer (your own loop) or learn_hyperparameters=True, not both")
+            if data_loader is not None:
+                raise ValueError("learn_hyperparameters=True needs the data as tensors x, y, not a data_loader")
+            options = FitOptions.from_mapping(hyper_options, batch_size=batch_size, num_epochs=num_epochs)
+            return hyperparameters.fit_hyperparameters(
+                self, x, y, options, max_iter=max_iter, tol=tol, convergence=convergence, progress=progress,
+                callback=callback, generator=generator, **kwargs,
             )  # fmt: skip
-        config = FitConfig.build(
+        config = fit_config(
             self, x, y, max_iter=max_iter, tol=1e-8 if tol is None else tol, hyper_optimizer=hyper_optimizer,
             hyper_steps=hyper_steps, batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs,
             convergence=convergence, generator=generator, kwargs=kwargs,
         )  # fmt: skip
-        check_target_keywords(self.likelihood, kwargs, "CAVI.fit")
+        trace = self.run(config, callback, progress)
+        if not trace.converged and config.max_iter is not None and trace.num_steps >= config.max_iter:
+            warnings.warn(
+                f"CAVI.fit stopped at max_iter={config.max_iter} steps before the convergence rule was met "
+                "(trace.converged is False): raise max_iter or loosen the rule",
+                UserWarning,
+                stacklevel=2,
+            )
+        return trace
+
+    def run(
+        self, config: FitConfig, callback: Callable[[int, float], object] | None = None, progress: bool = False
+    ) -> CAVITrace:
+        """CAVI steps over the batches of ``config`` (each followed by its hyper-parameter steps) until its stopping
+        rule or a cap, the model and the likelihood in training mode (their modes restored afterwards):
+        :meth:`fit` without learning the hyper-parameters, and the stochastic protocol's inner loop. A stop on a cap
+        leaves ``trace.converged`` False (no warning: the caller says what it means).
+
+        :param config: the fit's settings, built and checked by
+            :func:`~gpytorch_augment.inference._fit_setup.fit_config`.
+        :param callback: called as ``callback(t, elbo)`` after every step.
+        :param progress: show a ``tqdm`` progress bar.
+        """
         bar = progress_bar(config.total_steps) if progress else None
         try:
             with training_mode(self.model, self.likelihood):
@@ -600,24 +623,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             if bar is not None:
                 bar.close()
 
-    def _fit_hyperparameters(
-        self, x: Tensor | None, y: Tensor | None, *, hyper_optimizer: Any, data_loader: Any, learn: bool,
-        options: FitOptions | dict[str, Any] | None, batch_size: int | None, kwargs: dict[str, Any], **shared: Any,
-    ) -> CAVITrace:  # fmt: skip
-        """``fit(..., learn_hyperparameters=True)``: checks, then :mod:`~gpytorch_augment.inference.hyperparameters`."""
-        from .hyperparameters import fit_hyperparameters
-
-        if not learn:
-            raise ValueError("hyper_options are only used with learn_hyperparameters=True")
-        if hyper_optimizer is not None:
-            raise ValueError("pass either hyper_optimizer (your own loop) or learn_hyperparameters=True, not both")
-        if data_loader is not None:
-            raise ValueError("learn_hyperparameters=True needs the data as tensors x, y, not a data_loader")
-        options = FitOptions.from_mapping(options, batch_size=batch_size, num_epochs=shared.pop("num_epochs"))
-        return fit_hyperparameters(self, x, y, options, **shared, **kwargs)
-
-    def _run(self, config: FitConfig, callback: Callable[[int, float], Any] | None, bar: Any) -> CAVITrace:
-        """The loop of :meth:`fit`: steps, hyper-parameter steps, the trace, the stopping rule and the caps."""
+    def _run(self, config: FitConfig, callback: Callable[[int, float], object] | None, bar: Any) -> CAVITrace:
+        """The loop of :meth:`run`: steps, hyper-parameter steps, the trace, the stopping rule and the caps."""
         trace = CAVITrace()
         clock = Clock()
         epoch = 0
@@ -645,12 +652,6 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                     trace.converged = True
                     return trace
                 if config.max_iter is not None and trace.num_steps >= config.max_iter:
-                    warnings.warn(
-                        f"CAVI.fit stopped at max_iter={config.max_iter} steps before the convergence rule was met "
-                        "(trace.converged is False): raise max_iter or loosen the rule",
-                        UserWarning,
-                        stacklevel=3,
-                    )
                     return trace
             epoch += 1
         return trace

@@ -10,15 +10,18 @@ r"""The interface through which the one-call fit's protocols drive the CAVI engi
   on them (:meth:`~CAVIEngine.update`), and the marginals of :math:`q(f)` they imply
   (:meth:`~CAVIEngine.marginal_distribution`);
 * :math:`q(u)` itself: frozen while a hyper-parameter loss is back-propagated (:meth:`~CAVIEngine.frozen_q`), copied
-  and put back (:meth:`~CAVIEngine.q_state`, :meth:`~CAVIEngine.load_q_state`).
+  and put back (:meth:`~CAVIEngine.q_state`, :meth:`~CAVIEngine.load_q_state`);
+* the inner loop: CAVI steps over a fit's batches until its stopping rule or a cap (:meth:`~CAVIEngine.run`).
 
-**Rules.** A protocol uses the engine through these members only (no private member). Tensors in the
+**Rules.** A protocol uses the engine through these members only (no private member, no call back into
+``CAVI.fit``); ``CAVI.fit`` dispatches to the protocols or runs :meth:`~CAVIEngine.run` itself. Tensors in the
 likelihood's layout are ``(N,)`` for one latent and ``(N, T)`` for ``T`` latents; the whitened :math:`q(v)`
 (:class:`~gpytorch_augment.core.WhitenedGaussian`) and the prior terms are latent-major.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -32,6 +35,8 @@ from ..core import PriorTerms, WhitenedGaussian
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 from ._batches import ShuffleCursor
+from ._fit_config import FitConfig
+from .convergence import CAVITrace
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -117,6 +122,12 @@ class CAVIEngine(Protocol):
 
     def load_q_state(self, state: list[Tensor]) -> None:
         """Put a :meth:`q_state` back into the model (in place, without a graph)."""
+
+    def run(
+        self, config: FitConfig, callback: Callable[[int, float], object] | None = None, progress: bool = False
+    ) -> CAVITrace:
+        """CAVI steps over the batches of ``config`` (each followed by its hyper-parameter steps) until its stopping
+        rule or a cap, the model and the likelihood in training mode; ``trace.converged`` says which."""
 
 
 def diagonal_gaussian(likelihood: AugmentedLikelihood, mean: Tensor, var: Tensor) -> MultivariateNormal:

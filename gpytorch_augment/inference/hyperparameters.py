@@ -18,8 +18,12 @@ restarts from data-aware points and keeps the best objective; it is never report
   iterations or L-BFGS cannot move; such a stop counts as converged only where the objective's gradient in
   :math:`\theta`, at the optimal :math:`q(u)`, is at most ``gtol`` per datum in every entry.
 * ``"stochastic"`` (above it, and with data sharded over processes) -- mini-batch CAVI with one Adam step (``lr``)
-  on the CAVI's ``hyper_objective`` per CAVI step: :meth:`CAVI.fit` with ``hyper_optimizer``. Stops when the
+  on the CAVI's ``hyper_objective`` per CAVI step: the engine's inner loop
+  (:meth:`CAVIEngine.run <gpytorch_augment.inference.engine.CAVIEngine.run>`) with that optimizer. Stops when the
   epoch-averaged bound changes by less than ``tol`` (relative) or after ``num_epochs`` epochs.
+
+Both drive the engine through :class:`~gpytorch_augment.inference.engine.CAVIEngine` (never ``CAVI.fit``, which
+dispatches here).
 
 Both put the model and the likelihood in training mode and restore the caller's modes, validate the data once, warn
 when the result is not converged (naming why), and leave :math:`q(u)` at its optimum for the final hyper-parameters.
@@ -53,7 +57,7 @@ from torch import Tensor
 from .._validation import check_nonempty, checked_data
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ._batches import Clock, progress_bar
-from ._fit_config import Rule
+from ._fit_setup import Rule, fit_config, fit_data
 from ._modes import training_mode
 from .collapse import SPREAD_TOL, is_constant, latent_spread
 from .convergence import CAVITrace, Convergence, RelativeChange
@@ -259,16 +263,16 @@ class _Run:
 
     # ---------------------------------------------------------------------------------------------- stochastic
     def _stochastic(self) -> tuple[FitResult, float]:
-        """Mini-batch CAVI with fused Adam steps: :meth:`CAVI.fit` with ``hyper_optimizer``."""
-        o = self.options
+        """Mini-batch CAVI with fused Adam steps: the engine's inner loop with an Adam ``hyper_optimizer``."""
+        o, kwargs = self.options, dict(self.kwargs)
         optimizer = torch.optim.Adam(self.params, lr=o.lr)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="CAVI.fit stopped at max_iter")
-            trace = self.cavi.fit(
-                self.x, self.y, hyper_optimizer=optimizer, batch_size=o.batch_size, num_epochs=o.num_epochs,
-                max_iter=o.max_iter, tol=o.tol, convergence=self.convergence, progress=self.progress,
-                callback=self.callback, generator=self.generator, **self.kwargs,
-            )  # fmt: skip
+        x, y = fit_data(self.cavi.likelihood, self.x, self.y, kwargs, o.batch_size, None)
+        config = fit_config(
+            self.cavi, x, y, max_iter=o.max_iter, tol=o.tol, hyper_optimizer=optimizer, hyper_steps=1,
+            batch_size=o.batch_size, data_loader=None, num_epochs=o.num_epochs, convergence=self.convergence,
+            generator=self.generator, kwargs=kwargs,
+        )  # fmt: skip
+        trace = self.cavi.run(config, self.callback, self.progress)
         status = FitStatus.CONVERGED if trace.converged else FitStatus.CAP
         message = "met its stopping rule" if trace.converged else (
             f"stopped on its cap ({_stochastic_cap(o)}) before its convergence rule was met: raise the cap or "

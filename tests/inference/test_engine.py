@@ -1,10 +1,11 @@
 """The CAVI engine behind its interface: ``CAVI`` implements :class:`CAVIEngine`; the protocols of the one-call fit use
-the engine through it only (no private member)."""
+the engine through it only (no private member) and never call back into ``CAVI.fit``."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from gpytorch_augment.testing import SVGP
 
 INFERENCE = Path(cavi_module.__file__).parent
 #: the modules that drive the engine (cavi.py and its mixins are the engine itself)
-DRIVERS = ("nested.py", "hyperparameters.py", "_fit_config.py")
+DRIVERS = ("nested.py", "hyperparameters.py", "_fit_setup.py", "_fit_config.py")
 
 
 def _members() -> list[str]:
@@ -43,7 +44,7 @@ def test_cavi_implements_the_interface_with_its_signatures() -> None:
 
 
 def test_every_member_of_the_interface_says_what_it_does() -> None:
-    assert {"prior_terms", "update", "frozen_q", "marginal_distribution"} <= set(_members())
+    assert {"prior_terms", "update", "frozen_q", "marginal_distribution", "run"} <= set(_members())
     assert all(inspect.getdoc(getattr(CAVIEngine, name)) for name in _members())
 
 
@@ -60,3 +61,39 @@ def test_the_drivers_use_no_private_member_of_the_engine(module: str) -> None:
         if isinstance(node, ast.arg) and node.arg == "cavi":
             assert node.annotation is not None and ast.unparse(node.annotation) == "CAVIEngine", node.lineno
     assert private == []
+
+
+def test_the_one_call_fit_does_not_call_back_into_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    fit = ga.CAVI.fit
+
+    def counted(self: ga.CAVI, *args: object, **kwargs: object) -> object:
+        calls.append(kwargs.get("learn_hyperparameters"))
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(ga.CAVI, "fit", counted)
+    for protocol in ("nested", "stochastic"):
+        cavi, x, y = _cavi()
+        calls.clear()
+        options = {"protocol": protocol, "max_iter": 3, "collapse_restarts": 0}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = cavi.fit(x, y, learn_hyperparameters=True, hyper_options=options)
+        assert calls == [True] and result.protocol == protocol
+
+
+def test_run_is_the_loop_of_fit() -> None:
+    """``fit`` without hyper-parameter learning is ``run`` on the checked settings, plus the warning on a cap."""
+    from gpytorch_augment.inference._fit_setup import fit_config
+
+    first, x, y = _cavi()
+    second, _, _ = _cavi()
+    with pytest.warns(UserWarning, match="stopped at max_iter=3"):
+        trace = first.fit(x, y, max_iter=3)
+    config = fit_config(second, x, y, max_iter=3, tol=1e-8, hyper_optimizer=None, hyper_steps=1, batch_size=None,
+                        data_loader=None, num_epochs=None, convergence=None, generator=None, kwargs={})  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = second.run(config)
+    assert again.elbo == trace.elbo and not again.converged
+    assert all(torch.equal(a, b) for a, b in zip(first.q_state(), second.q_state()))
