@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gpytorch.variational import IndependentMultitaskVariationalStrategy
 from torch import Tensor
 
 _VALUES_CHECKED = contextvars.ContextVar("gpytorch_augment_values_checked", default=False)
@@ -472,3 +473,30 @@ def check_real(name: str, value: Any, *, positive: bool = False, optional: bool 
     if not ok or (value <= 0 if positive else value < 0):
         raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
     return float(value)
+
+
+def check_latents(model: Any, strategy: Any, likelihood: Any) -> None:
+    """Raise ``ValueError`` unless the model has one latent GP per latent of the likelihood (checked by the engines
+    and the MLLs alike, on an ``ApproximateGP``, its CAVI strategy and an augmented likelihood).
+
+    A likelihood with ``T > 1`` latents needs a strategy of batch shape ``[..., T]`` (usually inside GPyTorch's
+    ``IndependentMultitaskVariationalStrategy`` with ``num_tasks = T``); a one-latent likelihood must not be given a
+    multitask model.
+    """
+    T = int(likelihood.num_latents)
+    name = type(likelihood).__name__
+    wrapper = model.variational_strategy
+    batch_shape = tuple(strategy._variational_distribution.batch_shape)
+    if isinstance(wrapper, IndependentMultitaskVariationalStrategy):
+        tasks = int(wrapper.num_tasks)
+        if tasks != T:
+            raise ValueError(
+                f"the model's IndependentMultitaskVariationalStrategy has num_tasks={tasks} but {name} has "
+                f"num_latents={T}: build the model with one latent GP per latent (num_tasks={T}, batch_shape=[{T}])"
+            )
+    if T > 1 and (not batch_shape or batch_shape[-1] != T):
+        raise ValueError(
+            f"{name} has num_latents={T} but the model's variational distribution has batch shape {batch_shape}: "
+            f"use batch_shape=torch.Size([{T}]) for q(u), the mean and the kernel, inside "
+            f"IndependentMultitaskVariationalStrategy(..., num_tasks={T})"
+        )

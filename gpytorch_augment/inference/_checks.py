@@ -1,38 +1,10 @@
-"""Structure checks of :class:`~gpytorch_augment.CAVI`, run up front: latents against the model's batch shape,
-the inputs' dimension against the inducing inputs, the data against ``num_data``."""
+"""Structure checks of :class:`~gpytorch_augment.CAVI`, run up front: the inputs' dimension against the inducing
+inputs, the data against ``num_data`` (latents against the model's batch shape: ``_validation.check_latents``, shared
+with the MLLs)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from gpytorch.variational import IndependentMultitaskVariationalStrategy
 from torch import Tensor
-
-
-def check_latents(model: Any, strategy: Any, likelihood: Any) -> None:
-    """Raise ``ValueError`` unless the model has one latent GP per latent of the likelihood.
-
-    A likelihood with ``T > 1`` latents needs a strategy of batch shape ``[..., T]`` (usually inside GPyTorch's
-    ``IndependentMultitaskVariationalStrategy`` with ``num_tasks = T``); a one-latent likelihood must not be given a
-    multitask model.
-    """
-    T = int(likelihood.num_latents)
-    name = type(likelihood).__name__
-    wrapper = model.variational_strategy
-    batch_shape = tuple(strategy._variational_distribution.batch_shape)
-    if isinstance(wrapper, IndependentMultitaskVariationalStrategy):
-        tasks = int(wrapper.num_tasks)
-        if tasks != T:
-            raise ValueError(
-                f"the model's IndependentMultitaskVariationalStrategy has num_tasks={tasks} but {name} has "
-                f"num_latents={T}: build the model with one latent GP per latent (num_tasks={T}, batch_shape=[{T}])"
-            )
-    if T > 1 and (not batch_shape or batch_shape[-1] != T):
-        raise ValueError(
-            f"{name} has num_latents={T} but the model's variational distribution has batch shape {batch_shape}: "
-            f"use batch_shape=torch.Size([{T}]) for q(u), the mean and the kernel, inside "
-            f"IndependentMultitaskVariationalStrategy(..., num_tasks={T})"
-        )
 
 
 def check_input_dim(x: Tensor, inducing_points: Tensor) -> None:

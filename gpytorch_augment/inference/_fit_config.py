@@ -1,34 +1,33 @@
-"""The validated settings of one :meth:`CAVI.fit <gpytorch_augment.CAVI.fit>` call."""
+"""The validated settings of one fit: what :meth:`CAVIEngine.run <gpytorch_augment.inference.engine.CAVIEngine.run>`
+iterates over and when it stops (built and checked against the engine by
+:func:`~gpytorch_augment.inference._fit_setup.fit_config`)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import DistributedSampler
 
-from .._validation import check_integer, check_nonempty, float_targets
-from ..core.distributed import all_gather_objects
 from ._batches import Batch, ShuffleCursor, loader_batches, per_datum, tensor_batches
-from ._checks import check_full_batch
-from .convergence import CAVITrace, Convergence, RelativeChange
+from .convergence import CAVITrace
 
+#: the stopping rule of a fit: ``(trace, is_last_batch_of_the_epoch) -> stop``
 StopRule = Callable[[CAVITrace, bool], bool]
 
 
 @dataclass
 class FitConfig:
-    """What a fit iterates over and when it stops; built (and every argument checked) by :meth:`build`."""
+    """What a fit iterates over and when it stops; built (and every argument checked) by
+    :func:`~gpytorch_augment.inference._fit_setup.fit_config`."""
 
     x: Tensor | None
     y: Tensor | None
     kwargs: dict[str, Any]
     batch_size: int | None
-    data_loader: Any
+    data_loader: Iterable[Any] | None
     generator: torch.Generator | None
     hyper_optimizer: torch.optim.Optimizer | None
     hyper_steps: int
@@ -50,7 +49,7 @@ class FitConfig:
 
     @property
     def prechecked(self) -> bool:
-        """Whether the batches are slices of tensors whose values :meth:`build` checked as a whole (then the loop
+        """Whether the batches are slices of tensors whose values ``fit_config`` checked as a whole (then the loop
         skips the per-batch value checks, each a host synchronisation on CUDA); a data loader's batches are
         checked one by one."""
         return self.data_loader is None
@@ -63,134 +62,6 @@ class FitConfig:
             steps = self.num_epochs * self.num_batches
             total = steps if total is None else min(total, steps)
         return total
-
-    @classmethod
-    def build(cls, cavi: Any, x: Tensor | None, y: Tensor | None, *, max_iter: int | None, tol: float,
-              hyper_optimizer: torch.optim.Optimizer | None, hyper_steps: int, batch_size: int | None,
-              data_loader: Any, num_epochs: int | None, convergence: Any, generator: torch.Generator | None,
-              kwargs: dict[str, Any]) -> FitConfig:  # fmt: skip
-        minibatch = batch_size is not None or data_loader is not None
-        group = cavi.process_group if cavi.distributed else None
-        sharded = cavi.distributed
-        if data_loader is not None:
-            num_batches = _check_loader(cavi, x, y, batch_size, data_loader, kwargs, sharded, group)
-        else:
-            batch_size, num_batches = _check_tensors(cavi, x, y, batch_size, sharded, group, kwargs)
-        if int(hyper_steps) < 1:
-            raise ValueError(f"hyper_steps must be a positive integer, got {hyper_steps}")
-        if hyper_optimizer is not None:
-            cavi._check_hyper_optimizer(hyper_optimizer)
-        if max_iter is None:
-            max_iter = 100 if not minibatch else None
-        max_iter = check_integer("max_iter", max_iter, 1, optional=True)
-        if num_epochs is None:
-            num_epochs = 10 if minibatch else None
-        if num_epochs is not None and int(num_epochs) < 1:
-            raise ValueError(f"num_epochs must be a positive integer or None, got {num_epochs}")
-        if convergence is None:
-            convergence = RelativeChange(tol, window=1 if not minibatch else max(1, num_batches or 1))
-        return cls(
-            x=x,
-            y=y,
-            kwargs=kwargs,
-            batch_size=batch_size,
-            data_loader=data_loader,
-            generator=generator,
-            hyper_optimizer=hyper_optimizer,
-            hyper_steps=int(hyper_steps),
-            max_iter=None if max_iter is None else int(max_iter),
-            num_epochs=None if num_epochs is None else int(num_epochs),
-            num_batches=num_batches,
-            check=_stop_rule(convergence),
-            sharded=sharded,
-            cursor=None if sharded else cavi._shuffle,
-        )
-
-
-def _stop_rule(convergence: Any) -> StopRule:
-    if isinstance(convergence, Convergence):
-        convergence.reset()
-        return convergence.check
-    if callable(convergence):
-        return lambda trace, epoch_end: bool(convergence(trace))
-    raise ValueError(f"convergence must be a Convergence or a callable trace -> bool, got {convergence!r}")
-
-
-def _check_loader(
-    cavi: Any,
-    x: Tensor | None,
-    y: Tensor | None,
-    batch_size: int | None,
-    data_loader: Any,
-    kwargs: dict[str, Any],
-    sharded: bool = False,
-    group: Any = None,
-) -> int | None:
-    """Validate a data-loader fit; returns the number of batches per epoch (``None`` if unknown). With sharded
-    data the loader's dataset is either the whole data set read through a ``DistributedSampler`` or this rank's
-    shard (then the shards must add up to ``num_data``), and every rank's loader has the same length."""
-    if x is not None or y is not None:
-        raise ValueError("pass either x and y or a data_loader, not both")
-    if batch_size is not None:
-        raise ValueError("pass either batch_size or a data_loader (which sets its own batch size), not both")
-    if kwargs:
-        raise ValueError(
-            f"with a data_loader, per-datum keyword arguments ({sorted(kwargs)}) must come in its batches: "
-            "yield (x, y, {name: tensor}) or {'x': x, 'y': y, name: tensor}"
-        )
-    try:
-        size = len(getattr(data_loader, "dataset", None))  # type: ignore[arg-type]
-    except TypeError:
-        size = None
-    if sharded and size is not None and not isinstance(getattr(data_loader, "sampler", None), DistributedSampler):
-        size = sum(all_gather_objects(size, group))
-    if size is not None and size != cavi.num_data:
-        raise ValueError(
-            f"the data loader's dataset has {size} points but CAVI was built with num_data={cavi.num_data}: "
-            "the batch statistics are scaled by num_data / batch size"
-        )
-    try:
-        length = len(data_loader)
-    except TypeError:
-        length = None
-    if sharded and len(set(all_gather_objects(length, group))) > 1:
-        raise ValueError(
-            "with sharded data every rank's data loader must yield the same number of batches per epoch "
-            "(use a DistributedSampler, which pads the shards)"
-        )
-    return length
-
-
-def _check_tensors(
-    cavi: Any,
-    x: Tensor | None,
-    y: Tensor | None,
-    batch_size: Any,
-    sharded: bool = False,
-    group: Any = None,
-    kwargs: dict[str, Any] | None = None,
-) -> tuple[int | None, int]:
-    """Validate a fit on tensors; returns ``(batch_size, batches per epoch)`` (with sharded data: the largest
-    number over the ranks)."""
-    if x is None or y is None:
-        raise ValueError("fit needs the data: x and y, or a data_loader")
-    cavi._check_inputs(x, y)
-    if not sharded:
-        check_nonempty(x, "CAVI.fit")
-    whole = dict(kwargs or {})
-    y = float_targets(y, whole, x.dtype) if x.is_floating_point() else y
-    cavi.likelihood.check_targets(y, **whole)  # the whole data, once: the loop then skips the value checks
-    if batch_size is None:
-        sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
-        check_full_batch(sum(sizes), cavi.num_data, sharded)
-        return None, 1
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or int(batch_size) < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-    sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
-    if sum(sizes) != cavi.num_data:
-        what = f"the {len(sizes)} shards hold {sum(sizes)}" if sharded else f"y has {sizes[0]}"
-        raise ValueError(f"{what} data points but CAVI was built with num_data={cavi.num_data}")
-    return int(batch_size), max(math.ceil(n / int(batch_size)) for n in sizes)
 
 
 def padded(

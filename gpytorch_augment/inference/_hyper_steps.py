@@ -17,12 +17,11 @@ from torch import Tensor
 from ..core import PriorTerms, WhitenedGaussian
 from ..core.distributed import all_reduce_gradients, all_reduce_sum
 from ..mlls.augmented_elbo import AugmentedELBO
-from .nested import marginal_distribution
 
 
 class HyperStepMixin:
     """Hyper-parameter steps of :class:`~gpytorch_augment.CAVI` (which provides ``model``, ``likelihood``,
-    ``strategy``, ``num_data``, ``process_group``, ``distributed`` and ``_mll``)."""
+    ``strategy``, ``num_data``, ``process_group``, ``distributed``, ``marginal_distribution`` and ``_mll``)."""
 
     def _can_fuse(self) -> bool:
         # GPyTorch's unwhitened KL depends on the order of calls (it caches the prior's Cholesky factor between
@@ -51,16 +50,14 @@ class HyperStepMixin:
         r"""One optimizer step on :math:`-`AugmentedELBO of the batch, with :math:`q(f)` built from the prior terms
         of the CAVI step (still attached to the hyper-parameters) and the new, fixed whitened :math:`q(v)`: the same
         value and gradient as ``-mll(model(x), y)`` without a second kernel evaluation and Cholesky."""
-        mean, var = q.marginals(graph_terms)
-        dtype = x.dtype
-        f_dist = marginal_distribution(self.likelihood, mean.to(dtype), var.to(dtype))
+        f_dist = self.marginal_distribution(graph_terms, q, x.dtype)
         # q(v) is fixed and p(v) = N(0, I): the whitened KL carries no gradient, so hand over its value instead of
         # letting GPyTorch rebuild q(u) from its parameters to evaluate it
-        kl = q.kl().to(dtype)
+        kl = q.kl().to(x.dtype)
         if isinstance(self.model.variational_strategy, IndependentMultitaskVariationalStrategy):
             kl = kl.sum(-1)  # as the wrapper's kl_divergence(): summed over the latents
         optimizer.zero_grad()
-        with self._frozen_q():
+        with self.frozen_q():
             if y.shape[-1] > 0:  # an empty shard contributes no gradient
                 loss = -self.hyper_objective(f_dist, y, kl_divergence=kl, **kwargs).sum()
                 loss.backward()
@@ -68,9 +65,10 @@ class HyperStepMixin:
         optimizer.step()
 
     @contextmanager
-    def _frozen_q(self) -> Iterator[None]:
-        """q(u) belongs to CAVI: no gradients for its parameters while the hyper-parameter loss is back-propagated
-        (GPyTorch's forward and KL term would otherwise differentiate through them, for nothing)."""
+    def frozen_q(self) -> Iterator[None]:
+        """A context in which :math:`q(u)`'s parameters take no gradient, while a hyper-parameter loss is
+        back-propagated (q(u) belongs to CAVI; GPyTorch's forward and KL term would otherwise differentiate through
+        them, for nothing)."""
         variational = [p for p in self.model.variational_parameters() if p.requires_grad]
         try:
             for p in variational:
@@ -96,7 +94,7 @@ class HyperStepMixin:
             total = int(all_reduce_sum([count], self.process_group)[0].item())
         for _ in range(steps):
             optimizer.zero_grad()
-            with self._frozen_q():
+            with self.frozen_q():
                 value = -mll(self.model(x), y, **kwargs).sum() if local > 0 else torch.zeros((), device=y.device)
                 if value.requires_grad:
                     value.backward()

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
@@ -26,6 +27,7 @@ from .._validation import (
     as_tensors,
     check_finite,
     check_inputs_targets,
+    check_latents,
     check_nonempty,
     check_target_keywords,
     checked_data,
@@ -41,13 +43,16 @@ from ..core.distributed import (
 )
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from ..variational.cavi_variational_strategy import _CAVIMixin, cavi_strategy_of
+from . import hyperparameters
 from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
-from ._checks import check_batch_size, check_input_dim, check_latents
+from ._checks import check_batch_size, check_input_dim
 from ._fit_config import FitConfig
+from ._fit_setup import fit_config, fit_data
 from ._hyper_steps import HyperStepMixin
 from ._modes import training_mode
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
+from .engine import diagonal_gaussian
 from .fit_options import FitOptions
 from .schedules import StepSchedule, make_schedule
 
@@ -90,6 +95,11 @@ class CAVI(HyperStepMixin, CheckpointMixin):
     current :math:`q(u)` and only the block's latents take the step (the hyper-parameter update and the returned
     ELBO stay those of the state on entry). Needed where a latent's optimal update depends on another latent's
     *updated* factor, e.g. the double-bound CAVI of the heteroscedastic likelihoods (:doc:`/maths/heteroscedastic`).
+
+    **The engine's interface.** The one-call fit's protocols use CAVI through
+    :class:`~gpytorch_augment.inference.engine.CAVIEngine` (:meth:`prior_terms`, :meth:`update`,
+    :meth:`marginal_distribution`, :meth:`frozen_q`, :meth:`q_state`, :meth:`run`, ...), which it implements;
+    :meth:`fit` dispatches to them or runs :meth:`run` itself.
 
     :param model: an ``ApproximateGP`` whose strategy is a :class:`~gpytorch_augment.CAVIVariationalStrategy`
         (or its unwhitened sibling, or a batched one inside ``IndependentMultitaskVariationalStrategy``) with a
@@ -179,6 +189,11 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         """Whether steps reduce their statistics over several processes (``torch.distributed``)."""
         return is_distributed(self.process_group)
 
+    @property
+    def shuffle_cursor(self) -> ShuffleCursor:
+        """Where a shuffled mini-batch fit is in its epoch (the next fit on tensors continues there; checkpointed)."""
+        return self._shuffle
+
     # ------------------------------------------------------------------------------------------------ internals
     def _schedule(self, batch_size: int) -> Any:
         if self.step_size is not None:
@@ -203,14 +218,16 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         check_target_keywords(self.likelihood, kwargs, where)
         if not self.likelihood.linear_observations:  # observations reading combinations of x are not aligned
             y = squeezed_targets(x, y)
-        self._check_inputs(x, y)
+        self.check_inputs(x, y)
         if x.is_floating_point():  # integer targets (counts, trials=) converted exactly to the data's dtype
             y = float_targets(y, kwargs, x.dtype)
         if not self.distributed:
             check_nonempty(x, where)
         return y
 
-    def _check_inputs(self, x: Tensor, y: Tensor) -> None:
+    def check_inputs(self, x: Tensor, y: Tensor) -> None:
+        """Raise ``ValueError`` unless ``x, y`` are finite data of the model's batch shape, input dimension and
+        dtype (for linear observations: ``x`` of shape ``(N, D)``, ``y`` one target per observation)."""
         if self.likelihood.linear_observations:
             return self._check_observation_inputs(x, y)
         batch_shape = self.strategy._variational_distribution.batch_shape
@@ -237,7 +254,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             )
 
     def _check_observation_inputs(self, x: Tensor, y: Tensor) -> None:
-        """The checks of :meth:`_check_inputs` for a likelihood with linear observations, whose targets (one per
+        """The checks of :meth:`check_inputs` for a likelihood with linear observations, whose targets (one per
         observation) are not aligned with the inputs: finite, ``x`` of shape ``(N, D)``, ``y`` of shape ``(n,)``."""
         check_finite("x", x)
         check_finite("y", y)
@@ -251,10 +268,11 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         if x.is_floating_point() and x.dtype != model_dtype:
             raise ValueError(f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert one of them")
 
-    def _prior_terms(self, x: Tensor, targets: Tensor, cache: bool) -> PriorTerms:
+    def prior_terms(self, x: Tensor, targets: Tensor, cache: bool) -> PriorTerms:
         """The prior terms the CAVI step works on: those of the points ``x`` for a pointwise likelihood, those of
-        the observation functionals :math:`g = Df` for one with linear observations
-        (:mod:`gpytorch_augment.core.design`)."""
+        the observation functionals :math:`g = Df` of the canonical ``targets`` for one with linear observations
+        (:mod:`gpytorch_augment.core.design`); ``cache``: kept while the hyper-parameters stay put (the strategy's
+        ``cavi_terms`` rule)."""
         design = self.likelihood.observation_design(targets, x.shape[-2])
         if design is None:
             return self.strategy.cavi_terms(x, cache=cache)
@@ -276,6 +294,25 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         """The marginals of :math:`q(f)` in the likelihood's layout and the data's dtype."""
         mean, var = q.marginals(terms)
         return self._to_likelihood_layout(mean).to(dtype), self._to_likelihood_layout(var).to(dtype)
+
+    def marginal_distribution(self, terms: PriorTerms, q: WhitenedGaussian, dtype: torch.dtype) -> MultivariateNormal:
+        r"""The diagonal :math:`q(f)` of the whitened ``q`` at the inputs of ``terms``, in GPyTorch's layout for the
+        likelihood and in ``dtype`` (with a graph to the hyper-parameters where ``terms`` has one)."""
+        mean, var = q.marginals(terms)
+        return diagonal_gaussian(self.likelihood, mean.to(dtype), var.to(dtype))
+
+    # ------------------------------------------------------------------------------------------------ q(u)
+    def q_state(self) -> list[Tensor]:
+        """A detached copy of :math:`q(u)`'s parameters (those of the strategy's variational distribution)."""
+        return [p.detach().clone() for p in self.strategy.check_distribution().parameters()]
+
+    @torch.no_grad()
+    def load_q_state(self, state: list[Tensor]) -> None:
+        """Put a :meth:`q_state` back into the model (in place, without a graph); the strategy forgets what it
+        memoised of the previous :math:`q(u)`."""
+        for p, saved in zip(self.strategy.check_distribution().parameters(), state):
+            p.copy_(saved)
+        self.strategy._clear_cache()
 
     def _local_step(
         self, terms: PriorTerms, q: WhitenedGaussian, y: Tensor, dtype: torch.dtype
@@ -338,7 +375,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                     "hyper-parameters with fit(x, y, learn_hyperparameters=True, ...), not a hyper_optimizer"
                 )
         if hyper_optimizer is not None and id(hyper_optimizer) not in self._checked_optimizers:
-            self._check_hyper_optimizer(hyper_optimizer)
+            self.check_hyper_optimizer(hyper_optimizer)
             self._checked_optimizers.add(id(hyper_optimizer))
         fused = hyper_optimizer is not None and self._can_fuse()
         # the prior terms of the full data are cached while the hyper-parameters stay put (a mini-batch changes
@@ -347,10 +384,10 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         full_batch = targets.shape[-1] >= self.num_data or x is self._last_x
         self._last_x = x
         with torch.set_grad_enabled(fused):
-            graph_terms = self._prior_terms(x, targets, cache=full_batch)
+            graph_terms = self.prior_terms(x, targets, cache=full_batch)
         terms = graph_terms.detach() if fused else graph_terms
         with torch.no_grad():
-            elbo, q = self._update(targets, terms, x.dtype)
+            elbo, q = self.update(targets, terms, x.dtype)
         if hyper_optimizer is not None:
             if fused:
                 self._fused_hyper_step(x, y, kwargs, graph_terms, q, hyper_optimizer)
@@ -358,20 +395,23 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                 self.hyper_step(x, y, hyper_optimizer, **kwargs)
         return elbo
 
-    def _update(
-        self, y: Tensor, terms: PriorTerms, dtype: torch.dtype, update_constants: bool = True, with_elbo: bool = True
-    ) -> tuple[Tensor, WhitenedGaussian]:
-        """Local step, closed-form likelihood updates (unless ``update_constants`` is off: the nested protocol
-        learns the constants by L-BFGS) and the damped global step; returns the ELBO estimate of the entry state
-        (NaN without ``with_elbo``) and the new whitened :math:`q(v)`."""
+    def update(
+        self, targets: Tensor, terms: PriorTerms, dtype: torch.dtype, update_constants: bool = True,
+        with_elbo: bool = True,
+    ) -> tuple[Tensor, WhitenedGaussian]:  # fmt: skip
+        r"""One closed-form CAVI update on the canonical ``targets`` at ``terms``, without checks (what :meth:`step`
+        runs after validating its batch): the local step, the closed-form likelihood updates (unless
+        ``update_constants`` is off: the nested protocol learns the constants by L-BFGS) and the damped global
+        step, written into the model. Returns the ELBO estimate of the entry state (NaN without ``with_elbo``) and
+        the new whitened :math:`q(v)`."""
         strategy, likelihood = self.strategy, self.likelihood
         q = strategy.whitened_q(terms)
         f_mean, f_var = self._marginals(terms, q, dtype)
-        q_aux = likelihood.aux_posterior(y, f_mean, f_var)
-        ell = likelihood.elbo_terms(y, q_aux, f_mean, f_var).sum(-1) if with_elbo else f_mean.new_zeros(())
+        q_aux = likelihood.aux_posterior(targets, f_mean, f_var)
+        ell = likelihood.elbo_terms(targets, q_aux, f_mean, f_var).sum(-1) if with_elbo else f_mean.new_zeros(())
         if update_constants:
-            self._update_constants(y, q_aux, f_mean, f_var)
-        h, lam = likelihood.expected_potential_and_precision(y, q_aux, f_mean, f_var)
+            self._update_constants(targets, q_aux, f_mean, f_var)
+        h, lam = likelihood.expected_potential_and_precision(targets, q_aux, f_mean, f_var)
         stats, (ell,) = strategy.statistics(terms, h, lam).all_reduce(self.process_group, [ell])
         self._global_batch_size = stats.count
         scale = self.num_data / stats.count
@@ -390,7 +430,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         for k, block in enumerate(blocks or [None]):
             if k > 0:  # refresh q(Ω) (and the statistics) from the latents updated by the previous blocks
                 q = strategy.whitened_q(terms)
-                q_aux, f_mean, f_var, h, lam = self._local_step(terms, q, y, dtype)
+                q_aux, f_mean, f_var, h, lam = self._local_step(terms, q, targets, dtype)
                 target = strategy.statistics(terms, h, lam).all_reduce(self.process_group)[0].scale(scale).natural()
             q_new = q.step(target, rho)
             if block is not None:  # only this block's latents move; the others keep their current q
@@ -441,7 +481,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         single = int(chunk_size) >= num_data  # only then are the prior terms worth caching
         for start in range(0, num_data, int(chunk_size)):
             piece = slice(start, start + int(chunk_size))
-            terms = self._prior_terms(x, y, cache=True) if self.likelihood.linear_observations else (
+            terms = self.prior_terms(x, y, cache=True) if self.likelihood.linear_observations else (
                 self.strategy.cavi_terms(x if single else x[..., piece, :], cache=single)
             )
             q = self.strategy.whitened_q(terms)
@@ -459,7 +499,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         return (total - kl) / num_data
 
     # ------------------------------------------------------------------------------------------------ fit
-    def _check_hyper_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+    def check_hyper_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Raise ``ValueError`` if ``optimizer`` holds :math:`q(u)`'s parameters (CAVI updates those)."""
         variational = {id(p) for p in self.model.variational_parameters()}
         if any(id(p) in variational for group in optimizer.param_groups for p in group["params"]):
             raise ValueError(
@@ -536,27 +577,47 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             :class:`~gpytorch_augment.inference.fit_result.FitResult` (a trace with the status, the reason, the
             objective and the priors used).
         """
-        x, y = as_tensors(x, y, kwargs=kwargs)
-        if x is not None and y is not None and not self.likelihood.linear_observations:
-            y = squeezed_targets(x, y)
-        if self.likelihood.linear_observations and (batch_size is not None or data_loader is not None):
-            raise ValueError(
-                f"{type(self.likelihood).__name__} reads linear combinations of the inputs: fit it on the full data "
-                "(no batch_size, no data_loader)"
-            )
+        x, y = fit_data(self.likelihood, x, y, kwargs, batch_size, data_loader)
         if learn_hyperparameters or hyper_options is not None:  # the one-call protocol (its own defaults)
-            return self._fit_hyperparameters(
-                x, y, max_iter=max_iter, tol=tol, hyper_optimizer=hyper_optimizer, callback=callback,
-                batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
-                progress=progress, generator=generator, learn=learn_hyperparameters, options=hyper_options,
-                kwargs=kwargs,
+            if not learn_hyperparameters:
+                raise ValueError("hyper_options are only used with learn_hyperparameters=True")
+            if hyper_optimizer is not None:
+                raise ValueError("pass either hyper_optimizer (your own loop) or learn_hyperparameters=True, not both")
+            if data_loader is not None:
+                raise ValueError("learn_hyperparameters=True needs the data as tensors x, y, not a data_loader")
+            options = FitOptions.from_mapping(hyper_options, batch_size=batch_size, num_epochs=num_epochs)
+            return hyperparameters.fit_hyperparameters(
+                self, x, y, options, max_iter=max_iter, tol=tol, convergence=convergence, progress=progress,
+                callback=callback, generator=generator, **kwargs,
             )  # fmt: skip
-        config = FitConfig.build(
+        config = fit_config(
             self, x, y, max_iter=max_iter, tol=1e-8 if tol is None else tol, hyper_optimizer=hyper_optimizer,
             hyper_steps=hyper_steps, batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs,
             convergence=convergence, generator=generator, kwargs=kwargs,
         )  # fmt: skip
-        check_target_keywords(self.likelihood, kwargs, "CAVI.fit")
+        trace = self.run(config, callback, progress)
+        if not trace.converged and config.max_iter is not None and trace.num_steps >= config.max_iter:
+            warnings.warn(
+                f"CAVI.fit stopped at max_iter={config.max_iter} steps before the convergence rule was met "
+                "(trace.converged is False): raise max_iter or loosen the rule",
+                UserWarning,
+                stacklevel=2,
+            )
+        return trace
+
+    def run(
+        self, config: FitConfig, callback: Callable[[int, float], object] | None = None, progress: bool = False
+    ) -> CAVITrace:
+        """CAVI steps over the batches of ``config`` (each followed by its hyper-parameter steps) until its stopping
+        rule or a cap, the model and the likelihood in training mode (their modes restored afterwards):
+        :meth:`fit` without learning the hyper-parameters, and the stochastic protocol's inner loop. A stop on a cap
+        leaves ``trace.converged`` False (no warning: the caller says what it means).
+
+        :param config: the fit's settings, built and checked by
+            :func:`~gpytorch_augment.inference._fit_setup.fit_config`.
+        :param callback: called as ``callback(t, elbo)`` after every step.
+        :param progress: show a ``tqdm`` progress bar.
+        """
         bar = progress_bar(config.total_steps) if progress else None
         try:
             with training_mode(self.model, self.likelihood):
@@ -565,24 +626,8 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             if bar is not None:
                 bar.close()
 
-    def _fit_hyperparameters(
-        self, x: Tensor | None, y: Tensor | None, *, hyper_optimizer: Any, data_loader: Any, learn: bool,
-        options: FitOptions | dict[str, Any] | None, batch_size: int | None, kwargs: dict[str, Any], **shared: Any,
-    ) -> CAVITrace:  # fmt: skip
-        """``fit(..., learn_hyperparameters=True)``: checks, then :mod:`~gpytorch_augment.inference.hyperparameters`."""
-        from .hyperparameters import fit_hyperparameters
-
-        if not learn:
-            raise ValueError("hyper_options are only used with learn_hyperparameters=True")
-        if hyper_optimizer is not None:
-            raise ValueError("pass either hyper_optimizer (your own loop) or learn_hyperparameters=True, not both")
-        if data_loader is not None:
-            raise ValueError("learn_hyperparameters=True needs the data as tensors x, y, not a data_loader")
-        options = FitOptions.from_mapping(options, batch_size=batch_size, num_epochs=shared.pop("num_epochs"))
-        return fit_hyperparameters(self, x, y, options, **shared, **kwargs)
-
-    def _run(self, config: FitConfig, callback: Callable[[int, float], Any] | None, bar: Any) -> CAVITrace:
-        """The loop of :meth:`fit`: steps, hyper-parameter steps, the trace, the stopping rule and the caps."""
+    def _run(self, config: FitConfig, callback: Callable[[int, float], object] | None, bar: Any) -> CAVITrace:
+        """The loop of :meth:`run`: steps, hyper-parameter steps, the trace, the stopping rule and the caps."""
         trace = CAVITrace()
         clock = Clock()
         epoch = 0
@@ -610,12 +655,6 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                     trace.converged = True
                     return trace
                 if config.max_iter is not None and trace.num_steps >= config.max_iter:
-                    warnings.warn(
-                        f"CAVI.fit stopped at max_iter={config.max_iter} steps before the convergence rule was met "
-                        "(trace.converged is False): raise max_iter or loosen the rule",
-                        UserWarning,
-                        stacklevel=3,
-                    )
                     return trace
             epoch += 1
         return trace

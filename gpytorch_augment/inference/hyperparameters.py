@@ -18,8 +18,12 @@ restarts from data-aware points and keeps the best objective; it is never report
   iterations or L-BFGS cannot move; such a stop counts as converged only where the objective's gradient in
   :math:`\theta`, at the optimal :math:`q(u)`, is at most ``gtol`` per datum in every entry.
 * ``"stochastic"`` (above it, and with data sharded over processes) -- mini-batch CAVI with one Adam step (``lr``)
-  on the CAVI's ``hyper_objective`` per CAVI step: :meth:`CAVI.fit` with ``hyper_optimizer``. Stops when the
+  on the CAVI's ``hyper_objective`` per CAVI step: the engine's inner loop
+  (:meth:`CAVIEngine.run <gpytorch_augment.inference.engine.CAVIEngine.run>`) with that optimizer. Stops when the
   epoch-averaged bound changes by less than ``tol`` (relative) or after ``num_epochs`` epochs.
+
+Both drive the engine through :class:`~gpytorch_augment.inference.engine.CAVIEngine` (never ``CAVI.fit``, which
+dispatches here).
 
 Both put the model and the likelihood in training mode and restore the caller's modes, validate the data once, warn
 when the result is not converged (naming why), and leave :math:`q(u)` at its optimum for the final hyper-parameters.
@@ -51,11 +55,14 @@ import torch
 from torch import Tensor
 
 from .._validation import check_nonempty, checked_data
+from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ._batches import Clock, progress_bar
+from ._fit_setup import Rule, fit_config, fit_data
 from ._modes import training_mode
 from .collapse import SPREAD_TOL, is_constant, latent_spread
 from .convergence import CAVITrace, Convergence, RelativeChange
 from .default_priors import default_priors, initial_point, registered, user_priors
+from .engine import CAVIEngine
 from .fit_options import FitOptions
 from .fit_result import FitResult, FitStatus
 from .lbfgs import OPTIMIZERS
@@ -72,13 +79,13 @@ NESTED_MAX_DATA = 50_000
 COLLAPSE_RESTART_SCALES = (1.0, math.exp(math.sqrt(3.0)))
 
 
-def choose_protocol(likelihood: Any, num_data: int) -> str:
+def choose_protocol(likelihood: AugmentedLikelihood, num_data: int) -> str:
     """``"nested"`` for at most :data:`NESTED_MAX_DATA` points, ``"stochastic"`` otherwise (every likelihood: the
     nested protocol needs only closed-form CAVI steps and the true ELBO, which all of them have)."""
     return "stochastic" if num_data > NESTED_MAX_DATA else "nested"
 
 
-def hyperparameters_of(cavi: Any, learn_inducing_locations: bool | None = None) -> list[Tensor]:
+def hyperparameters_of(cavi: CAVIEngine, learn_inducing_locations: bool | None = None) -> list[Tensor]:
     """The tensors a fit learns: every parameter of the model and the likelihood that requires a gradient, except
     :math:`q(u)`'s; the inducing inputs as the model declares them (``None``), always (``True``: they must be a
     parameter, ``learn_inducing_locations=True`` in the strategy) or never (``False``)."""
@@ -101,7 +108,7 @@ def hyperparameters_of(cavi: Any, learn_inducing_locations: bool | None = None) 
     return params
 
 
-def _parameter_name(cavi: Any, tensor: Tensor) -> str:
+def _parameter_name(cavi: CAVIEngine, tensor: Tensor) -> str:
     """``tensor``'s name as ``model.<name>`` or ``likelihood.<name>``."""
     for prefix, module in (("model", cavi.model), ("likelihood", cavi.likelihood)):
         for name, p in module.named_parameters():
@@ -111,22 +118,24 @@ def _parameter_name(cavi: Any, tensor: Tensor) -> str:
 
 
 def fit_hyperparameters(
-    cavi: Any,
+    cavi: CAVIEngine,
     x: Tensor,
     y: Tensor,
     options: FitOptions | dict[str, Any] | None = None,
     *,
     max_iter: int | None = None,
     tol: float | None = None,
-    convergence: Convergence | Callable[[CAVITrace], bool] | None = None,
+    convergence: Rule | None = None,
     progress: bool = False,
-    callback: Callable[[int, float], Any] | None = None,
+    callback: Callable[[int, float], object] | None = None,
     generator: torch.Generator | None = None,
     **kwargs: Any,
 ) -> FitResult:
     r"""Learn :math:`q(u)` and the hyper-parameters together (what ``CAVI.fit(..., learn_hyperparameters=True)``
     runs); the module docstring says how.
 
+    :param cavi: the engine (a :class:`~gpytorch_augment.CAVI`), used through
+        :class:`~gpytorch_augment.inference.engine.CAVIEngine`.
     :param x: all the training inputs, ``(N, D)``.
     :param y: all the training targets, ``(N,)`` (one target per point, for multi-latent likelihoods too).
     :param options: a :class:`~gpytorch_augment.inference.fit_options.FitOptions` (or a dict of its fields).
@@ -179,21 +188,21 @@ class _Attempt:
     result: FitResult
     value: float
     constant: bool
-    state: list[Tensor]
+    state: tuple[list[Tensor], list[Tensor]]
 
 
 class _Run:
     """One fit: the first run of the protocol, then restarts after a collapse; keeps the best attempt."""
 
     def __init__(
-        self, cavi: Any, x: Tensor, y: Tensor, params: list[Tensor], options: FitOptions, convergence: Any,
-        progress: bool, callback: Any, generator: Any, kwargs: dict[str, Any],
+        self, cavi: CAVIEngine, x: Tensor, y: Tensor, params: list[Tensor], options: FitOptions,
+        convergence: Rule | None, progress: bool, callback: Callable[[int, float], object] | None,
+        generator: torch.Generator | None, kwargs: dict[str, Any],
     ) -> None:  # fmt: skip
         self.cavi, self.x, self.y, self.params, self.options = cavi, x, y, params, options
         self.convergence, self.progress, self.callback, self.generator = convergence, progress, callback, generator
         self.kwargs = kwargs
-        self.tensors = [*params, *cavi.model.variational_parameters()]
-        self.initial = [t.detach().clone() for t in self.tensors]
+        self.initial = self._state()
         self.num_latents = int(cavi.likelihood.num_latents) if not cavi.likelihood.linear_observations else 1
         #: a constant target is fitted best by a constant predictor: no collapse to restart from or warn about
         self.constant_targets = not cavi.likelihood.linear_observations and bool((y == y.reshape(-1)[0]).all())
@@ -234,11 +243,15 @@ class _Run:
             )
         return result
 
-    def _restore(self, state: list[Tensor]) -> None:
+    def _state(self) -> tuple[list[Tensor], list[Tensor]]:
+        """Copies of the hyper-parameters and of :math:`q(u)`."""
+        return [p.detach().clone() for p in self.params], self.cavi.q_state()
+
+    def _restore(self, state: tuple[list[Tensor], list[Tensor]]) -> None:
         with torch.no_grad():
-            for t, saved in zip(self.tensors, state):
-                t.copy_(saved)
-        self.cavi.strategy._clear_cache()
+            for p, saved in zip(self.params, state[0]):
+                p.copy_(saved)
+        self.cavi.load_q_state(state[1])
 
     def _attempt(self) -> _Attempt:
         if self.options.protocol == "stochastic":
@@ -246,20 +259,20 @@ class _Run:
         else:
             result, value = self._nested()
         constant = not self.constant_targets and is_constant(self.cavi.model, self.x, self.num_latents)
-        return _Attempt(result, value, constant, [t.detach().clone() for t in self.tensors])
+        return _Attempt(result, value, constant, self._state())
 
     # ---------------------------------------------------------------------------------------------- stochastic
     def _stochastic(self) -> tuple[FitResult, float]:
-        """Mini-batch CAVI with fused Adam steps: :meth:`CAVI.fit` with ``hyper_optimizer``."""
-        o = self.options
+        """Mini-batch CAVI with fused Adam steps: the engine's inner loop with an Adam ``hyper_optimizer``."""
+        o, kwargs = self.options, dict(self.kwargs)
         optimizer = torch.optim.Adam(self.params, lr=o.lr)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="CAVI.fit stopped at max_iter")
-            trace = self.cavi.fit(
-                self.x, self.y, hyper_optimizer=optimizer, batch_size=o.batch_size, num_epochs=o.num_epochs,
-                max_iter=o.max_iter, tol=o.tol, convergence=self.convergence, progress=self.progress,
-                callback=self.callback, generator=self.generator, **self.kwargs,
-            )  # fmt: skip
+        x, y = fit_data(self.cavi.likelihood, self.x, self.y, kwargs, o.batch_size, None)
+        config = fit_config(
+            self.cavi, x, y, max_iter=o.max_iter, tol=o.tol, hyper_optimizer=optimizer, hyper_steps=1,
+            batch_size=o.batch_size, data_loader=None, num_epochs=o.num_epochs, convergence=self.convergence,
+            generator=self.generator, kwargs=kwargs,
+        )  # fmt: skip
+        trace = self.cavi.run(config, self.callback, self.progress)
         status = FitStatus.CONVERGED if trace.converged else FitStatus.CAP
         message = "met its stopping rule" if trace.converged else (
             f"stopped on its cap ({_stochastic_cap(o)}) before its convergence rule was met: raise the cap or "
@@ -276,7 +289,7 @@ class _Run:
         """L-BFGS iterations until the rule, a stall or ``max_iter``, then :meth:`NestedProtocol.finish` and the
         stationarity test; a stop that fails it goes on in polish mode, at most ``restarts`` times."""
         cavi, o = self.cavi, self.options
-        cavi._check_inputs(self.x, self.y)
+        cavi.check_inputs(self.x, self.y)
         check_nonempty(self.x, "CAVI.fit")
         targets = cavi.likelihood.check_targets(self.y, **self.kwargs)  # the whole data, once
         if targets.shape[-1] != cavi.num_data:

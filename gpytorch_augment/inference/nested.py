@@ -37,13 +37,14 @@ from typing import Any
 
 import gpytorch
 import torch
-from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from gpytorch.distributions import MultivariateNormal
 from gpytorch.variational import UnwhitenedVariationalStrategy
-from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
 from .._numerics import gauss_hermite
+from ..core import PriorTerms, WhitenedGaussian
 from ..likelihoods.augmented_likelihood import NUM_QUADRATURE_LOCS
+from .engine import CAVIEngine, diagonal_gaussian
 
 __all__ = ["NestedObjective", "NestedProtocol"]
 
@@ -51,7 +52,7 @@ __all__ = ["NestedObjective", "NestedProtocol"]
 class NestedObjective:
     r""":math:`J(\theta)` (module docstring) for a :class:`~gpytorch_augment.CAVI` and its full training data.
 
-    :param cavi: the CAVI driver (its model, likelihood and strategy).
+    :param cavi: the CAVI engine, used through :class:`~gpytorch_augment.inference.engine.CAVIEngine`.
     :param x: all the training inputs ``(N, D)``.
     :param y: all the training targets (as the user passes them to the likelihood).
     :param inner_steps: :math:`k`, the CAVI steps of an evaluation.
@@ -72,7 +73,7 @@ class NestedObjective:
     """
 
     def __init__(
-        self, cavi: Any, x: Tensor, y: Tensor, inner_steps: int = 3, true_steps: int = 3, **kwargs: Any
+        self, cavi: CAVIEngine, x: Tensor, y: Tensor, inner_steps: int = 3, true_steps: int = 3, **kwargs: Any
     ) -> None:
         self.cavi, self.x, self.y, self.kwargs = cavi, x, y, kwargs
         self.true_steps = int(true_steps)
@@ -81,7 +82,6 @@ class NestedObjective:
         self.inner_steps = int(inner_steps)
         self.num_data = self.targets.shape[-1]
         self.strategy = cavi.strategy
-        self._distribution = self.strategy._variational_distribution
         self._fused = not isinstance(self.strategy, UnwhitenedVariationalStrategy)
         #: whether the likelihood reads linear combinations of the inputs: the terms and marginals are then those of
         #: the observation functionals g = Df, and the true expected log-likelihood is taken at their marginals
@@ -101,14 +101,11 @@ class NestedObjective:
     # ------------------------------------------------------------------------------------------------ q(u)
     def snapshot(self) -> None:
         """Remember the current :math:`q(u)` as the start :math:`q_0(u)` of every evaluation."""
-        self._snapshot = [p.detach().clone() for p in self._distribution.parameters()]
+        self._snapshot = self.cavi.q_state()
 
-    @torch.no_grad()
     def restore(self) -> None:
         """Put :math:`q_0(u)` back into the model."""
-        for p, saved in zip(self._distribution.parameters(), self._snapshot):
-            p.copy_(saved)
-        self.strategy._clear_cache()
+        self.cavi.load_q_state(self._snapshot)
 
     @torch.no_grad()
     def advance(self, steps: int | None = None) -> None:
@@ -118,9 +115,9 @@ class NestedObjective:
         self._cavi_steps(self.inner_steps if steps is None else int(steps), self._terms(graph=False))
         self.snapshot()
 
-    def _terms(self, graph: bool) -> Any:
+    def _terms(self, graph: bool) -> PriorTerms:
         with torch.set_grad_enabled(graph):
-            return self.cavi._prior_terms(self.x, self.targets, cache=not graph)
+            return self.cavi.prior_terms(self.x, self.targets, cache=not graph)
 
     def _expected_log_lik(self, mean: Tensor, var: Tensor) -> Tensor:
         r""":math:`\sum_i E_{q(f_i)}\log p(y_i\mid f_i)` at the latent-major marginals ``mean``, ``var`` (those of
@@ -129,21 +126,21 @@ class NestedObjective:
         if self._observed:
             nodes, weights = gauss_hermite(mean, var, NUM_QUADRATURE_LOCS)
             return (weights * likelihood.log_prob_at(self.targets, nodes)).sum()
-        f_dist = marginal_distribution(likelihood, mean, var)
+        f_dist = diagonal_gaussian(likelihood, mean, var)
         return likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
 
     @torch.no_grad()
-    def _cavi_steps(self, steps: int, terms: Any, with_true_steps: bool = True) -> Any:
+    def _cavi_steps(self, steps: int, terms: PriorTerms, with_true_steps: bool = True) -> WhitenedGaussian | None:
         """``steps`` full-batch CAVI steps with the likelihood's constants held, then (if ``with_true_steps`` and
         ``steps``) :attr:`true_steps` conjugate-computation steps on the true ELBO; the final whitened q(v)."""
         q = None
         for _ in range(steps):
-            _, q = self.cavi._update(self.targets, terms, self.x.dtype, update_constants=False, with_elbo=False)
+            _, q = self.cavi.update(self.targets, terms, self.x.dtype, update_constants=False, with_elbo=False)
         for _ in range(self.true_steps if steps and with_true_steps else 0):
             q = self._true_elbo_step(terms, q)
         return q
 
-    def _true_elbo_step(self, terms: Any, q: Any, rho: float = 1.0) -> Any:
+    def _true_elbo_step(self, terms: PriorTerms, q: WhitenedGaussian, rho: float = 1.0) -> WhitenedGaussian:
         r"""One natural-gradient step of size 1 on the **true** ELBO (conjugate-computation VI, Khan & Lin 2017):
         the gradients of :math:`\sum_i E_{q(f_i)}\log p(y_i\mid f_i)` with respect to the marginal means
         :math:`m_i` and variances :math:`s_i` act as Gaussian pseudo-observations, precision
@@ -162,7 +159,7 @@ class NestedObjective:
         return q
 
     @torch.no_grad()
-    def true_elbo(self, terms: Any, q: Any) -> float:
+    def true_elbo(self, terms: PriorTerms, q: WhitenedGaussian) -> float:
         """GPyTorch's true ELBO per datum at the whitened ``q`` (no graph)."""
         mean, var = q.marginals(terms)
         ell = self._expected_log_lik(mean.to(self.x.dtype), var.to(self.x.dtype))
@@ -179,15 +176,14 @@ class NestedObjective:
         if not self._fused:
             with torch.no_grad():
                 self._cavi_steps(inner_steps, self._terms(graph=False), solve)
-            with cavi._frozen_q():
+            with cavi.frozen_q():
                 return -self._true_elbo(cavi.model(self.x), self.y, **self.kwargs)
         graph_terms = self._terms(graph=True)
         q = self._cavi_steps(inner_steps, graph_terms.detach(), solve)
         if q is None:
             q = self.strategy.whitened_q(graph_terms.detach())
-        with cavi._frozen_q():
-            mean, var = q.marginals(graph_terms)
-            f_dist = marginal_distribution(cavi.likelihood, mean.to(self.x.dtype), var.to(self.x.dtype))
+        with cavi.frozen_q():
+            f_dist = cavi.marginal_distribution(graph_terms, q, self.x.dtype)
             if self._observed:  # the marginals of g = Df and the canonical targets
                 return -self._true_elbo(f_dist, self.targets)
             return -self._true_elbo(f_dist, self.y, **self.kwargs)
@@ -201,14 +197,6 @@ class _ObservationELBO(gpytorch.mlls.VariationalELBO):
     def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
         nodes, weights = gauss_hermite(variational_dist_f.mean, variational_dist_f.variance, NUM_QUADRATURE_LOCS)
         return (weights * self.likelihood.log_prob_at(target, nodes)).sum(0).sum(-1)
-
-
-def marginal_distribution(likelihood: Any, mean: Tensor, var: Tensor) -> MultivariateNormal:
-    """The diagonal :math:`q(f)` with latent-major marginals ``mean``, ``var`` (``(*batch, T, N)`` for ``T > 1``
-    latents), in GPyTorch's layout for the likelihood."""
-    if likelihood.num_latents > 1:
-        return MultitaskMultivariateNormal(mean.mT, DiagLinearOperator(var.mT.reshape(*var.shape[:-2], -1)))
-    return MultivariateNormal(mean, DiagLinearOperator(var))
 
 
 class NestedProtocol:
@@ -239,7 +227,7 @@ class NestedProtocol:
 
     def __init__(
         self,
-        cavi: Any,
+        cavi: CAVIEngine,
         x: Tensor,
         y: Tensor,
         params: list[Tensor],
@@ -406,7 +394,7 @@ class NestedProtocol:
         if not objective.true_steps:
             last = math.inf
             for _ in range(max_steps):
-                value = float(self.cavi._update(objective.targets, terms, objective.x.dtype, update_constants=False)[0])
+                value = float(self.cavi.update(objective.targets, terms, objective.x.dtype, update_constants=False)[0])
                 if abs(value - last) <= tol * max(1.0, abs(value)):
                     break
                 last = value

@@ -11,7 +11,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls._approximate_mll import _ApproximateMarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import as_tensors, check_target_keywords
+from .._validation import as_tensors, check_latents, check_target_keywords
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..variational.cavi_variational_strategy import cavi_strategy_of
 
@@ -59,8 +59,6 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         super().__init__(likelihood, model, int(num_data), beta=float(beta), combine_terms=True)
         strategy = cavi_strategy_of(model)
         if strategy is not None:  # a CAVI model: one latent GP per latent of the likelihood
-            from ..inference._checks import check_latents  # (inference imports this module)
-
             check_latents(model, strategy, likelihood)
 
     def forward(
