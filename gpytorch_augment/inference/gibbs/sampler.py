@@ -4,7 +4,6 @@ blocked sweep :class:`~gpytorch_augment.inference.gibbs.GibbsKernel` on a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -13,7 +12,6 @@ from torch import Tensor
 
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..mcmc.driver import MCMC
-from ..mcmc.state import ChainState
 from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
 from .kernel import GibbsKernel
 
@@ -195,16 +193,6 @@ class GibbsSampler(MCMC):
     alpha = property(lambda self: self.kernel.alpha, doc="The Power-EP alpha of the inducing-point sampler.")
 
     # ------------------------------------------------------------------ the kernel's building blocks
-    def sweep(
-        self,
-        f: Tensor,
-        y: Tensor | None = None,
-        generator: torch.Generator | None = None,
-        hyper: Mapping[str, Tensor] | None = None,
-    ) -> ChainState:
-        """One full sweep for a batch of chains (:meth:`GibbsKernel.sweep
-        <gpytorch_augment.inference.gibbs.GibbsKernel.sweep>`)."""
-        return self.kernel.sweep(f, y, generator, hyper)
 
     def sample_latent(self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """One draw of the latents given potentials and precisions (:meth:`GibbsKernel.sample_latent

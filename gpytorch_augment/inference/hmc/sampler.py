@@ -3,7 +3,6 @@ Laplace-preconditioned transition :class:`~gpytorch_augment.inference.hmc.HMCKer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -11,7 +10,6 @@ from torch import Tensor
 
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..mcmc.driver import MCMC
-from ..mcmc.state import ChainState
 from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
 from .kernel import HMCKernel, LaplacePreconditioner
 
@@ -127,14 +125,3 @@ class HMCSampler(MCMC):
     preconditioner = property(lambda self: self.kernel.preconditioner, doc="``'laplace'`` or ``'prior'``.")
     curvature = property(lambda self: self.kernel.curvature, doc="``'joint'`` or ``'diagonal'``.")
     trajectory = property(lambda self: self.kernel.trajectory, doc="``'random'`` or ``'chees'``.")
-
-    def sweep(
-        self,
-        f: Tensor,
-        y: Tensor | None = None,
-        generator: torch.Generator | None = None,
-        hyper: Mapping[str, Tensor] | None = None,
-    ) -> ChainState:
-        """One HMC transition for a batch of chains (:meth:`HMCKernel.sweep
-        <gpytorch_augment.inference.hmc.HMCKernel.sweep>`)."""
-        return self.kernel.sweep(f, y, generator, hyper)

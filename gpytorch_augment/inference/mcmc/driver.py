@@ -172,7 +172,7 @@ class MCMC:
             generator.manual_seed(int(seed))
         f = target.from_storage(state.f, num_chains) if state is not None else target.initial_f(num_chains, generator)
         start = time.perf_counter()
-        chains = kernel.init(f, state, warmup)
+        chains = kernel.init(f, target.y, state, warmup)
         if warmup == 0:
             chains = kernel.end_warmup(chains)
         record = Recorder(num_chains, num_samples)
@@ -242,6 +242,52 @@ class MCMC:
             progress=progress,
         )
         return PosteriorSamples.cat([samples, more], dim="draw")
+
+
+    @with_linalg_advice("sampling")
+    @torch.no_grad()
+    def sweep(
+        self,
+        f: Tensor,
+        y: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        hyper: Mapping[str, Tensor] | None = None,
+    ) -> ChainState:
+        r"""One transition of the kernel for a batch of chains, outside a run: no warm-up, no recording, and the
+        kernel's starting settings (``init`` without a state, e.g. HMC's ``initial_step_size``). A building block
+        (Geweke tests, custom schemes that also update hyper-parameters); to continue a run's chains with their
+        adapted settings use ``sample(..., warmup=0, init=samples.last_state())``.
+
+        :param f: current latents in storage layout, ``(chains, N)`` / ``(chains, T, N)`` (or without the chain
+            dimension).
+        :param y: targets to condition on (default: the training targets); may carry a chain dimension,
+            ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
+        :param generator: a ``torch.Generator`` for reproducible draws.
+        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
+            previous sweep; default: the likelihood's own values; ignored by a kernel that does not sample them). The
+            likelihood itself is never modified.
+        :return: the kernel's :meth:`~gpytorch_augment.inference.mcmc.MCMCKernel.last_state` (``rng_state`` is
+            ``None``; ``hyper`` holds the constants after the transition).
+
+        Example::
+
+            >>> import gpytorch, torch
+            >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+            >>> x, y = torch.arange(4.0).double().unsqueeze(-1), torch.tensor([0.0, 0.0, 1.0, 1.0]).double()
+            >>> sampler = GibbsSampler(GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()),
+            ...                        BernoulliLogitLikelihood(), x, y)
+            >>> y_per_chain = torch.stack([y, 1.0 - y])                  # other targets for the second chain
+            >>> state = sampler.sweep(torch.zeros(2, 4), y=y_per_chain, generator=torch.Generator().manual_seed(0))
+            >>> state.f.shape, state.f.dtype
+            (torch.Size([2, 4]), torch.float64)
+        """
+        kernel, target = self.kernel, self.target
+        target.ensure_fresh()
+        y = target.checked_targets(y)
+        f_int = target.from_storage(f, None, name="f")
+        state = ChainState(f=f, hyper=dict(hyper or {})) if hyper else None
+        chains = kernel.end_warmup(kernel.init(f_int, y, state, 0))
+        return kernel.last_state(kernel.step(chains, generator, adapt=False))
 
 
 def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
