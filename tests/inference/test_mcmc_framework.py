@@ -94,6 +94,24 @@ def test_the_kernel_protocol_is_init_and_step():
     assert calls == ["init", "end_warmup", "finish(6)"]
 
 
+def test_the_samplers_are_constructors_of_the_driver_without_forwarding():
+    """``GibbsSampler`` / ``HMCSampler`` add only ``__init__`` to ``MCMC``: the settings are reached on ``kernel`` and
+    ``target``, and ``sweep`` exists once, on the driver."""
+    for cls in (GibbsSampler, HMCSampler):
+        assert [name for name in vars(cls) if not name.startswith("__")] == [], cls
+        assert "__init__" in vars(cls)
+    prior, x, y = _problem()
+    gibbs = GibbsSampler(prior, BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5)
+    hmc = HMCSampler(prior, BernoulliLogitLikelihood(), x, y, num_steps=3)
+    assert gibbs.kernel.overrelaxation == -0.5 and hmc.kernel.num_steps == (3, 3)
+    assert gibbs.target is gibbs.kernel.target and gibbs.target.likelihood is not None
+    for name in ("likelihood", "model", "jitter", "terms", "refresh", "overrelaxation", "sample_latent"):
+        assert not hasattr(gibbs, name), name
+    for name in ("laplace", "step_size", "last_run", "num_steps", "curvature"):
+        assert not hasattr(hmc, name), name
+    assert [c for c in (MCMC, GibbsSampler, HMCSampler, GibbsKernel, HMCKernel) if "sweep" in vars(c)] == [MCMC]
+
+
 def test_sweep_is_one_step_of_the_kernel():
     """``MCMC.sweep`` is ``init`` then one non-adapting ``step`` from the given latents, at the given targets: for
     Gibbs it draws as the first transition of a run from the same state and generator."""

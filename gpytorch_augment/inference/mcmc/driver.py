@@ -19,7 +19,7 @@ from .kernel import MCMCKernel
 from .recorder import Recorder
 from .samples import PosteriorSamples
 from .state import ChainState
-from .target import PosteriorTarget, TargetPriorTerms
+from .target import PosteriorTarget
 
 __all__ = ["MCMC", "rank_seed"]
 
@@ -31,8 +31,11 @@ class MCMC:
         :class:`~gpytorch_augment.inference.gibbs.GibbsKernel`,
         :class:`~gpytorch_augment.inference.hmc.HMCKernel`).
 
-    :class:`~gpytorch_augment.GibbsSampler` and :class:`~gpytorch_augment.HMCSampler` are this driver holding their
-    kernel; build ``MCMC(kernel)`` directly to run a kernel of your own.
+    The driver is composed with its kernel and forwards nothing: its own are the loop (:meth:`sample`,
+    :meth:`resume`, :meth:`sweep`), :attr:`kernel` (the transition and its settings) and :attr:`target` (the
+    kernel's posterior: model, likelihood, data, cached prior). :class:`~gpytorch_augment.GibbsSampler` and
+    :class:`~gpytorch_augment.HMCSampler` are constructors of this driver with their kernel; build ``MCMC(kernel)``
+    directly to run a kernel of your own.
 
     Example::
 
@@ -52,39 +55,11 @@ class MCMC:
     def __init__(self, kernel: MCMCKernel) -> None:
         if not isinstance(kernel, MCMCKernel):
             raise TypeError(f"kernel must be an MCMCKernel, got {type(kernel).__name__}")
+        #: the transition kernel (its settings, e.g. ``kernel.overrelaxation`` or ``kernel.step_size``, live on it)
         self.kernel = kernel
-
-    @property
-    def target(self) -> PosteriorTarget:
-        """The posterior the kernel samples (:class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`)."""
-        return self.kernel.target
-
-    # ------------------------------------------------------------------ the target's settings, for convenience
-    model = property(lambda self: self.target.model, doc="The prior's model (``model.forward(x)``).")
-    likelihood = property(lambda self: self.target.likelihood, doc="The augmented likelihood.")
-    x = property(lambda self: self.target.x, doc="The training inputs.")
-    y = property(lambda self: self.target.y, doc="The training targets (canonical form).")
-    inducing_points = property(lambda self: self.target.inducing_points, doc="The inducing inputs, or ``None``.")
-    jitter = property(lambda self: self.target.jitter, doc="The jitter added to the prior covariance.")
-    linalg_dtype = property(lambda self: self.target.linalg_dtype, doc="The dtype of every factorisation.")
-    num_latents = property(lambda self: self.target.num_latents, doc="The likelihood's number of latents.")
-    num_data = property(lambda self: self.target.num_data, doc="The number of data points.")
-    dtype = property(lambda self: self.target.dtype, doc="The data's dtype (the draws come back in it).")
-    device = property(lambda self: self.target.device, doc="The data's device.")
-    is_sparse = property(lambda self: self.target.is_sparse, doc="Whether the sampler uses inducing points.")
-
-    @property
-    def terms(self) -> TargetPriorTerms:
-        """The cached prior terms (:class:`~gpytorch_augment.inference.mcmc.TargetPriorTerms`)."""
-        return self.target.terms
-
-    def refresh(self) -> None:
-        """Recompute the cached prior (call after changing the model's hyper-parameters other than in place)."""
-        self.target.refresh()
-
-    def conditional_terms(self, x_new: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """See :meth:`PosteriorTarget.conditional_terms <gpytorch_augment.inference.mcmc.PosteriorTarget>`."""
-        return self.target.conditional_terms(x_new)
+        #: the posterior the kernel samples (model, likelihood, data, cached prior: ``target.likelihood``,
+        #: ``target.jitter``, ``target.terms``, ``target.refresh()``, ...)
+        self.target: PosteriorTarget = kernel.target
 
     @with_linalg_advice("sampling")
     def sample(
