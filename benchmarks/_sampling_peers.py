@@ -41,7 +41,7 @@ class Run:
 
 def whitened_prior(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     """(mu (T, N), L (T, N, N)) exactly as our samplers factorise the prior."""
-    terms = GibbsSampler(problem.prior, problem.likelihood, problem.x, problem.y, jitter=JITTER).terms
+    terms = GibbsSampler(problem.prior, problem.likelihood, problem.x, problem.y, jitter=JITTER).target.terms
     return terms.mu.numpy().copy(), terms.L.numpy().copy()
 
 
@@ -57,7 +57,7 @@ def run_ours(problem: Problem, kind: str, chains: int, warmup: int, draws: int, 
     t0 = time.perf_counter()
     sampler = cls(problem.prior, problem.likelihood, problem.x, problem.y, jitter=JITTER, **opts)
     if kind == "hmc":
-        sampler.laplace  # noqa: B018  (builds the preconditioner inside the end-to-end clock)
+        sampler.kernel.laplace  # noqa: B018  (builds the preconditioner inside the end-to-end clock)
     first = sampler.sample(draws, warmup=warmup, num_chains=chains, seed=seed, progress=False)
     e2e = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -65,8 +65,8 @@ def run_ours(problem: Problem, kind: str, chains: int, warmup: int, draws: int, 
     steady = time.perf_counter() - t1
     extra = {"options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in opts.items()}}
     if kind == "hmc":
-        extra.update({k: v for k, v in sampler.last_run.items() if k != "step_size"})
-        extra["step_size_median"] = float(sampler.last_run["step_size"].median())
+        extra.update({k: v for k, v in sampler.kernel.last_run.items() if k != "step_size"})
+        extra["step_size_median"] = float(sampler.kernel.last_run["step_size"].median())
     return Run(_flat(first.f), e2e, _flat(second.f), steady, extra)
 
 

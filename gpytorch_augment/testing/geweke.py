@@ -189,7 +189,7 @@ def geweke_z(
 
     probe_y = targets(mu.unsqueeze(0))[0]
     sampler = sampler_cls(model, likelihood, x, probe_y, inducing_points=Z, **kwargs)
-    mean, root = _prior_root(mu.double(), K.double(), float(sampler.jitter), None if Z is None else Z.shape[0])
+    mean, root = _prior_root(mu.double(), K.double(), float(sampler.target.jitter), None if Z is None else Z.shape[0])
 
     def prior_draws(n: int) -> Tensor:
         eps = torch.randn((n,) + root.shape[:-2] + (root.shape[-1],), generator=g, dtype=root.dtype)

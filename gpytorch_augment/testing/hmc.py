@@ -79,7 +79,7 @@ def hmc_posterior_z(case: LikelihoodCase, num_chains: int = 64, num_samples: int
     hmc_mean, hmc_se = tests.mean(0), tests.std(0) / math.sqrt(num_chains)
 
     fi = mu + (root @ torch.randn(num_importance, T, NUM_POINTS, 1, generator=g, dtype=K.dtype)).squeeze(-1)
-    logw = reference.log_prob_at(sampler.y, _layout(fi, T)).reshape(num_importance, -1).sum(-1)
+    logw = reference.log_prob_at(sampler.target.y, _layout(fi, T)).reshape(num_importance, -1).sum(-1)
     w = torch.softmax(logw, 0).unsqueeze(-1)
     fi = fi.reshape(num_importance, -1)
     h = torch.cat([fi, fi * fi], -1)

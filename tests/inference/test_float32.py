@@ -45,7 +45,7 @@ def test_the_float32_kernel_matrix_is_not_positive_definite_in_float32():
 def test_float32_reproduction_samples_and_predicts(method):
     prior, x, y = _line()
     sampler = posterior_sampler(prior, BernoulliLogitLikelihood(), x, y, method=method)
-    assert sampler.terms.L.dtype == torch.float64
+    assert sampler.target.terms.L.dtype == torch.float64
     samples = sampler.sample(20, warmup=20, num_chains=2, seed=0, progress=False)
     assert samples.f.dtype == torch.float32 and bool(torch.isfinite(samples.f).all())
     assert samples.last_state().f.dtype == torch.float32
@@ -73,25 +73,25 @@ def test_float32_prior_is_the_float64_prior(cls):
     prior, x, y = _line()
     s32 = cls(prior, BernoulliLogitLikelihood(), x, y)
     s64 = cls(copy.deepcopy(prior).double(), BernoulliLogitLikelihood(), x.double(), y.double())
-    assert torch.equal(s32.terms.K, s64.terms.K) and torch.equal(s32.terms.L, s64.terms.L)
+    assert torch.equal(s32.target.terms.K, s64.target.terms.K) and torch.equal(s32.target.terms.L, s64.target.terms.L)
 
 
 def test_linalg_dtype_lowers_the_precision():
     prior, x, y = _line(n=30)
     sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, y, linalg_dtype=torch.float32)
-    assert sampler.terms.L.dtype == torch.float32
+    assert sampler.target.terms.L.dtype == torch.float32
     samples = sampler.sample(5, warmup=5, num_chains=2, seed=0, progress=False)
     assert samples.f.dtype == torch.float32
     hmc = HMCSampler(prior, BernoulliLogitLikelihood(), x, y, linalg_dtype=torch.float32)
     assert hmc.sample(5, warmup=5, num_chains=2, seed=0, progress=False).f.dtype == torch.float32
-    assert hmc.terms.L.dtype == torch.float32
+    assert hmc.target.terms.L.dtype == torch.float32
 
 
 def test_float64_data_with_a_float32_model_evaluates_in_float64():
     prior, x, y = _line(n=40)
     sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x.double(), y.double())
     reference = GibbsSampler(copy.deepcopy(prior).double(), BernoulliLogitLikelihood(), x.double(), y.double())
-    assert torch.equal(sampler.terms.K, reference.terms.K)
+    assert torch.equal(sampler.target.terms.K, reference.target.terms.K)
 
 
 def test_nan_hyper_parameter_is_a_package_error():

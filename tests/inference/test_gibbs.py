@@ -197,7 +197,7 @@ def test_bernoulli_posterior_moments_match_quadrature(n, seed, overrelaxation):
     samples = sampler.sample(150, warmup=30, num_chains=400, seed=seed, progress=False)
     assert samples.f.shape == (400, 150, n)
 
-    K = model.K + sampler.jitter * torch.eye(n)
+    K = model.K + sampler.target.jitter * torch.eye(n)
     mean, second = brute_force_posterior_moments(model.mu, K, lambda F: likelihood.log_prob_at(y, F).sum(-1))
     f = samples.f
     z_mean = chain_z(f, mean)
@@ -222,10 +222,10 @@ def test_f_conditional_matches_closed_form():
     lam_zero[1] = 0.0
     for f_update, lam in [("auto", lam_pos), ("whitened", lam_pos), ("auto", lam_zero), ("whitened", lam_zero)]:
         sampler = GibbsSampler(model, BernoulliLogitLikelihood(), x, y, f_update=f_update)
-        K = model.K + sampler.jitter * torch.eye(n)
+        K = model.K + sampler.target.jitter * torch.eye(n)
         Sigma = torch.linalg.inv(torch.linalg.inv(K) + torch.diag(lam))
         mean = model.mu + Sigma @ (h - lam * model.mu)
-        f = sampler.sample_latent(h.expand(S, n), lam.expand(S, n), generator=g)["f"]
+        f = sampler.kernel.sample_latent(h.expand(S, n), lam.expand(S, n), generator=g)["f"]
         assert f.shape == (S, n)
         se = Sigma.diagonal().sqrt() / math.sqrt(S)
         assert ((f.mean(0) - mean).abs() / se).max() <= Z_TOL, (f_update, lam)
@@ -249,7 +249,7 @@ def test_gaussian_likelihood_gives_exact_gp_regression_and_predictive():
         mu, K = prior.mean, prior.covariance_matrix
     n = x.shape[0]
     K = K.clone()
-    K[:n, :n] += sampler.jitter * torch.eye(n)
+    K[:n, :n] += sampler.target.jitter * torch.eye(n)
     Kxx, Kxs, Kss = K[:n, :n], K[:n, n:], K[n:, n:]
     Ky = Kxx + noise * torch.eye(n)
     post_mean_f = mu[:n] + Kxx @ torch.linalg.solve(Ky, y - mu[:n])
@@ -279,10 +279,10 @@ def manual_conditionals(sampler, samples, x, x_new):
     """Per stored draw, the mean of f* | f^(s) (draws, N*) and the shared conditional variance (N*,), by a dense
     solve (the reference for predict)."""
     with torch.no_grad():
-        prior = sampler.model.forward(torch.cat([x, x_new]))
+        prior = sampler.target.model.forward(torch.cat([x, x_new]))
     n = x.shape[0]
     K = prior.covariance_matrix.clone()
-    K[:n, :n] += sampler.jitter * torch.eye(n)
+    K[:n, :n] += sampler.target.jitter * torch.eye(n)
     Q = torch.linalg.solve(K[:n, :n], K[:n, n:])
     cond_var = K[n:, n:].diagonal() - (K[:n, n:] * Q).sum(0)
     means = prior.mean[n:] + (samples.f.reshape(-1, n) - prior.mean[:n]) @ Q
@@ -373,7 +373,7 @@ def test_inducing_v_draw_matches_cavi_q():
     model = SVGP(Z, mean_constant=0.4)
     likelihood = BernoulliLogitLikelihood()
     sampler = GibbsSampler(model, likelihood, x, y, inducing_points=Z)
-    assert sampler.jitter == model.variational_strategy.jitter_val
+    assert sampler.target.jitter == model.variational_strategy.jitter_val
 
     f = torch.randn(12, generator=g)
     aux = likelihood.sample_aux(y, f, generator=g)
@@ -382,7 +382,7 @@ def test_inducing_v_draw_matches_cavi_q():
     m_v, R_v = q.mean, q.chol_covariance
     S_v = R_v @ R_v.T
 
-    draw = sampler.sample_latent(h.expand(S, -1), lam.expand(S, -1), generator=g)
+    draw = sampler.kernel.sample_latent(h.expand(S, -1), lam.expand(S, -1), generator=g)
     v = draw["v"]
     assert v.shape == (S, 4) and draw["u"].shape == (S, 4) and draw["f"].shape == (S, 12)
     se = S_v.diagonal().sqrt() / math.sqrt(S)
@@ -405,7 +405,7 @@ def test_inducing_sampler_predict_and_shapes():
     # f ~ p(f | u) = N(mu_X + A^T v, d) with v = L^{-1}(u - mu_Z): the predictive mean at x averages E[f | u] over
     # the stored u, and the stored f scatter around E[f | u] with the conditional variances d
     pred_at_x = samples.predict(x)
-    terms = sampler.terms
+    terms = sampler.target.terms
     v = torch.linalg.solve_triangular(terms.L[0], (samples.u - terms.mu_Z[0]).unsqueeze(-1), upper=False).squeeze(-1)
     f_given_u = terms.mu[0] + v @ terms.A[0]
     assert torch.allclose(pred_at_x.f_mean, f_given_u.mean((0, 1)), atol=1e-8)
@@ -486,7 +486,7 @@ def test_reproducible_seeds_thinning_and_chains_are_a_batch(device):
     assert torch.equal(thinned.f, a.f[:, 2::3])
     assert thinned.num_sweeps == 17 and thinned.last.num_sweeps == 17
     assert thinned.last.aux["omega"].shape == (3, 10)  # the chains' last draw of Omega: the chain state holds it
-    assert not hasattr(sampler.likelihood, "aux")  # the sampler writes no state on the likelihood
+    assert not hasattr(sampler.target.likelihood, "aux")  # the sampler writes no state on the likelihood
     assert a.f.device == x.device and a.aux["omega"].device == x.device
 
 
@@ -521,7 +521,7 @@ def test_float32_model_keeps_its_dtype(device):
     sampler = GibbsSampler(model, BernoulliLogitLikelihood().to(device), x.float(), y.float())
     samples = sampler.sample(8, warmup=2, num_chains=2, seed=0, progress=False)
     assert samples.f.dtype == torch.float32 and samples.aux["omega"].dtype == torch.float32
-    assert samples.f.device == x.device and sampler.terms.L.dtype == torch.float64
+    assert samples.f.device == x.device and sampler.target.terms.L.dtype == torch.float64
     pred = samples.predict(torch.linspace(0, 4, 3, device=device).unsqueeze(-1).float())
     assert pred.f_mean.dtype == torch.float32 and pred.y_probs.dtype == torch.float32
     reference = GibbsSampler(PlainGP().to(device), BernoulliLogitLikelihood().to(device), x, y).sample(
@@ -543,19 +543,19 @@ def test_refresh_after_hyperparameter_change():
     x, y = classification_data(10)
     model = PlainGP()
     sampler = GibbsSampler(model, BernoulliLogitLikelihood(), x, y)
-    L_old = sampler.terms.L.clone()
+    L_old = sampler.target.terms.L.clone()
     samples = sampler.sample(5, warmup=0, seed=0, progress=False)
     model.covar_module.outputscale = 3.0  # changes the prior
     with pytest.raises(ValueError, match="hyper-parameters changed"):
         samples.predict(x[:2])
     sampler.sample(2, warmup=0, seed=0, progress=False)  # detects the change and refreshes
-    assert not torch.allclose(sampler.terms.L, L_old)
+    assert not torch.allclose(sampler.target.terms.L, L_old)
     with torch.no_grad():
-        K = model.forward(x).covariance_matrix + sampler.jitter * torch.eye(10)
-    assert torch.allclose(sampler.terms.L[0] @ sampler.terms.L[0].T, K, atol=1e-12)
+        K = model.forward(x).covariance_matrix + sampler.target.jitter * torch.eye(10)
+    assert torch.allclose(sampler.target.terms.L[0] @ sampler.target.terms.L[0].T, K, atol=1e-12)
     model.covar_module.outputscale = 1.5
-    sampler.refresh()
-    assert torch.allclose(sampler.terms.L, L_old, atol=1e-12)
+    sampler.target.refresh()
+    assert torch.allclose(sampler.target.terms.L, L_old, atol=1e-12)
 
 
 def test_two_latents_layout_and_blocks():
@@ -573,7 +573,7 @@ def test_two_latents_layout_and_blocks():
     with torch.no_grad():
         prior = model.forward(x)
     for t in range(2):
-        K = prior.covariance_matrix[t] + sampler.jitter * torch.eye(8)
+        K = prior.covariance_matrix[t] + sampler.target.jitter * torch.eye(8)
         Ky = K + noise[t] * torch.eye(8)
         mean = prior.mean[t] + K @ torch.linalg.solve(Ky, y - prior.mean[t])
         sd = (K - K @ torch.linalg.solve(Ky, K)).diagonal().sqrt()
@@ -692,7 +692,7 @@ def test_overrelaxed_f_conditional_matches_closed_form(f_update):
     g = torch.Generator().manual_seed(1)
     h, lam = torch.randn(n, generator=g), torch.rand(n, generator=g) + 0.05
     f_old = 2.0 * torch.randn(n, generator=g, dtype=torch.float64)
-    K = model.K + sampler.jitter * torch.eye(n)
+    K = model.K + sampler.target.jitter * torch.eye(n)
     Sigma = torch.linalg.inv(torch.linalg.inv(K) + torch.diag(lam))
     m = model.mu + Sigma @ (h - lam * model.mu)
     mean, cov_ref = m + a * (f_old - m), (1 - a * a) * Sigma
@@ -828,7 +828,7 @@ def test_linalg_dtype_policy():
     anything else is refused; the CAVI strategy takes the same policy through its ``linalg_dtype`` attribute."""
     x, y = classification_data(12, seed=1)
     single = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y, linalg_dtype=torch.float32)
-    assert single.terms.L.dtype == torch.float32
+    assert single.target.terms.L.dtype == torch.float32
     samples = single.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
     double = GibbsSampler(PlainGP(), BernoulliLogitLikelihood(), x, y).sample(
         20, warmup=10, num_chains=2, seed=0, progress=False

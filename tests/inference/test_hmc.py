@@ -81,17 +81,17 @@ def test_joint_curvature_is_the_projected_hessian(case):
     y = case.sample_targets(f.mT, g, **kwargs)
     sampler = HMCSampler(_GP().double(), likelihood, torch.randn(N, 1, generator=g, dtype=torch.float64), y,
                          **kwargs)
-    W = sampler.kernel._curvature(f, sampler.y)
+    W = sampler.kernel._curvature(f, sampler.target.y)
     for i in range(N):
         kw = {k: v[i : i + 1] for k, v in kwargs.items()}
         H = torch.autograd.functional.hessian(
-            lambda fi: likelihood.log_prob_at(sampler.y[i : i + 1], fi.unsqueeze(0), **kw).sum(), f[:, i])
+            lambda fi: likelihood.log_prob_at(sampler.target.y[i : i + 1], fi.unsqueeze(0), **kw).sum(), f[:, i])
         evals, evecs = torch.linalg.eigh(-H)
         torch.testing.assert_close(W[i], (evecs * evals.clamp_min(0)) @ evecs.mT, rtol=1e-6, atol=1e-8)
     assert (torch.linalg.eigvalsh(W) >= -1e-10).all() and W[:, 0, 1].abs().max() > 1e-3  # the latents couple
-    diagonal = HMCSampler(_GP().double(), likelihood, sampler.x, y, curvature="diagonal", **kwargs)
-    P = diagonal.laplace
-    assert P.A.shape == (T, N, N) and sampler.laplace.A.shape == (1, T * N, T * N)
+    diagonal = HMCSampler(_GP().double(), likelihood, sampler.target.x, y, curvature="diagonal", **kwargs)
+    P = diagonal.kernel.laplace
+    assert P.A.shape == (T, N, N) and sampler.kernel.laplace.A.shape == (1, T * N, T * N)
     torch.testing.assert_close(P.W, torch.diag_embed(P.W.diagonal(dim1=-2, dim2=-1)))
 
 
@@ -128,7 +128,7 @@ def test_resume_equals_one_run_and_api(device):
     reloaded = PosteriorSamples.from_state_dict(short.state_dict())
     assert torch.equal(b.resume(reloaded, 18, progress=False).f, long.f)
     assert long.f.shape == (3, 30, 25) and long.f_update == "hmc"
-    assert 0 < a.last_run["acceptance_rate"] <= 1 and a.step_size.shape == (3,)
+    assert 0 < a.kernel.last_run["acceptance_rate"] <= 1 and a.kernel.step_size.shape == (3,)
     assert long.summary().rhat.shape == (25,)
     assert long.predict(torch.zeros(4, 2, device=device)).y_probs.shape == (4,)
     assert long.f.device.type == torch.device(device).type
@@ -182,13 +182,13 @@ def test_chees_adapts_the_length_with_one_chain():
     assert 1.0 < adapt.final < 4.0
     sampler = _sampler(trajectory="chees", trajectory_length=0.3)
     sampler.sample(5, warmup=300, num_chains=1, seed=0, progress=False)
-    assert sampler.last_run["trajectory_length"] > 0.9
+    assert sampler.kernel.last_run["trajectory_length"] > 0.9
 
 
 def test_chees_adapts_the_length_and_resume_continues_it():
     a, b = _sampler(trajectory="chees", trajectory_length=0.3), _sampler(trajectory="chees", trajectory_length=0.3)
     long = a.sample(30, warmup=60, num_chains=8, seed=2, progress=False)
-    length = a.last_run["trajectory_length"]
+    length = a.kernel.last_run["trajectory_length"]
     assert long.last_state().trajectory_length == length and length > 0.6  # a short start lengthens
     short = b.sample(10, warmup=60, num_chains=8, seed=2, progress=False)
     assert torch.equal(b.resume(short, 20, progress=False).f, long.f)
@@ -207,8 +207,8 @@ def test_a_short_warmup_freezes_a_step_size_it_tried_successfully(warmup):
     every proposal then rejected); the frozen step is capped by the largest tried step that reached the target."""
     sampler = _sampler()
     samples = sampler.sample(40, warmup=warmup, num_chains=2, seed=0, progress=False)
-    assert bool((sampler.last_run["step_size"] <= sampler.kernel.initial_step_size).all())
-    assert sampler.last_run["acceptance_rate"] > 0.3
+    assert bool((sampler.kernel.last_run["step_size"] <= sampler.kernel.initial_step_size).all())
+    assert sampler.kernel.last_run["acceptance_rate"] > 0.3
     assert bool((samples.f != samples.f[:, :1]).flatten(1).any(1).all())  # no chain frozen at one draw
 
 

@@ -39,43 +39,95 @@ def _problem(n: int = 6) -> tuple[GPPrior, torch.Tensor, torch.Tensor]:
 
 class _IndependenceChains(NamedTuple):
     f: torch.Tensor  # (C, T, N)
+    y: torch.Tensor
     log_lik: torch.Tensor  # (C,)
 
 
-class PriorIndependenceKernel(MCMCKernel):
+class PriorIndependenceKernel(MCMCKernel[_IndependenceChains]):
     r"""Independence Metropolis-Hastings with the GP prior as proposal: accept :math:`f' \sim p(f)` with probability
     :math:`\min(1, p(y \mid f') / p(y \mid f))`. Exact for :math:`p(f \mid y)`, and written against the public
-    interface of the target only: the protocol is all a new kernel needs."""
+    interface of the target only: ``init`` and ``step`` are all a new kernel needs."""
 
     name = "prior-independence"
 
     def __init__(self, target: PosteriorTarget) -> None:
         self.target = target
 
-    def _log_lik(self, f: torch.Tensor) -> torch.Tensor:
-        value = self.target.likelihood.log_prob_at(self.target.y, self.target.to_likelihood(f))
+    def _log_lik(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        value = self.target.likelihood.log_prob_at(y, self.target.to_likelihood(f))
         return value.reshape(f.shape[0], -1).sum(-1)
 
-    def init(self, f: torch.Tensor, state: ChainState | None, num_warmup: int) -> _IndependenceChains:
-        return _IndependenceChains(f, self._log_lik(f))
+    def init(self, f: torch.Tensor, y: torch.Tensor, state: ChainState | None, num_warmup: int) -> _IndependenceChains:
+        return _IndependenceChains(f, y, self._log_lik(f, y))
 
     def step(self, chains: _IndependenceChains, generator: torch.Generator, adapt: bool) -> _IndependenceChains:
         proposal = self.target.initial_f(chains.f.shape[0], generator)  # a prior draw per chain
-        log_lik = self._log_lik(proposal)
+        log_lik = self._log_lik(proposal, chains.y)
         u = torch.rand(log_lik.shape, generator=generator, dtype=log_lik.dtype)
         accept = u.log() < log_lik - chains.log_lik
-        return _IndependenceChains(
-            torch.where(accept.view(-1, 1, 1), proposal, chains.f), torch.where(accept, log_lik, chains.log_lik)
-        )
+        f = torch.where(accept.view(-1, 1, 1), proposal, chains.f)
+        return _IndependenceChains(f, chains.y, torch.where(accept, log_lik, chains.log_lik))
 
-    def kept(self, chains: _IndependenceChains) -> dict[str, torch.Tensor]:
-        return {"f": chains.f.to(self.target.dtype)}
 
-    def draws(self, kept: dict[str, torch.Tensor]) -> dict[str, Any]:
-        return {"f": self.target.to_storage(kept["f"]), "u": None, "aux": {}, "hyper": {}}
+def test_the_kernel_protocol_is_init_and_step():
+    """Two abstract methods (NumPyro's ``init`` / ``sample``); every other method of the protocol is a hook with a
+    default, and the driver's hooks are called in the documented order."""
+    assert MCMCKernel.__abstractmethods__ == frozenset({"init", "step"})
+    calls: list[str] = []
 
-    def last_state(self, chains: _IndependenceChains) -> ChainState:
-        return ChainState(f=self.target.to_storage(chains.f).to(self.target.dtype))
+    class Traced(PriorIndependenceKernel):
+        def init(self, *args: Any) -> _IndependenceChains:
+            calls.append("init")
+            return super().init(*args)
+
+        def end_warmup(self, chains: _IndependenceChains) -> _IndependenceChains:
+            calls.append("end_warmup")
+            return chains
+
+        def finish(self, chains: _IndependenceChains, num_kept_iterations: int) -> None:
+            calls.append(f"finish({num_kept_iterations})")
+
+    prior, x, y = _problem(n=4)
+    MCMC(Traced(PosteriorTarget(prior, BernoulliLogitLikelihood(), x, y))).sample(
+        3, warmup=2, thin=2, seed=0, progress=False
+    )
+    assert calls == ["init", "end_warmup", "finish(6)"]
+
+
+def test_the_samplers_are_constructors_of_the_driver_without_forwarding():
+    """``GibbsSampler`` / ``HMCSampler`` add only ``__init__`` to ``MCMC``: the settings are reached on ``kernel`` and
+    ``target``, and ``sweep`` exists once, on the driver."""
+    for cls in (GibbsSampler, HMCSampler):
+        assert [name for name in vars(cls) if not name.startswith("__")] == [], cls
+        assert "__init__" in vars(cls)
+    prior, x, y = _problem()
+    gibbs = GibbsSampler(prior, BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5)
+    hmc = HMCSampler(prior, BernoulliLogitLikelihood(), x, y, num_steps=3)
+    assert gibbs.kernel.overrelaxation == -0.5 and hmc.kernel.num_steps == (3, 3)
+    assert gibbs.target is gibbs.kernel.target and gibbs.target.likelihood is not None
+    for name in ("likelihood", "model", "jitter", "terms", "refresh", "overrelaxation", "sample_latent"):
+        assert not hasattr(gibbs, name), name
+    for name in ("laplace", "step_size", "last_run", "num_steps", "curvature"):
+        assert not hasattr(hmc, name), name
+    assert [c for c in (MCMC, GibbsSampler, HMCSampler, GibbsKernel, HMCKernel) if "sweep" in vars(c)] == [MCMC]
+
+
+def test_sweep_is_one_step_of_the_kernel():
+    """``MCMC.sweep`` is ``init`` then one non-adapting ``step`` from the given latents, at the given targets: for
+    Gibbs it draws as the first transition of a run from the same state and generator."""
+    prior, x, y = _problem()
+    sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, y)
+    f0 = torch.linspace(-1, 1, 6, dtype=torch.float64).expand(3, 6)
+    swept = sampler.sweep(f0, generator=torch.Generator().manual_seed(4))
+    g = torch.Generator().manual_seed(4)
+    kernel = sampler.kernel
+    chains = kernel.step(kernel.init(f0.unsqueeze(1).clone(), sampler.target.y, None, 0), g, adapt=False)
+    torch.testing.assert_close(swept.f, kernel.last_state(chains).f, rtol=0, atol=0)
+    assert swept.f.shape == (3, 6) and swept.aux  # the last draw of Omega comes back too
+    flipped = sampler.sweep(f0, y=1.0 - y, generator=torch.Generator().manual_seed(4)).f
+    assert not torch.equal(flipped, swept.f)  # conditioned on the targets given
+    custom = MCMC(PriorIndependenceKernel(PosteriorTarget(prior, BernoulliLogitLikelihood(), x, y)))
+    assert custom.sweep(f0, generator=torch.Generator().manual_seed(0)).f.shape == (3, 6)
 
 
 def test_the_samplers_are_sibling_drivers_of_their_kernels():

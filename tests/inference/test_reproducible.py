@@ -76,7 +76,8 @@ def test_resume_by_the_other_kind_of_sampler_raises_before_running(drawn_by, res
 def test_hmc_last_state_carries_the_adapted_step_sizes():
     sampler = _make("hmc")
     run = sampler.sample(5, warmup=20, num_chains=3, seed=4, progress=False)
-    assert run.last_state().step_size.shape == (3,) and torch.equal(run.last_state().step_size, sampler.step_size)
+    step_size = run.last_state().step_size
+    assert step_size.shape == (3,) and torch.equal(step_size, sampler.kernel.step_size)
     assert not torch.equal(run.last_state().step_size, torch.ones(3, dtype=torch.float64))
     restored = ChainState.from_state_dict(run.last_state().state_dict())
     assert torch.equal(restored.step_size, run.last_state().step_size)

@@ -50,16 +50,16 @@ def test_auto_falls_back_to_gibbs_where_only_gibbs_applies():
     assert PoissonLogitLikelihood(rate_scale_prior=(2.0, 1.0)).samples_constants
     sparse = posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, (X.squeeze(-1) > 0).double(),
                                inducing_points=X[::2].clone())
-    assert type(sparse) is GibbsSampler and sparse.inducing_points is not None
+    assert type(sparse) is GibbsSampler and sparse.target.inducing_points is not None
 
 
 def test_named_kernel_and_options():
     y = (X.squeeze(-1) > 0).double()
     gibbs = posterior_sampler(_prior(), BernoulliLogitLikelihood(), X, y, method="gibbs", overrelaxation=-0.5)
-    assert type(gibbs) is GibbsSampler and gibbs.overrelaxation == -0.5
+    assert type(gibbs) is GibbsSampler and gibbs.kernel.overrelaxation == -0.5
     hmc = posterior_sampler(_prior(), PoissonLogitLikelihood(), X, X.squeeze(-1).abs().round(), method="hmc",
                             num_steps=(2, 3))
-    assert type(hmc) is HMCSampler and hmc.num_steps == (2, 3)
+    assert type(hmc) is HMCSampler and hmc.kernel.num_steps == (2, 3)
     samples = hmc.sample(5, warmup=5, num_chains=2, seed=0, progress=False)
     assert samples.f.shape == (2, 5, 8) and torch.isfinite(samples.f).all()
 

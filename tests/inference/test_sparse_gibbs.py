@@ -126,7 +126,7 @@ def test_q_alpha_matches_titsias_fitc_and_power_ep(alpha):
     each computed independently here (no jitter: the formulas are then exact)."""
     x, Z, h, lam = _problem()
     sampler, model = _sampler(x, Z, alpha)
-    q = sampler.inducing_distribution(h, lam)
+    q = sampler.kernel.inducing_distribution(h, lam)
     if alpha < 1e-6:
         mean, cov = _titsias(model, x, Z, h, lam)
         tol = 1e-9 + 10 * alpha
@@ -152,7 +152,7 @@ def test_chain_on_a_gaussian_tilt_draws_q_alpha_and_p_f_given_u(alpha):
     x, Z, _, _ = _problem()
     sampler, model = _sampler(x, Z, alpha, jitter=1e-8, likelihood=make_gaussian_tilt_likelihood(noise))
     y = torch.sin(2 * x[:, 0]).double()
-    sampler = GibbsSampler(model, sampler.likelihood, x, y, inducing_points=Z, alpha=alpha, jitter=1e-8)
+    sampler = GibbsSampler(model, sampler.target.likelihood, x, y, inducing_points=Z, alpha=alpha, jitter=1e-8)
     h, lam = y / noise, torch.full_like(y, 1 / noise)
     reference = {0.0: _titsias, 1.0: _fitc}.get(alpha)
     mean, cov = reference(model, x, Z, h, lam) if reference else _power_ep(model, x, Z, h, lam, alpha)
@@ -164,7 +164,7 @@ def test_chain_on_a_gaussian_tilt_draws_q_alpha_and_p_f_given_u(alpha):
     z_cov = (torch.cov(u.T) - cov) / se_cov
     assert z_mean.abs().max() <= Z_TOL and z_cov.abs().max() <= Z_TOL, (z_mean, z_cov)
     # f - E[f | u] ~ N(0, d), independent of u
-    terms = sampler.terms
+    terms = sampler.target.terms
     v = torch.linalg.solve_triangular(terms.L[0], (u - terms.mu_Z[0]).unsqueeze(-1), upper=False).squeeze(-1)
     r = samples.f.reshape(S, -1) - (terms.mu[0] + v @ terms.A[0])
     d = terms.d[0]
@@ -183,7 +183,7 @@ def test_z_equal_x_reproduces_exact_posterior_for_every_alpha():
     exact = GibbsSampler(model, likelihood, x, y).sample(150, warmup=20, num_chains=300, seed=4, progress=False)
     for alpha in (0.0, 0.5, 1.0):
         sparse = GibbsSampler(model, likelihood, x, y, inducing_points=x, alpha=alpha)
-        assert float(sparse.terms.d.max()) == 0.0
+        assert float(sparse.target.terms.d.max()) == 0.0
         b = sparse.sample(150, warmup=20, num_chains=300, seed=5, progress=False)
         for fn in (lambda f: f, lambda f: f**2):
             ma, mb = fn(exact.f).mean(1), fn(b.f).mean(1)
@@ -206,16 +206,16 @@ def test_alpha_zero_is_the_cavi_q_of_the_sampled_statistics():
     h, lam = likelihood.potential_and_precision(y, likelihood.sample_aux(y, f, generator=g), f)
     q_v = model.variational_strategy.cavi_update(x, h, lam)
     sampler = GibbsSampler(model, likelihood, x, y, inducing_points=Z)
-    L, mu_Z = sampler.terms.L[0], sampler.terms.mu_Z[0]
+    L, mu_Z = sampler.target.terms.L[0], sampler.target.terms.mu_Z[0]
     R = L @ q_v.chol_covariance
-    q = sampler.inducing_distribution(h, lam)
+    q = sampler.kernel.inducing_distribution(h, lam)
     assert torch.allclose(q.mean, mu_Z + L @ q_v.mean, rtol=1e-10, atol=1e-10)
     assert torch.allclose(q.covariance_matrix, R @ R.T, rtol=1e-10, atol=1e-10)
     S = 100_000
-    u = sampler.sample_latent(h.expand(S, -1), lam.expand(S, -1), generator=g)["u"]
+    u = sampler.kernel.sample_latent(h.expand(S, -1), lam.expand(S, -1), generator=g)["u"]
     z = (u.mean(0) - q.mean) / (q.covariance_matrix.diagonal() / S).sqrt()
     assert z.abs().max() <= Z_TOL, z
-    moved = GibbsSampler(model, likelihood, x, y, inducing_points=Z, alpha=1.0).inducing_distribution(h, lam)
+    moved = GibbsSampler(model, likelihood, x, y, inducing_points=Z, alpha=1.0).kernel.inducing_distribution(h, lam)
     assert (moved.mean - q.mean).abs().max() > 1e-3
 
 
@@ -260,9 +260,9 @@ def test_every_likelihood_runs_with_alpha(case):
     g = torch.Generator().manual_seed(2)
     shape = (T, 20) if T > 1 else (20,)
     h, lam = torch.randn(shape, generator=g).double(), 0.2 + torch.rand(shape, generator=g).double()
-    q = sampler.inducing_distribution(h, lam)
+    q = sampler.kernel.inducing_distribution(h, lam)
     S = 20_000
-    u = sampler.sample_latent(h.expand(S, *shape), lam.expand(S, *shape), generator=g)["u"]
+    u = sampler.kernel.sample_latent(h.expand(S, *shape), lam.expand(S, *shape), generator=g)["u"]
     z = (u.mean(0) - q.mean) / (q.covariance_matrix.diagonal(dim1=-1, dim2=-2) / S).sqrt()
     assert z.abs().max() <= Z_TOL, z
 

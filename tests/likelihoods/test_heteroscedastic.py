@@ -493,7 +493,7 @@ def test_gibbs_matches_the_true_posterior(make):
     sampler = GibbsSampler(FixedPrior(mu, K), likelihood, x, y)
     samples = sampler.sample(120, warmup=30, num_chains=300, seed=0, progress=False)
     assert samples.f.shape == (300, 120, 2, 2) and set(samples.aux) == set(likelihood.aux_prior(y).factors)
-    K_joint = torch.block_diag(*(K + sampler.jitter * torch.eye(2)))  # order (f1, f2, g1, g2)
+    K_joint = torch.block_diag(*(K + sampler.target.jitter * torch.eye(2)))  # order (f1, f2, g1, g2)
 
     def log_lik(F: Tensor) -> Tensor:
         return likelihood.log_prob_at(y, torch.stack([F[:, :2], F[:, 2:]], -1)).sum(-1)

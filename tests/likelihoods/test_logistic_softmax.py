@@ -327,7 +327,7 @@ def _geweke_theta(bijective: bool, K: int, prior=(2.0, 1.5), chains=800, sweeps=
     x = torch.arange(NUM_POINTS, dtype=torch.float64).unsqueeze(-1)
     g = torch.Generator().manual_seed(0)
     sampler = GibbsSampler(FixedPrior(mu, cov), lik, x, torch.zeros(NUM_POINTS))
-    L, m = sampler.terms.L, sampler.terms.mu
+    L, m = sampler.target.terms.L, sampler.target.terms.mu
     gamma = torch.distributions.Gamma(torch.tensor(prior[0]), torch.tensor(prior[1]))
 
     def draws(n):

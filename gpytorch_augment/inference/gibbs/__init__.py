@@ -3,8 +3,8 @@ r"""Blocked Gibbs sampling for GP models with augmented likelihoods:
 * :mod:`~gpytorch_augment.inference.gibbs.kernel` -- :class:`GibbsKernel`, the sweep (:math:`\Omega \mid f`, then
   :math:`f \mid \Omega`; exact, over-relaxed or inducing-point VI-Gibbs), an
   :class:`~gpytorch_augment.inference.mcmc.MCMCKernel`;
-* :mod:`~gpytorch_augment.inference.gibbs.sampler` -- :class:`GibbsSampler`, the driver
-  :class:`~gpytorch_augment.inference.mcmc.MCMC` holding it (``sample``, ``resume``).
+* :mod:`~gpytorch_augment.inference.gibbs.sampler` -- :class:`GibbsSampler`, the constructor of the driver
+  :class:`~gpytorch_augment.inference.mcmc.MCMC` composed with it (``sample``, ``resume``, ``sweep``).
 
 The draws, their state and diagnostics are the framework's: :mod:`gpytorch_augment.inference.mcmc`.
 """

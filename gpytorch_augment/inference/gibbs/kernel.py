@@ -19,7 +19,7 @@ Cholesky factorisation and one pair of batched triangular solves per sweep serve
 
 :class:`GibbsKernel` implements the :class:`~gpytorch_augment.inference.mcmc.MCMCKernel` protocol on a
 :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (which caches the prior, in ``linalg_dtype``);
-:class:`~gpytorch_augment.GibbsSampler` is the driver holding one. Numerics: every solve is an explicit
+:class:`~gpytorch_augment.GibbsSampler` constructs the driver composed with one. Numerics: every solve is an explicit
 (batched) Cholesky / triangular solve; the exact model's :math:`f`-update uses the GPML-stable matrix
 :math:`B' = I + \Lambda^{1/2}(K + \epsilon I)\Lambda^{1/2}` when every :math:`\lambda_i > 0` and the whitened
 :math:`B = I + L^\top\Lambda L` otherwise (both have eigenvalues :math:`\ge 1`).
@@ -53,16 +53,17 @@ F_UPDATES = ("auto", "whitened")
 
 class GibbsChains(NamedTuple):
     """The chains of a Gibbs run between sweeps: latents ``f`` (C, T, N, internal layout), the last Ω draw ``aux``,
-    the whitened inducing values ``v`` of the sparse model (else ``None``) and the chains' sampled likelihood
-    ``constants`` (empty unless the likelihood samples them)."""
+    the whitened inducing values ``v`` of the sparse model (else ``None``), the chains' sampled likelihood
+    ``constants`` (empty unless the likelihood samples them) and the targets ``y`` the chains condition on."""
 
     f: Tensor
     aux: AuxDict
     v: Tensor | None
     constants: dict[str, Tensor]
+    y: Tensor
 
 
-class GibbsKernel(MCMCKernel):
+class GibbsKernel(MCMCKernel[GibbsChains]):
     r"""One sweep of the blocked Gibbs sampler over a batch of chains (see the module docstring and
     :class:`~gpytorch_augment.GibbsSampler` for the maths of each option).
 
@@ -81,7 +82,9 @@ class GibbsKernel(MCMCKernel):
         >>> x = torch.linspace(-2, 2, 5, dtype=torch.float64).unsqueeze(-1)
         >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
         >>> kernel = GibbsKernel(PosteriorTarget(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double()))
-        >>> kernel.sweep(torch.zeros(3, 5), generator=torch.Generator().manual_seed(0)).f.shape
+        >>> g = torch.Generator().manual_seed(0)
+        >>> chains = kernel.init(torch.zeros(3, 1, 5, dtype=torch.float64), kernel.target.y, None, num_warmup=0)
+        >>> kernel.last_state(kernel.step(chains, g, adapt=False)).f.shape  # one sweep of 3 chains
         torch.Size([3, 5])
     """
 
@@ -128,35 +131,16 @@ class GibbsKernel(MCMCKernel):
         return self._workspace
 
     # ------------------------------------------------------------------ the MCMCKernel protocol
-    def init(self, f: Tensor, state: ChainState | None, num_warmup: int) -> GibbsChains:
+    def init(self, f: Tensor, y: Tensor, state: ChainState | None, num_warmup: int) -> GibbsChains:
         constants = self.target.initial_constants(state) if self.samples_constants else {}
-        return GibbsChains(f, {}, None, constants)
+        return GibbsChains(f, {}, None, constants, y)
 
-    def step(self, chains: GibbsChains, generator: torch.Generator, adapt: bool) -> GibbsChains:
-        return GibbsChains(*self._sweep(chains.f, self.target.y, generator, chains.constants))
-
-    def kept(self, chains: GibbsChains) -> dict[str, Tensor]:
-        target, C = self.target, chains.f.shape[0]
-        out = {"f": chains.f.to(target.dtype)}
-        if target.is_sparse:
-            out["u"] = target.u_from_v(chains.v).to(target.dtype)
-        for name, value in chains.aux.items():
-            out["aux/" + name] = target.chain_batched(value, C)
-        for name, value in self._constants_snapshot(chains.constants).items():
-            per_chain = value.dim() >= 1 and value.shape[0] == C
-            out["hyper/" + name] = value if per_chain else value.expand((C,) + value.shape)
-        return out
-
-    def draws(self, kept: dict[str, Tensor]) -> dict[str, Any]:
-        to_storage = self.target.to_storage
-        return {
-            "f": to_storage(kept["f"]),
-            "u": to_storage(kept["u"]) if "u" in kept else None,
-            "aux": {k.removeprefix("aux/"): v for k, v in kept.items() if k.startswith("aux/")},
-            "hyper": {k.removeprefix("hyper/"): v for k, v in kept.items() if k.startswith("hyper/")},
-        }
+    def step(self, chains: GibbsChains, generator: torch.Generator | None, adapt: bool) -> GibbsChains:
+        return GibbsChains(*self._sweep(chains.f, chains.y, generator, chains.constants), chains.y)
 
     def last_state(self, chains: GibbsChains) -> ChainState:
+        """The latents, the last Ω draw, the inducing values (sparse model) and the sampled constants; recorded
+        for every kept draw too (the default ``kept`` / ``draws``)."""
         target, C = self.target, chains.f.shape[0]
         u = None
         if chains.v is not None and target.is_sparse:
@@ -220,39 +204,6 @@ class GibbsKernel(MCMCKernel):
         if T == 1:
             mean, covar = mean.squeeze(-2), covar.squeeze(-3)
         return MultivariateNormal(mean, covar)
-
-    @with_linalg_advice("sampling")
-    @torch.no_grad()
-    def sweep(
-        self,
-        f: Tensor,
-        y: Tensor | None = None,
-        generator: torch.Generator | None = None,
-        hyper: Mapping[str, Tensor] | None = None,
-    ) -> ChainState:
-        r"""One full sweep (:math:`\Omega \mid f`, then the latents :math:`\mid \Omega`) for a batch of chains.
-
-        A low-level building block (Geweke tests, custom schemes that also update hyper-parameters).
-
-        :param f: current latents in storage layout, ``(chains, N)`` / ``(chains, T, N)`` (or without the chain
-            dimension).
-        :param y: targets to condition on (default: the training targets); may carry a chain dimension,
-            ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
-        :param generator: a ``torch.Generator`` for reproducible draws.
-        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
-            previous sweep; default: the likelihood's own values). The likelihood itself is never modified.
-        :return: a :class:`~gpytorch_augment.inference.mcmc.ChainState` (``rng_state`` is ``None``; ``hyper`` holds the
-            constants after the sweep).
-        """
-        target = self.target
-        target.ensure_fresh()
-        y = target.checked_targets(y)
-        f_int = target.from_storage(f, None, name="f")
-        f_int, aux, v, constants = self._sweep(f_int, y, generator, dict(hyper or {}))
-        u = target.to_storage(target.u_from_v(v)).to(target.dtype) if target.is_sparse else None
-        return ChainState(
-            f=target.to_storage(f_int).to(target.dtype), aux=aux, u=u, hyper=self._constants_snapshot(constants)
-        )
 
     # ------------------------------------------------------------------ the f | Omega draws
     def _buffer(

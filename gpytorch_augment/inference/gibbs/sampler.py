@@ -4,16 +4,13 @@ blocked sweep :class:`~gpytorch_augment.inference.gibbs.GibbsKernel` on a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
-from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..mcmc.driver import MCMC
-from ..mcmc.state import ChainState
 from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
 from .kernel import GibbsKernel
 
@@ -62,7 +59,8 @@ class GibbsSampler(MCMC):
     the worst of bulk, tail and sd ESS (measurements in ``benchmarks/README.md``; :math:`-0.5 \ldots -0.7` worked
     there). Since :math:`\tilde f` and :math:`m` are linear
     in the same right-hand side, :math:`f'` is computed as *one* pathwise draw with a modified right-hand side:
-    over-relaxation costs a few elementwise operations, no extra solve. :meth:`sample_latent` (one conditional
+    over-relaxation costs a few elementwise operations, no extra solve. :meth:`GibbsKernel.sample_latent
+    <gpytorch_augment.inference.gibbs.GibbsKernel.sample_latent>` (one conditional
     draw, no current state) is never over-relaxed.
 
     **Inducing-point model: VI-Gibbs** (``inducing_points=Z``, :math:`M` points, ``alpha`` :math:`=\alpha \in [0, 1]`;
@@ -111,14 +109,17 @@ class GibbsSampler(MCMC):
     attribute that also orders the CAVI updates), a sequence of lists of
     latent indices; :math:`\Omega` is then redrawn before each block.
 
-    **Structure.** The sampler is the driver :class:`~gpytorch_augment.inference.mcmc.MCMC` holding a
+    **Structure.** ``GibbsSampler(...)`` only constructs: it is the driver
+    :class:`~gpytorch_augment.inference.mcmc.MCMC` (``sample``, ``resume``, ``sweep``) composed with a
     :class:`~gpytorch_augment.inference.gibbs.GibbsKernel` (the sweep) on a
-    :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (model, likelihood, data, cached prior); the draws come
+    :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`. The settings live where they belong:
+    ``sampler.kernel`` (``f_update``, ``overrelaxation``, ``alpha``, ``sample_latent``, ``inducing_distribution``) and
+    ``sampler.target`` (``model``, ``likelihood``, ``x``, ``y``, ``jitter``, ``terms``, ``refresh()``); the draws come
     back as :class:`~gpytorch_augment.inference.mcmc.PosteriorSamples`.
 
     **Caching.** The prior (mean, kernel matrix, Cholesky factor) is computed once. :meth:`sample` compares the
-    model's parameters and buffers with a snapshot and calls :meth:`refresh` itself when they changed in place;
-    call :meth:`refresh` explicitly after any other change of the prior (e.g. a replaced module).
+    model's parameters and buffers with a snapshot and calls ``sampler.target.refresh()`` itself when they changed
+    in place; call it explicitly after any other change of the prior (e.g. a replaced module).
 
     :param model: a GPyTorch model or module whose ``forward(x)`` returns the prior ``MultivariateNormal``:
         preferably a :class:`~gpytorch_augment.GPPrior` (a mean and a kernel), or an ``ApproximateGP``; only
@@ -170,6 +171,7 @@ class GibbsSampler(MCMC):
         >>> sampler.resume(samples, 10, progress=False).f.shape  # continue the same chains
         torch.Size([2, 60, 10])
     """
+
     def __init__(
         self,
         model: Any,
@@ -188,30 +190,3 @@ class GibbsSampler(MCMC):
             model, likelihood, x, y, inducing_points, jitter, linalg_dtype, caller=type(self).__name__, **kwargs
         )
         super().__init__(GibbsKernel(target, f_update=f_update, overrelaxation=overrelaxation, alpha=alpha))
-
-    # ------------------------------------------------------------------ the kernel's settings
-    f_update = property(lambda self: self.kernel.f_update, doc="The exact model's f-update.")
-    overrelaxation = property(lambda self: self.kernel.overrelaxation, doc="The over-relaxation coefficient.")
-    alpha = property(lambda self: self.kernel.alpha, doc="The Power-EP alpha of the inducing-point sampler.")
-
-    # ------------------------------------------------------------------ the kernel's building blocks
-    def sweep(
-        self,
-        f: Tensor,
-        y: Tensor | None = None,
-        generator: torch.Generator | None = None,
-        hyper: Mapping[str, Tensor] | None = None,
-    ) -> ChainState:
-        """One full sweep for a batch of chains (:meth:`GibbsKernel.sweep
-        <gpytorch_augment.inference.gibbs.GibbsKernel.sweep>`)."""
-        return self.kernel.sweep(f, y, generator, hyper)
-
-    def sample_latent(self, h: Tensor, lam: Tensor, generator: torch.Generator | None = None) -> dict[str, Tensor]:
-        """One draw of the latents given potentials and precisions (:meth:`GibbsKernel.sample_latent
-        <gpytorch_augment.inference.gibbs.GibbsKernel.sample_latent>`)."""
-        return self.kernel.sample_latent(h, lam, generator)
-
-    def inducing_distribution(self, h: Tensor, lam: Tensor) -> MultivariateNormal:
-        r""":math:`q^*_\alpha(u)` for potentials and precisions (:meth:`GibbsKernel.inducing_distribution
-        <gpytorch_augment.inference.gibbs.GibbsKernel.inducing_distribution>`)."""
-        return self.kernel.inducing_distribution(h, lam)

@@ -2,7 +2,8 @@ r"""Hamiltonian Monte Carlo on the original GP posterior, preconditioned by its 
 
 * :mod:`~gpytorch_augment.inference.hmc.kernel` -- :class:`HMCKernel` (the transition, the maths) and
   :class:`LaplacePreconditioner`, an :class:`~gpytorch_augment.inference.mcmc.MCMCKernel`;
-* :mod:`~gpytorch_augment.inference.hmc.sampler` -- :class:`HMCSampler`, the driver holding it.
+* :mod:`~gpytorch_augment.inference.hmc.sampler` -- :class:`HMCSampler`, the constructor of the driver
+  :class:`~gpytorch_augment.inference.mcmc.MCMC` composed with it.
 """
 
 from .kernel import HMCChains, HMCKernel, LaplacePreconditioner

@@ -1,7 +1,7 @@
 r"""Hamiltonian Monte Carlo on the *original* (non-augmented) GP posterior, preconditioned by its Laplace
 approximation: :class:`HMCKernel`, an :class:`~gpytorch_augment.inference.mcmc.MCMCKernel` and a sibling of the Gibbs
-sweep :class:`~gpytorch_augment.inference.gibbs.GibbsKernel`; :class:`~gpytorch_augment.HMCSampler` is the driver
-holding one, with the same ``sample`` / ``resume`` / :class:`~gpytorch_augment.PosteriorSamples` API.
+sweep :class:`~gpytorch_augment.inference.gibbs.GibbsKernel`; :class:`~gpytorch_augment.HMCSampler` constructs the
+driver composed with one, with the same ``sample`` / ``resume`` / :class:`~gpytorch_augment.PosteriorSamples` API.
 
 Target (exact model, :math:`T` independent latent GPs, :math:`K_t + \epsilon I = L_t L_t^\top`):
 
@@ -48,7 +48,7 @@ transition stays exact.
 (and, without warm-up, runs at) the step sizes of its ``init`` state, or ``initial_step_size`` without one: nothing
 carries over from an earlier run on the same sampler, so the same seed gives the same draws.
 The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then the
-per-point :math:`T \times T` curvature by double back-propagation) and cached with the prior; :meth:`refresh`
+per-point :math:`T \times T` curvature by double back-propagation) and cached with the prior; ``target.refresh()``
 recomputes both.
 
 The likelihood is used only through ``log_prob_and_grad(y, f)`` (closed form where the likelihood provides one,
@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -88,7 +87,7 @@ from torch import Tensor
 
 from ...core.linalg import add_to_diagonal, tri_solve
 from ...core.prior import with_linalg_advice
-from ..mcmc.kernel import MCMCKernel
+from ..mcmc.kernel import Draws, MCMCKernel
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget
 from .adaptation import ChEESAdaptation, DualAveraging
@@ -140,13 +139,15 @@ class _Proposal(NamedTuple):
 
 class HMCChains(NamedTuple):
     """The chains of an HMC run between transitions: coordinates ``z`` (G, C, n), potential ``U`` (C,) and its
-    gradient, the step sizes ``step_size`` (C,) (frozen ones after warm-up), the dual-averaging state ``adapt``
-    during warm-up (else ``None``), after warm-up the summed acceptance probabilities and (mean) leapfrog steps, and
-    for ChEES trajectories the length :math:`T` and its adaptation during warm-up."""
+    gradient at the targets ``y`` the chains condition on, the step sizes ``step_size`` (C,) (frozen ones after
+    warm-up), the dual-averaging state ``adapt`` during warm-up (else ``None``), after warm-up the summed acceptance
+    probabilities and (mean) leapfrog steps, and for ChEES trajectories the length :math:`T` and its adaptation
+    during warm-up."""
 
     z: Tensor
     U: Tensor
     grad: Tensor
+    y: Tensor
     step_size: Tensor
     adapt: DualAveraging | None
     accept_sum: Tensor
@@ -155,7 +156,7 @@ class HMCChains(NamedTuple):
     chees: ChEESAdaptation | None = None
 
 
-class HMCKernel(MCMCKernel):
+class HMCKernel(MCMCKernel[HMCChains]):
     r"""Laplace-preconditioned HMC on the exact GP posterior (see the module docstring for the maths).
 
     :param target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (exact model: no inducing points;
@@ -178,8 +179,8 @@ class HMCKernel(MCMCKernel):
     :param max_leapfrog_steps: the most leapfrog steps of a ChEES transition (default 100; bounds :math:`T` too).
 
     Attributes after a run (a report of the latest run; a later run never reads them): :attr:`step_size` (per chain,
-    frozen after warm-up; :meth:`sweep` runs at it) and :attr:`last_run` (acceptance rate, mean leapfrog steps, step
-    sizes, number of gradient evaluations).
+    frozen after warm-up) and :attr:`last_run` (acceptance rate, mean leapfrog steps, step sizes, number of gradient
+    evaluations).
 
     Example::
 
@@ -432,13 +433,13 @@ class HMCKernel(MCMCKernel):
         return torch.full((num_chains,), self.initial_step_size, **kw)
 
     # ------------------------------------------------------------------ the MCMCKernel protocol
-    def init(self, f: Tensor, state: ChainState | None, num_warmup: int) -> HMCChains:
+    def init(self, f: Tensor, y: Tensor, state: ChainState | None, num_warmup: int) -> HMCChains:
         """The chains at ``f`` (C, T, N) in the preconditioned coordinates. The step sizes (and the ChEES length)
         start from ``state``'s (a continued run), else from ``initial_step_size`` (``trajectory_length``); warm-up
         adapts them."""
         C = f.shape[0]
         z = self._start(f, state)
-        U, grad = self._potential(z, self.target.y)
+        U, grad = self._potential(z, y)
         eps = self._chain_step_size(C, state.step_size if state is not None else None)
         adapt = DualAveraging(eps, self.target_accept) if num_warmup > 0 else None
         length = self.trajectory_length
@@ -449,7 +450,7 @@ class HMCKernel(MCMCKernel):
             bounds = (float(eps.min()) * 1e-3, self.max_leapfrog_steps * float(eps.max()))
             chees = ChEESAdaptation(length, num_warmup, bounds)
         zero = torch.zeros(C, dtype=self.target.linalg_dtype, device=self.target.device)
-        return HMCChains(z, U, grad, eps, adapt, zero, 0.0, length, chees)
+        return HMCChains(z, U, grad, y, eps, adapt, zero, 0.0, length, chees)
 
     def _start(self, f: Tensor, state: ChainState | None) -> Tensor:
         """The coordinates of ``f`` (C, T, N): the state's own ``coordinates`` where they map exactly to its ``f``
@@ -464,7 +465,7 @@ class HMCKernel(MCMCKernel):
                 return z.clone()
         return self._to_z(f)
 
-    def step(self, chains: HMCChains, generator: torch.Generator, adapt: bool) -> HMCChains:
+    def step(self, chains: HMCChains, generator: torch.Generator | None, adapt: bool) -> HMCChains:
         adapting = adapt and chains.adapt is not None
         eps = chains.adapt.step_size if adapting else chains.step_size
         if self.trajectory == "chees":
@@ -473,7 +474,7 @@ class HMCKernel(MCMCKernel):
         else:
             steps = self._draw_steps(generator)
         z0 = chains.z
-        move = self._transition(z0, chains.U, chains.grad, self.target.y, eps, steps, generator)
+        move = self._transition(z0, chains.U, chains.grad, chains.y, eps, steps, generator)
         chains = chains._replace(z=move.z, U=move.U, grad=move.grad)
         if adapting:
             chains.adapt.update(move.accept_prob)
@@ -508,12 +509,12 @@ class HMCKernel(MCMCKernel):
         end (:meth:`draws`)."""
         return {"z": chains.z.transpose(0, 1)}
 
-    def draws(self, kept: dict[str, Tensor]) -> dict[str, Any]:
+    def draws(self, kept: dict[str, Tensor]) -> Draws:
         zs = kept["z"]  # (C, S, G, n)
         C, S, G, n = zs.shape
         f = self._to_f(zs.permute(2, 1, 0, 3).reshape(G, S * C, n))  # (S * C, T, N)
         f = f.view(S, C, *f.shape[1:]).transpose(0, 1).to(self.target.dtype).contiguous()
-        return {"f": self.target.to_storage(f), "u": None, "aux": {}, "hyper": {}}
+        return Draws(f=self.target.to_storage(f), u=None, aux={}, hyper={})
 
     def last_state(self, chains: HMCChains) -> ChainState:
         f = self.target.to_storage(self._to_f(chains.z)).to(self.target.dtype)
@@ -521,7 +522,8 @@ class HMCKernel(MCMCKernel):
         return ChainState(f=f, step_size=chains.step_size, trajectory_length=length, coordinates=chains.z.clone())
 
     def finish(self, chains: HMCChains, num_kept_iterations: int) -> None:
-        """Report the run: :attr:`step_size` (read by :meth:`sweep`, never by a later run) and :attr:`last_run`."""
+        """Report the run in :attr:`step_size` and :attr:`last_run` (never read by a later run); a ChEES run also
+        sets :attr:`trajectory_length` to its adapted length (where a later run without a state's length starts)."""
         kept = max(num_kept_iterations, 1)
         self.step_size = chains.step_size
         if self.trajectory == "chees":
@@ -533,40 +535,6 @@ class HMCKernel(MCMCKernel):
             "mean_leapfrog_steps": chains.steps_sum / kept,
             "gradients_after_warmup": chains.steps_sum,
         }
-
-    @with_linalg_advice("the HMC transition")
-    @torch.no_grad()
-    def sweep(
-        self,
-        f: Tensor,
-        y: Tensor | None = None,
-        generator: torch.Generator | None = None,
-        hyper: Mapping[str, Tensor] | None = None,
-    ) -> ChainState:
-        r"""One HMC transition (fixed step size: the stored adapted one if it has one entry per chain, else
-        ``initial_step_size``; ChEES: the stored adapted length, else ``trajectory_length``; no adaptation) for a
-        batch of chains, in the coordinates of the cached preconditioner. The building block of the Geweke test: the
-        preconditioner depends on the training targets only, never on ``y`` or ``f``, so the transition leaves
-        :math:`p(f \mid y)` invariant for every ``y``.
-
-        :param f: latents in storage layout, ``(chains, N)`` / ``(chains, T, N)``.
-        :param y: targets to condition on (default: the training targets); may be ``(chains, N)``.
-        :param generator: a ``torch.Generator``.
-        :param hyper: unused (the likelihood's constants are fixed).
-        :return: a :class:`~gpytorch_augment.inference.mcmc.ChainState` holding the new ``f``.
-        """
-        target = self.target
-        target.ensure_fresh()
-        y = target.checked_targets(y)
-        z = self._to_z(target.from_storage(f, None, name="f"))
-        U, grad = self._potential(z, y)
-        eps = self._chain_step_size(z.shape[1], self.step_size)
-        if self.trajectory == "chees":
-            steps = self._chees_steps(self.trajectory_length, eps, generator)[0]
-        else:
-            steps = self._draw_steps(generator)
-        move = self._transition(z, U, grad, y, eps, steps, generator)
-        return ChainState(f=target.to_storage(self._to_f(move.z)).to(target.dtype))
 
 
 def _steps_range(num_steps: Any, name: str) -> tuple[int, int]:

@@ -3,7 +3,6 @@ Laplace-preconditioned transition :class:`~gpytorch_augment.inference.hmc.HMCKer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -11,9 +10,8 @@ from torch import Tensor
 
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..mcmc.driver import MCMC
-from ..mcmc.state import ChainState
 from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
-from .kernel import HMCKernel, LaplacePreconditioner
+from .kernel import HMCKernel
 
 __all__ = ["HMCSampler"]
 
@@ -24,11 +22,13 @@ _GIBBS_ONLY = ("overrelaxation", "f_update", "alpha")
 class HMCSampler(MCMC):
     r"""Laplace-preconditioned HMC on the exact GP posterior (the maths: :mod:`gpytorch_augment.inference.hmc.kernel`).
 
-    The driver :class:`~gpytorch_augment.inference.mcmc.MCMC` holding an
-    :class:`~gpytorch_augment.inference.hmc.HMCKernel` on a
+    ``HMCSampler(...)`` only constructs: it is the driver :class:`~gpytorch_augment.inference.mcmc.MCMC` composed with
+    an :class:`~gpytorch_augment.inference.hmc.HMCKernel` on a
     :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`; a sibling of
-    :class:`~gpytorch_augment.GibbsSampler`, with the same ``sample`` / ``resume`` and draws
-    (:class:`~gpytorch_augment.PosteriorSamples`).
+    :class:`~gpytorch_augment.GibbsSampler`, with the same ``sample`` / ``resume`` / ``sweep`` and draws
+    (:class:`~gpytorch_augment.PosteriorSamples`). The settings live on ``sampler.kernel`` (``num_steps``,
+    ``target_accept``, ``initial_step_size``, ``preconditioner``, ``curvature``, ``trajectory``, the cached
+    ``laplace`` preconditioner) and ``sampler.target`` (model, likelihood, data, prior).
 
     :param model: as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)`` returns the prior).
     :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (``log_prob_at`` and
@@ -54,9 +54,9 @@ class HMCSampler(MCMC):
     :param linalg_dtype: as for ``GibbsSampler`` (float64 by default, whatever the data's dtype).
     :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
 
-    Attributes after a run (a report of the latest run; a later :meth:`sample` never reads them): :attr:`step_size`
-    (per chain, frozen after warm-up; :meth:`sweep` runs at it) and :attr:`last_run` (acceptance rate, mean leapfrog
-    steps, step sizes, number of gradient evaluations).
+    A report of the latest run (a later :meth:`sample` never reads it): ``sampler.kernel.step_size`` (per chain,
+    frozen after warm-up) and ``sampler.kernel.last_run`` (acceptance rate, mean leapfrog steps, step sizes, number
+    of gradient evaluations).
 
     Example::
 
@@ -105,36 +105,3 @@ class HMCSampler(MCMC):
             trajectory_length, max_leapfrog_steps,
         )  # fmt: skip
         super().__init__(kernel)
-
-    @property
-    def laplace(self) -> LaplacePreconditioner:
-        """The cached :class:`~gpytorch_augment.inference.hmc.LaplacePreconditioner`."""
-        return self.kernel.laplace
-
-    @property
-    def step_size(self) -> Tensor | None:
-        """The per-chain step sizes of the latest run (frozen after its warm-up), else ``None``."""
-        return self.kernel.step_size
-
-    @property
-    def last_run(self) -> dict[str, Any]:
-        """A report of the latest run (acceptance rate, mean leapfrog steps, step sizes, gradient evaluations)."""
-        return self.kernel.last_run
-
-    num_steps = property(lambda self: self.kernel.num_steps, doc="Leapfrog steps per transition, (low, high).")
-    target_accept = property(lambda self: self.kernel.target_accept, doc="The adaptation's acceptance target.")
-    initial_step_size = property(lambda self: self.kernel.initial_step_size, doc="The adaptation's start.")
-    preconditioner = property(lambda self: self.kernel.preconditioner, doc="``'laplace'`` or ``'prior'``.")
-    curvature = property(lambda self: self.kernel.curvature, doc="``'joint'`` or ``'diagonal'``.")
-    trajectory = property(lambda self: self.kernel.trajectory, doc="``'random'`` or ``'chees'``.")
-
-    def sweep(
-        self,
-        f: Tensor,
-        y: Tensor | None = None,
-        generator: torch.Generator | None = None,
-        hyper: Mapping[str, Tensor] | None = None,
-    ) -> ChainState:
-        """One HMC transition for a batch of chains (:meth:`HMCKernel.sweep
-        <gpytorch_augment.inference.hmc.HMCKernel.sweep>`)."""
-        return self.kernel.sweep(f, y, generator, hyper)

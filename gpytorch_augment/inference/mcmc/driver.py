@@ -19,7 +19,7 @@ from .kernel import MCMCKernel
 from .recorder import Recorder
 from .samples import PosteriorSamples
 from .state import ChainState
-from .target import PosteriorTarget, TargetPriorTerms
+from .target import PosteriorTarget
 
 __all__ = ["MCMC", "rank_seed"]
 
@@ -31,8 +31,11 @@ class MCMC:
         :class:`~gpytorch_augment.inference.gibbs.GibbsKernel`,
         :class:`~gpytorch_augment.inference.hmc.HMCKernel`).
 
-    :class:`~gpytorch_augment.GibbsSampler` and :class:`~gpytorch_augment.HMCSampler` are this driver holding their
-    kernel; build ``MCMC(kernel)`` directly to run a kernel of your own.
+    The driver is composed with its kernel and forwards nothing: its own are the loop (:meth:`sample`,
+    :meth:`resume`, :meth:`sweep`), :attr:`kernel` (the transition and its settings) and :attr:`target` (the
+    kernel's posterior: model, likelihood, data, cached prior). :class:`~gpytorch_augment.GibbsSampler` and
+    :class:`~gpytorch_augment.HMCSampler` are constructors of this driver with their kernel; build ``MCMC(kernel)``
+    directly to run a kernel of your own.
 
     Example::
 
@@ -52,39 +55,11 @@ class MCMC:
     def __init__(self, kernel: MCMCKernel) -> None:
         if not isinstance(kernel, MCMCKernel):
             raise TypeError(f"kernel must be an MCMCKernel, got {type(kernel).__name__}")
+        #: the transition kernel (its settings, e.g. ``kernel.overrelaxation`` or ``kernel.step_size``, live on it)
         self.kernel = kernel
-
-    @property
-    def target(self) -> PosteriorTarget:
-        """The posterior the kernel samples (:class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`)."""
-        return self.kernel.target
-
-    # ------------------------------------------------------------------ the target's settings, for convenience
-    model = property(lambda self: self.target.model, doc="The prior's model (``model.forward(x)``).")
-    likelihood = property(lambda self: self.target.likelihood, doc="The augmented likelihood.")
-    x = property(lambda self: self.target.x, doc="The training inputs.")
-    y = property(lambda self: self.target.y, doc="The training targets (canonical form).")
-    inducing_points = property(lambda self: self.target.inducing_points, doc="The inducing inputs, or ``None``.")
-    jitter = property(lambda self: self.target.jitter, doc="The jitter added to the prior covariance.")
-    linalg_dtype = property(lambda self: self.target.linalg_dtype, doc="The dtype of every factorisation.")
-    num_latents = property(lambda self: self.target.num_latents, doc="The likelihood's number of latents.")
-    num_data = property(lambda self: self.target.num_data, doc="The number of data points.")
-    dtype = property(lambda self: self.target.dtype, doc="The data's dtype (the draws come back in it).")
-    device = property(lambda self: self.target.device, doc="The data's device.")
-    is_sparse = property(lambda self: self.target.is_sparse, doc="Whether the sampler uses inducing points.")
-
-    @property
-    def terms(self) -> TargetPriorTerms:
-        """The cached prior terms (:class:`~gpytorch_augment.inference.mcmc.TargetPriorTerms`)."""
-        return self.target.terms
-
-    def refresh(self) -> None:
-        """Recompute the cached prior (call after changing the model's hyper-parameters other than in place)."""
-        self.target.refresh()
-
-    def conditional_terms(self, x_new: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """See :meth:`PosteriorTarget.conditional_terms <gpytorch_augment.inference.mcmc.PosteriorTarget>`."""
-        return self.target.conditional_terms(x_new)
+        #: the posterior the kernel samples (model, likelihood, data, cached prior: ``target.likelihood``,
+        #: ``target.jitter``, ``target.terms``, ``target.refresh()``, ...)
+        self.target: PosteriorTarget = kernel.target
 
     @with_linalg_advice("sampling")
     def sample(
@@ -172,7 +147,7 @@ class MCMC:
             generator.manual_seed(int(seed))
         f = target.from_storage(state.f, num_chains) if state is not None else target.initial_f(num_chains, generator)
         start = time.perf_counter()
-        chains = kernel.init(f, state, warmup)
+        chains = kernel.init(f, target.y, state, warmup)
         if warmup == 0:
             chains = kernel.end_warmup(chains)
         record = Recorder(num_chains, num_samples)
@@ -242,6 +217,52 @@ class MCMC:
             progress=progress,
         )
         return PosteriorSamples.cat([samples, more], dim="draw")
+
+
+    @with_linalg_advice("sampling")
+    @torch.no_grad()
+    def sweep(
+        self,
+        f: Tensor,
+        y: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        hyper: Mapping[str, Tensor] | None = None,
+    ) -> ChainState:
+        r"""One transition of the kernel for a batch of chains, outside a run: no warm-up, no recording, and the
+        kernel's starting settings (``init`` without a state, e.g. HMC's ``initial_step_size``). A building block
+        (Geweke tests, custom schemes that also update hyper-parameters); to continue a run's chains with their
+        adapted settings use ``sample(..., warmup=0, init=samples.last_state())``.
+
+        :param f: current latents in storage layout, ``(chains, N)`` / ``(chains, T, N)`` (or without the chain
+            dimension).
+        :param y: targets to condition on (default: the training targets); may carry a chain dimension,
+            ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
+        :param generator: a ``torch.Generator`` for reproducible draws.
+        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
+            previous sweep; default: the likelihood's own values; ignored by a kernel that does not sample them). The
+            likelihood itself is never modified.
+        :return: the kernel's :meth:`~gpytorch_augment.inference.mcmc.MCMCKernel.last_state` (``rng_state`` is
+            ``None``; ``hyper`` holds the constants after the transition).
+
+        Example::
+
+            >>> import gpytorch, torch
+            >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
+            >>> x, y = torch.arange(4.0).double().unsqueeze(-1), torch.tensor([0.0, 0.0, 1.0, 1.0]).double()
+            >>> sampler = GibbsSampler(GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()),
+            ...                        BernoulliLogitLikelihood(), x, y)
+            >>> y_per_chain = torch.stack([y, 1.0 - y])                  # other targets for the second chain
+            >>> state = sampler.sweep(torch.zeros(2, 4), y=y_per_chain, generator=torch.Generator().manual_seed(0))
+            >>> state.f.shape, state.f.dtype
+            (torch.Size([2, 4]), torch.float64)
+        """
+        kernel, target = self.kernel, self.target
+        target.ensure_fresh()
+        y = target.checked_targets(y)
+        f_int = target.from_storage(f, None, name="f")
+        state = ChainState(f=f, hyper=dict(hyper or {})) if hyper else None
+        chains = kernel.end_warmup(kernel.init(f_int, y, state, 0))
+        return kernel.last_state(kernel.step(chains, generator, adapt=False))
 
 
 def _progress_bar(total: int, enabled: bool, desc: str) -> Any:

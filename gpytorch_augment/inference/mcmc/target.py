@@ -63,7 +63,7 @@ class TargetPriorTerms(NamedTuple):
         >>> x = torch.linspace(-2, 2, 5, dtype=torch.float64).unsqueeze(-1)
         >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
         >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
-        >>> terms = sampler.terms                            # exact model, one latent: T = 1, N = 5
+        >>> terms = sampler.target.terms                     # exact model, one latent: T = 1, N = 5
         >>> terms.mu.shape, terms.L.shape, terms.K.shape, terms.d is None
         (torch.Size([1, 5]), torch.Size([1, 5, 5]), torch.Size([1, 5, 5]), True)
     """
