@@ -3,18 +3,16 @@
 Each raises ``ValueError`` naming the offending argument and, where useful, an offending value.
 
 Checks of the data's *values* (finite, labels, counts) read a result back from the device, a host synchronisation on
-CUDA. A loop over slices of data already checked as a whole (``CAVI.fit`` on tensors) runs inside
-:func:`checked_data`, where those value checks are skipped; shape and type checks always run.
+CUDA: they run where data enter (:func:`gpytorch_augment.core.check_data`, which gives the checked
+:class:`~gpytorch_augment.core.ObservedData` an engine's steps take), never inside an engine's loop.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import math
 import numbers
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,30 +20,12 @@ import torch
 from gpytorch.variational import IndependentMultitaskVariationalStrategy
 from torch import Tensor
 
-_VALUES_CHECKED = contextvars.ContextVar("gpytorch_augment_values_checked", default=False)
-
-
-@contextmanager
-def checked_data() -> Iterator[None]:
-    """Inside, :func:`checking_values` is ``False``: the data passed on were validated as a whole beforehand, so the
-    value checks (each a host synchronisation on CUDA) are skipped for their slices."""
-    token = _VALUES_CHECKED.set(True)
-    try:
-        yield
-    finally:
-        _VALUES_CHECKED.reset(token)
-
-
-def checking_values() -> bool:
-    """Whether the data's values are to be checked (``False`` inside :func:`checked_data`)."""
-    return not _VALUES_CHECKED.get()
-
 
 def check_finite(name: str, t: Tensor) -> Tensor:
     """Raise if ``t`` holds NaN or infinite values."""
     if not isinstance(t, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.is_floating_point() and checking_values() and not torch.isfinite(t).all():
+    if t.is_floating_point() and not torch.isfinite(t).all():
         bad = t[~torch.isfinite(t)].flatten()[0].item()
         raise ValueError(f"{name} contains non-finite values (e.g. {bad}); remove or impute them first")
     return t
@@ -169,8 +149,6 @@ def check_inputs_targets(x: Tensor, y: Tensor, batch_shape: torch.Size | None = 
 def check_values_in(name: str, y: Tensor, allowed: tuple[float, ...]) -> None:
     """Raise unless every entry of ``y`` is one of ``allowed``."""
     check_finite(name, y)
-    if not checking_values():
-        return
     ok = torch.zeros_like(y, dtype=torch.bool)
     for a in allowed:
         ok |= y == a
@@ -208,7 +186,7 @@ def check_class_labels(y: Tensor, num_classes: int) -> Tensor:
     if not y.is_floating_point():
         y = y.to(torch.get_default_dtype())
     bad = (y != y.round()) | (y < 0) | (y > num_classes - 1)
-    if checking_values() and bad.any():
+    if bad.any():
         raise ValueError(
             f"labels y must be integer class indices in 0..{num_classes - 1}; found {y[bad].flatten()[0].item()}"
         )
@@ -239,7 +217,7 @@ def exact_float(name: str, t: Tensor, dtype: torch.dtype | None = None) -> Tenso
     info = torch.iinfo(t.dtype) if t.dtype != torch.bool else None
     # a narrow integer dtype (int8 .. int32, uint8) may hold no value beyond the limit; then there is nothing to check
     # (and comparing with the limit would overflow in that dtype)
-    if checking_values() and t.numel() and info is not None and max(info.max, -info.min) > limit:
+    if t.numel() and info is not None and max(info.max, -info.min) > limit:
         inexact = (t > limit) | (t < -limit)  # beyond, not every integer is representable: ask for exactness up front
         if inexact.any():
             bad = t[inexact].flatten()[0].item()
@@ -286,8 +264,6 @@ def check_counts(name: str, y: Tensor) -> Tensor:
     converted exactly to the default dtype, ``ValueError`` if it cannot be: see :func:`exact_float`)."""
     check_finite(name, y)
     y = exact_float(name, y)
-    if not checking_values():
-        return y
     bad = (y < 0) | (y != y.round())
     if bad.any():
         raise ValueError(f"{name} must be non-negative integer counts; found {y[bad].flatten()[0].item()}")

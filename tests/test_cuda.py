@@ -70,22 +70,23 @@ def test_polya_gamma_draws_on_cuda_have_the_right_moments():
 
 
 def test_a_minibatch_cavi_step_on_checked_data_synchronises_at_most_twice():
-    """CUDA's sync debug mode counts one step of a fit (data checked once, beforehand): the kernel factorisation's
-    failure check (GPyTorch's jitter retry) and GPyTorch's equal-inputs test in the RBF kernel, nothing of ours."""
+    """CUDA's sync debug mode counts one step of a fit (data checked once, beforehand: ``CAVI.check_data``): the
+    kernel factorisation's failure check (GPyTorch's jitter retry) and GPyTorch's equal-inputs test in the RBF
+    kernel, nothing of ours."""
     import warnings
-
-    from gpytorch_augment._validation import checked_data
 
     x, y, z = _data("cuda")
     model = SVGP(z, mean_constant=0.3).double().cuda()
     cavi = CAVI(model, BernoulliLogitLikelihood().cuda(), num_data=len(y))
-    cavi.step(x[:20], y[:20])
+    data = cavi.check_data(x, y)
+    cavi.step(data.take(slice(0, 20)))
+    batch = data.take(slice(20, 40))
     torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught, checked_data():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            cavi._step(x[20:40], y[20:40], {})
+            cavi.step(batch)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     # (the sync debug mode's own notice about its coverage is not a synchronisation)

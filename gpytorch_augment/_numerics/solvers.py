@@ -11,8 +11,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import checking_values
-
 
 def reverse_cholesky(B: Tensor, checked: bool = True) -> Tensor:
     r"""Lower-triangular :math:`C` with :math:`B = C^\top C`, so that :math:`\mathrm{chol}(B^{-1}) = C^{-1}`.
@@ -83,7 +81,8 @@ def safeguarded_newton(
         tensor(1.2599)
     """
     lo, hi = torch.broadcast_tensors(lo, hi) if x0 is None else torch.broadcast_tensors(lo, hi, x0)[:2]
-    if checking_values() and (reversed_brackets := int((hi < lo).sum())):
+    # always checked: one read back from the device, in a function whose iteration reads its convergence flag anyway
+    if reversed_brackets := int((hi < lo).sum()):
         raise ValueError(
             f"safeguarded_newton: every bracket needs hi >= lo, got hi < lo in {reversed_brackets} of {lo.numel()}"
         )

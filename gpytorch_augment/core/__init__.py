@@ -10,9 +10,12 @@ hyper-parameter objectives do to the latent GP happens here, once:
   (:class:`NaturalParameters`, :class:`WhitenedGaussian`), marginals, KL and the pathwise draw;
 * :mod:`~gpytorch_augment.core.design` -- linear observations :math:`g = Df` (:class:`LinearObservations`), whose
   prior terms the same steps run on;
-* :mod:`~gpytorch_augment.core.linalg` -- the batched triangular and matrix-vector helpers.
+* :mod:`~gpytorch_augment.core.linalg` -- the batched triangular and matrix-vector helpers;
+* :mod:`~gpytorch_augment.core.data` -- the data every engine step takes, checked once at the entry point
+  (:class:`ObservedData`, built by :func:`check_data`).
 """
 
+from .data import ObservedData, check_data
 from .design import LinearObservations
 from .gaussian import NaturalParameters, SufficientStatistics, WhitenedGaussian, natural_gradient
 from .prior import (
@@ -30,11 +33,13 @@ __all__ = [
     "FactorizationError",
     "LinearObservations",
     "NaturalParameters",
+    "ObservedData",
     "PriorCache",
     "PriorFactorizationError",
     "PriorTerms",
     "SufficientStatistics",
     "WhitenedGaussian",
+    "check_data",
     "linalg_advice",
     "natural_gradient",
     "prior_cholesky",

@@ -1,10 +1,11 @@
 """How :meth:`CAVI.fit <gpytorch_augment.CAVI.fit>` walks through the data (full batch, shuffled mini-batches of
-tensors, or the batches of a torch ``DataLoader``) and keeps its clock and progress bar."""
+tensors checked once as a whole, or the batches of a torch ``DataLoader``, each checked as it comes) and keeps its
+clock and progress bar. Every batch is an :class:`~gpytorch_augment.core.ObservedData`."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -12,19 +13,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..core.data import ObservedData
 from .convergence import CAVITrace
 
-Batch = tuple[Tensor, Tensor, dict[str, Any], bool]
+#: a batch of checked data and whether it is the last of its epoch
+Batch = tuple[ObservedData, bool]
+#: the check of a data loader's batch ``(x, y, kwargs)``
+BatchCheck = Callable[[Tensor, Tensor, dict[str, Any]], ObservedData]
 
 
 def take(t: Tensor, idx: Tensor | slice) -> Tensor:
     """The data points ``idx`` of a per-datum tensor whose last dimension indexes the data."""
     return t[..., idx]
-
-
-def per_datum(value: Any, num_data: int) -> bool:
-    """Whether a keyword argument is per-datum data (a tensor whose last dimension has ``num_data`` entries)."""
-    return isinstance(value, Tensor) and value.dim() >= 1 and value.shape[-1] == num_data
 
 
 def unpack(batch: Any) -> tuple[Tensor, Tensor, dict[str, Any]]:
@@ -45,14 +45,14 @@ def unpack(batch: Any) -> tuple[Tensor, Tensor, dict[str, Any]]:
     )
 
 
-def loader_batches(data_loader: Any) -> Iterator[Batch]:
-    """One epoch of a data loader as ``(x, y, kwargs, is_last_batch_of_the_epoch)``."""
+def loader_batches(data_loader: Any, check: BatchCheck) -> Iterator[Batch]:
+    """One epoch of a data loader as ``(batch, is_last_batch_of_the_epoch)``, each batch checked by ``check`` (the
+    loader's batches enter here: nothing checked them before)."""
     iterator = iter(data_loader)
     batch = next(iterator, None)
     while batch is not None:
         following = next(iterator, None)
-        xb, yb, kb = unpack(batch)
-        yield xb, yb, kb, following is None
+        yield check(*unpack(batch)), following is None
         batch = following
 
 
@@ -93,19 +93,19 @@ def _set_rng_state(generator: torch.Generator | None, device: torch.device, stat
 
 
 def tensor_batches(
-    x: Tensor,
-    y: Tensor,
+    data: ObservedData,
     batch_size: int | None,
     generator: torch.Generator | None,
-    kwargs: dict[str, Any],
     cursor: ShuffleCursor | None = None,
 ) -> Iterator[Batch]:
-    """One epoch over ``(x, y)``: the full batch, or a fresh random permutation (drawn from ``generator``, default
-    torch's global generator) in batches of ``batch_size``; per-datum keyword data are sliced along with ``y``.
-    With a ``cursor``, an epoch left unfinished continues where it stopped and the cursor follows the batches."""
-    num_data = y.shape[-1]
+    """One epoch over ``data``: the full batch (``data`` itself), or a fresh random permutation (drawn from
+    ``generator``, default torch's global generator) in batches of ``batch_size`` (:meth:`ObservedData.take
+    <gpytorch_augment.core.ObservedData.take>`: per-datum keyword data are sliced along with the targets, nothing is
+    checked again). With a ``cursor``, an epoch left unfinished continues where it stopped and the cursor follows the
+    batches."""
+    num_data, x = data.num_data, data.x
     if batch_size is None or batch_size >= num_data:
-        yield x, y, kwargs, True
+        yield data, True
         return
     cursor = ShuffleCursor() if cursor is None else cursor
     # the permutation is drawn on the generator's device (a CPU generator with CUDA data works), then moved
@@ -119,12 +119,11 @@ def tensor_batches(
     order = cursor.order.to(x.device)
     for start in range(cursor.position, num_data, batch_size):
         idx = order[start : start + batch_size]
-        kb = {k: (take(v, idx) if per_datum(v, num_data) else v) for k, v in kwargs.items()}
         last = start + batch_size >= num_data
         cursor.position = start + idx.shape[0]
         if last:
             cursor.order, cursor.position = None, 0
-        yield x[..., idx, :], take(y, idx), kb, last
+        yield data.take(idx), last
 
 
 def progress_bar(total: int | None, desc: str = "CAVI", unit: str = "step") -> Any:

@@ -1,5 +1,6 @@
-"""A fit's arguments checked against the engine it runs on, once, up front: the data (:func:`fit_data`) and every
-setting (:func:`fit_config`, which returns the :class:`~gpytorch_augment.inference._fit_config.FitConfig` that
+"""A fit's arguments checked against the engine it runs on, once, up front: the data (:func:`fit_data`, which gives
+the :class:`~gpytorch_augment.core.ObservedData` of tensors, checked as a whole) and every setting (:func:`fit_config`,
+which returns the :class:`~gpytorch_augment.inference._fit_config.FitConfig` that
 :meth:`CAVIEngine.run <gpytorch_augment.inference.engine.CAVIEngine.run>` iterates over)."""
 
 from __future__ import annotations
@@ -12,14 +13,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DistributedSampler
 
-from .._validation import (
-    as_tensors,
-    check_integer,
-    check_nonempty,
-    check_target_keywords,
-    float_targets,
-    squeezed_targets,
-)
+from .._validation import check_integer
+from ..core.data import ObservedData
 from ..core.distributed import all_gather_objects
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ._checks import check_full_batch
@@ -34,39 +29,60 @@ if TYPE_CHECKING:
 Rule = Convergence | Callable[[CAVITrace], bool]
 
 
-def fit_data(
-    likelihood: AugmentedLikelihood, x: Tensor | None, y: Tensor | None, kwargs: dict[str, Any],
-    batch_size: int | None, data_loader: Iterable[Any] | None,
-) -> tuple[Tensor | None, Tensor | None]:  # fmt: skip
-    """A fit's data as tensors (numpy arrays converted, also among the per-datum ``kwargs``, in place) with
-    ``(N, 1)`` targets squeezed to ``(N,)``; ``ValueError`` for mini-batches of a likelihood with linear
-    observations (it is fitted on all of them at once)."""
-    x, y = as_tensors(x, y, kwargs=kwargs)
-    if x is not None and y is not None and not likelihood.linear_observations:
-        y = squeezed_targets(x, y)
+def check_minibatches(
+    likelihood: AugmentedLikelihood, batch_size: int | None, data_loader: Iterable[Any] | None
+) -> None:
+    """``ValueError`` for mini-batches of a likelihood with linear observations (it is fitted on all of them at
+    once)."""
     if likelihood.linear_observations and (batch_size is not None or data_loader is not None):
         raise ValueError(
             f"{type(likelihood).__name__} reads linear combinations of the inputs: fit it on the full data "
             "(no batch_size, no data_loader)"
         )
-    return x, y
 
 
-def fit_config(cavi: CAVIEngine, x: Tensor | None, y: Tensor | None, *, max_iter: int | None, tol: float,
+def fit_data(
+    cavi: CAVIEngine, x: Tensor | None, y: Tensor | None, kwargs: dict[str, Any], batch_size: int | None,
+    data_loader: Iterable[Any] | None,
+) -> ObservedData | None:  # fmt: skip
+    """A fit's data: tensors ``x, y`` (with the per-datum ``kwargs``) checked once, as a whole
+    (:meth:`CAVIEngine.check_data <gpytorch_augment.inference.engine.CAVIEngine.check_data>`), or ``None`` for a
+    data loader, whose batches are checked as they come (``ValueError`` if tensors, a batch size or keyword data
+    are given beside it)."""
+    if data_loader is not None:
+        if x is not None or y is not None:
+            raise ValueError("pass either x and y or a data_loader, not both")
+        if batch_size is not None:
+            raise ValueError("pass either batch_size or a data_loader (which sets its own batch size), not both")
+        if kwargs:
+            raise ValueError(
+                f"with a data_loader, per-datum keyword arguments ({sorted(kwargs)}) must come in its batches: "
+                "yield (x, y, {name: tensor}) or {'x': x, 'y': y, name: tensor}"
+            )
+        return None
+    if x is None or y is None:
+        raise ValueError("fit needs the data: x and y, or a data_loader")
+    return cavi.check_data(x, y, kwargs, where="CAVI.fit")
+
+
+def fit_config(cavi: CAVIEngine, data: ObservedData | None, *, max_iter: int | None, tol: float,
                hyper_optimizer: torch.optim.Optimizer | None, hyper_steps: int, batch_size: int | None,
                data_loader: Iterable[Any] | None, num_epochs: int | None, convergence: Rule | None,
-               generator: torch.Generator | None, kwargs: dict[str, Any]) -> FitConfig:  # fmt: skip
-    """Check every argument of a fit of ``cavi`` (the data as :func:`fit_data` leaves them) and resolve the
-    defaults: ``max_iter`` 100 for a full batch, ``num_epochs`` 10 for mini-batches, ``RelativeChange(tol)``
-    over a step (full batch) or an epoch of steps; shuffled mini-batches continue from the engine's
-    :attr:`~gpytorch_augment.inference.engine.CAVIEngine.shuffle_cursor` (not with sharded data)."""
+               generator: torch.Generator | None) -> FitConfig:  # fmt: skip
+    """Check every setting of a fit of ``cavi`` on ``data`` (checked by :func:`fit_data`; ``None`` with a
+    ``data_loader``) and resolve the defaults: ``max_iter`` 100 for a full batch, ``num_epochs`` 10 for
+    mini-batches, ``RelativeChange(tol)`` over a step (full batch) or an epoch of steps; shuffled mini-batches
+    continue from the engine's :attr:`~gpytorch_augment.inference.engine.CAVIEngine.shuffle_cursor` (not with
+    sharded data)."""
     minibatch = batch_size is not None or data_loader is not None
     group = cavi.process_group if cavi.distributed else None
     sharded = cavi.distributed
     if data_loader is not None:
-        num_batches = _check_loader(cavi, x, y, batch_size, data_loader, kwargs, sharded, group)
+        num_batches = _check_loader(cavi, data_loader, sharded, group)
+    elif data is None:
+        raise ValueError("fit needs the data: x and y, or a data_loader")
     else:
-        batch_size, num_batches = _check_tensors(cavi, x, y, batch_size, sharded, group, kwargs)
+        batch_size, num_batches = _check_tensors(cavi, data, batch_size, sharded, group)
     if int(hyper_steps) < 1:
         raise ValueError(f"hyper_steps must be a positive integer, got {hyper_steps}")
     if hyper_optimizer is not None:
@@ -81,9 +97,13 @@ def fit_config(cavi: CAVIEngine, x: Tensor | None, y: Tensor | None, *, max_iter
     if convergence is None:
         convergence = RelativeChange(tol, window=1 if not minibatch else max(1, num_batches or 1))
     check = _stop_rule(convergence)
-    check_target_keywords(cavi.likelihood, kwargs, "CAVI.fit")
+
+    def check_batch(x: Tensor, y: Tensor, kwargs: dict[str, Any]) -> ObservedData:
+        return cavi.check_data(x, y, kwargs, where="CAVI.step")  # a loader's batch enters here
+
     return FitConfig(
-        x=x, y=y, kwargs=kwargs, batch_size=batch_size, data_loader=data_loader, generator=generator,
+        data=None if data_loader is not None else data, batch_size=batch_size, data_loader=data_loader,
+        check_batch=check_batch if data_loader is not None else None, generator=generator,
         hyper_optimizer=hyper_optimizer, hyper_steps=int(hyper_steps),
         max_iter=None if max_iter is None else int(max_iter),
         num_epochs=None if num_epochs is None else int(num_epochs),
@@ -102,26 +122,13 @@ def _stop_rule(convergence: Rule) -> StopRule:
 
 def _check_loader(
     cavi: CAVIEngine,
-    x: Tensor | None,
-    y: Tensor | None,
-    batch_size: int | None,
     data_loader: Iterable[Any],
-    kwargs: dict[str, Any],
     sharded: bool = False,
     group: ProcessGroup | None = None,
 ) -> int | None:
     """Validate a data-loader fit; returns the number of batches per epoch (``None`` if unknown). With sharded
     data the loader's dataset is either the whole data set read through a ``DistributedSampler`` or this rank's
     shard (then the shards must add up to ``num_data``), and every rank's loader has the same length."""
-    if x is not None or y is not None:
-        raise ValueError("pass either x and y or a data_loader, not both")
-    if batch_size is not None:
-        raise ValueError("pass either batch_size or a data_loader (which sets its own batch size), not both")
-    if kwargs:
-        raise ValueError(
-            f"with a data_loader, per-datum keyword arguments ({sorted(kwargs)}) must come in its batches: "
-            "yield (x, y, {name: tensor}) or {'x': x, 'y': y, name: tensor}"
-        )
     try:
         size = len(getattr(data_loader, "dataset", None))  # type: ignore[arg-type]
     except TypeError:
@@ -147,30 +154,21 @@ def _check_loader(
 
 def _check_tensors(
     cavi: CAVIEngine,
-    x: Tensor | None,
-    y: Tensor | None,
+    data: ObservedData,
     batch_size: int | None,
     sharded: bool = False,
     group: ProcessGroup | None = None,
-    kwargs: dict[str, Any] | None = None,
 ) -> tuple[int | None, int]:
-    """Validate a fit on tensors; returns ``(batch_size, batches per epoch)`` (with sharded data: the largest
-    number over the ranks)."""
-    if x is None or y is None:
-        raise ValueError("fit needs the data: x and y, or a data_loader")
-    cavi.check_inputs(x, y)
-    if not sharded:
-        check_nonempty(x, "CAVI.fit")
-    whole = dict(kwargs or {})
-    y = float_targets(y, whole, x.dtype) if x.is_floating_point() else y
-    cavi.likelihood.check_targets(y, **whole)  # the whole data, once: the loop then skips the value checks
+    """Check a fit on checked ``data`` against ``num_data`` and the batch size; returns ``(batch_size, batches per
+    epoch)`` (with sharded data: the largest number over the ranks)."""
+    local = data.num_data
     if batch_size is None:
-        sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
+        sizes = all_gather_objects(local, group) if sharded else [local]
         check_full_batch(sum(sizes), cavi.num_data, sharded)
         return None, 1
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or int(batch_size) < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-    sizes = all_gather_objects(int(y.shape[-1]), group) if sharded else [int(y.shape[-1])]
+    sizes = all_gather_objects(local, group) if sharded else [local]
     if sum(sizes) != cavi.num_data:
         what = f"the {len(sizes)} shards hold {sum(sizes)}" if sharded else f"y has {sizes[0]}"
         raise ValueError(f"{what} data points but CAVI was built with num_data={cavi.num_data}")

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,18 +22,8 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import (
-    as_tensors,
-    check_finite,
-    check_inputs_targets,
-    check_latents,
-    check_nonempty,
-    check_target_keywords,
-    checked_data,
-    float_targets,
-    squeezed_targets,
-)
-from ..core import PriorTerms, WhitenedGaussian, natural_gradient
+from .._validation import check_finite, check_inputs_targets, check_latents
+from ..core import ObservedData, PriorTerms, WhitenedGaussian, check_data, natural_gradient
 from ..core.distributed import (
     all_gather_objects,
     all_reduce_sum,
@@ -48,7 +37,7 @@ from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
 from ._checks import check_batch_size, check_input_dim
 from ._fit_config import FitConfig
-from ._fit_setup import fit_config, fit_data
+from ._fit_setup import check_minibatches, fit_config, fit_data
 from ._hyper_steps import HyperStepMixin
 from ._modes import training_mode
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
@@ -211,19 +200,29 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             raise ValueError(f"step size must be in (0, 1], got {rho} at step {self.num_steps}")
         return rho
 
-    def _checked_data(self, x: Tensor, y: Tensor, kwargs: dict[str, Any], where: str) -> Tensor:
-        """Validate a batch at a public entry point and return its targets (``(N, 1)`` squeezed to ``(N,)``):
-        keywords the likelihood takes, finite and aligned data, the model's batch shape and input dimension, and
-        at least one data point (with sharded data a rank may hold none)."""
-        check_target_keywords(self.likelihood, kwargs, where)
-        if not self.likelihood.linear_observations:  # observations reading combinations of x are not aligned
-            y = squeezed_targets(x, y)
-        self.check_inputs(x, y)
-        if x.is_floating_point():  # integer targets (counts, trials=) converted exactly to the data's dtype
-            y = float_targets(y, kwargs, x.dtype)
-        if not self.distributed:
-            check_nonempty(x, where)
-        return y
+    def check_data(
+        self, x: Tensor, y: Tensor, kwargs: Mapping[str, Any] | None = None, *, where: str = "CAVI.check_data"
+    ) -> ObservedData:
+        """The data ``(x, y)`` with the per-datum keyword data ``kwargs`` (e.g. ``{"trials": t}``), checked once:
+        the checks of :func:`~gpytorch_augment.core.check_data` with the model's batch shape, input dimension and
+        dtype (:meth:`check_inputs`); at least one data point unless the data are sharded (a rank may hold none).
+        Every entry point (:meth:`fit`, :meth:`step`, :meth:`elbo`, :meth:`hyper_step`) runs it once; :meth:`step`
+        and :meth:`elbo` also take its value, and then check nothing.
+
+        :param where: the entry point the errors name.
+        :raises ValueError: naming the offending argument; ``TypeError`` for a keyword the likelihood does not take.
+        """
+        return check_data(
+            self.likelihood, x, y, kwargs, where=where, check_inputs=self.check_inputs, allow_empty=self.distributed
+        )
+
+    def _data(self, x: Tensor | ObservedData, y: Tensor | None, kwargs: dict[str, Any], where: str) -> ObservedData:
+        """``x`` itself where it is checked data (then no ``y`` and no keyword data), else :meth:`check_data`."""
+        if not isinstance(x, ObservedData):
+            return self.check_data(x, y, kwargs, where=where)
+        if y is not None or kwargs:
+            raise TypeError(f"{where} takes either checked data (an ObservedData) alone, or x, y and keyword data")
+        return x
 
     def check_inputs(self, x: Tensor, y: Tensor) -> None:
         """Raise ``ValueError`` unless ``x, y`` are finite data of the model's batch shape, input dimension and
@@ -268,15 +267,14 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         if x.is_floating_point() and x.dtype != model_dtype:
             raise ValueError(f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert one of them")
 
-    def prior_terms(self, x: Tensor, targets: Tensor, cache: bool) -> PriorTerms:
-        """The prior terms the CAVI step works on: those of the points ``x`` for a pointwise likelihood, those of
-        the observation functionals :math:`g = Df` of the canonical ``targets`` for one with linear observations
+    def prior_terms(self, data: ObservedData, cache: bool) -> PriorTerms:
+        """The prior terms the CAVI step works on: those of the points ``data.x`` for a pointwise likelihood, those of
+        the observation functionals :math:`g = Df` of ``data.design`` for one with linear observations
         (:mod:`gpytorch_augment.core.design`); ``cache``: kept while the hyper-parameters stay put (the strategy's
         ``cavi_terms`` rule)."""
-        design = self.likelihood.observation_design(targets, x.shape[-2])
-        if design is None:
-            return self.strategy.cavi_terms(x, cache=cache)
-        return self.strategy.observation_terms(x, design, cache=cache)
+        if data.design is None:
+            return self.strategy.cavi_terms(data.x, cache=cache)
+        return self.strategy.observation_terms(data.x, data.design, cache=cache)
 
     def _refuse_partial_observations(self, num: int, what: str) -> None:
         """Linear observations are fitted on all the observations at once (per process): ``ValueError`` otherwise."""
@@ -341,10 +339,17 @@ class CAVI(HyperStepMixin, CheckpointMixin):
 
     # ------------------------------------------------------------------------------------------------ steps
     def step(
-        self, x: Tensor, y: Tensor, hyper_optimizer: torch.optim.Optimizer | None = None, **kwargs: Any
+        self,
+        x: Tensor | ObservedData,
+        y: Tensor | None = None,
+        hyper_optimizer: torch.optim.Optimizer | None = None,
+        **kwargs: Any,
     ) -> Tensor:
         r"""One local + global update on the batch ``(x, y)`` (extra keyword arguments, e.g. ``trials=``, are
-        per-datum data of the batch, passed to ``likelihood.check_targets``).
+        per-datum data of the batch), checked first (:meth:`check_data`); or on checked data, ``step(data)`` with
+        ``data`` from :meth:`check_data` (or a :meth:`~gpytorch_augment.core.ObservedData.take` of it), which checks
+        nothing: on an accelerator such a step reads nothing back from the device but what the kernel factorisation
+        needs.
 
         With ``hyper_optimizer``, one step of it on :math:`-`:attr:`hyper_objective` of the same batch follows, at
         the updated :math:`q(u)` (what :meth:`fit` does); for the whitened strategy and the default AugmentedELBO it
@@ -354,21 +359,16 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         - \mathrm{KL}(q(u)\Vert p(u))\big)/N`, of :math:`q(u)` as it was on entry (an unbiased estimate of the
         full-data value for a mini-batch; exact for the full batch). Cost :math:`O(|\mathcal B|M^2 + M^3)`.
         """
-        x, y = as_tensors(x, y, kwargs=kwargs)
-        return self._step(x, y, kwargs, hyper_optimizer)
+        return self._step(self._data(x, y, kwargs, "CAVI.step"), hyper_optimizer)
 
-    def _step(
-        self, x: Tensor, y: Tensor, kwargs: dict[str, Any], hyper_optimizer: torch.optim.Optimizer | None = None
-    ) -> Tensor:
-        """:meth:`step`, optionally followed by one step of ``hyper_optimizer`` on the hyper objective of the same
-        batch at the updated :math:`q(u)`, re-using the prior terms (one kernel evaluation and one Cholesky)."""
-        y = self._checked_data(x, y, kwargs, "CAVI.step")
-        targets = self.likelihood.check_targets(y, **kwargs)
+    def _step(self, data: ObservedData, hyper_optimizer: torch.optim.Optimizer | None = None) -> Tensor:
+        """:meth:`step` on checked ``data`` (no check of its values), optionally followed by one step of
+        ``hyper_optimizer`` on the hyper objective of the same batch at the updated :math:`q(u)`, re-using the prior
+        terms (one kernel evaluation and one Cholesky)."""
         if not self.distributed:  # num_data counts observations: the points, or the linear observations of them
-            observed = targets.shape[-1] if self.likelihood.linear_observations else x.shape[-2]
-            check_batch_size(observed, self.num_data, "CAVI.step")
+            check_batch_size(data.num_data, self.num_data, "CAVI.step")
         if self.likelihood.linear_observations:
-            self._refuse_partial_observations(targets.shape[-1], "CAVI.step")
+            self._refuse_partial_observations(data.num_data, "CAVI.step")
             if hyper_optimizer is not None:
                 raise ValueError(
                     f"{type(self.likelihood).__name__} reads linear combinations of the inputs: learn the "
@@ -381,30 +381,30 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         # the prior terms of the full data are cached while the hyper-parameters stay put (a mini-batch changes
         # every step: caching it would only cost a copy)
         # (with sharded data: the same local inputs as the last step)
-        full_batch = targets.shape[-1] >= self.num_data or x is self._last_x
-        self._last_x = x
+        full_batch = data.num_data >= self.num_data or data.x is self._last_x
+        self._last_x = data.x
         with torch.set_grad_enabled(fused):
-            graph_terms = self.prior_terms(x, targets, cache=full_batch)
+            graph_terms = self.prior_terms(data, cache=full_batch)
         terms = graph_terms.detach() if fused else graph_terms
         with torch.no_grad():
-            elbo, q = self.update(targets, terms, x.dtype)
+            elbo, q = self.update(data, terms)
         if hyper_optimizer is not None:
             if fused:
-                self._fused_hyper_step(x, y, kwargs, graph_terms, q, hyper_optimizer)
+                self._fused_hyper_step(data, graph_terms, q, hyper_optimizer)
             else:
-                self.hyper_step(x, y, hyper_optimizer, **kwargs)
+                self._hyper_steps(data, hyper_optimizer)
         return elbo
 
     def update(
-        self, targets: Tensor, terms: PriorTerms, dtype: torch.dtype, update_constants: bool = True,
-        with_elbo: bool = True,
-    ) -> tuple[Tensor, WhitenedGaussian]:  # fmt: skip
-        r"""One closed-form CAVI update on the canonical ``targets`` at ``terms``, without checks (what :meth:`step`
-        runs after validating its batch): the local step, the closed-form likelihood updates (unless
-        ``update_constants`` is off: the nested protocol learns the constants by L-BFGS) and the damped global
-        step, written into the model. Returns the ELBO estimate of the entry state (NaN without ``with_elbo``) and
-        the new whitened :math:`q(v)`."""
+        self, data: ObservedData, terms: PriorTerms, update_constants: bool = True, with_elbo: bool = True
+    ) -> tuple[Tensor, WhitenedGaussian]:
+        r"""One closed-form CAVI update on the checked ``data`` at ``terms``, without checks (what :meth:`step`
+        runs on its batch): the local step, the closed-form likelihood updates (unless ``update_constants`` is off:
+        the nested protocol learns the constants by L-BFGS) and the damped global step, written into the model.
+        Returns the ELBO estimate of the entry state (NaN without ``with_elbo``) and the new whitened
+        :math:`q(v)`."""
         strategy, likelihood = self.strategy, self.likelihood
+        targets, dtype = data.y, data.x.dtype
         q = strategy.whitened_q(terms)
         f_mean, f_var = self._marginals(terms, q, dtype)
         q_aux = likelihood.aux_posterior(targets, f_mean, f_var)
@@ -458,16 +458,18 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         likelihood.update_hyperparameters(y_all, likelihood.aux_posterior(y_all, m_all, v_all), m_all, v_all)
 
     @torch.no_grad()
-    def elbo(self, x: Tensor, y: Tensor, chunk_size: int | None = None, **kwargs: Any) -> Tensor:
-        r"""The full-data augmented ELBO per datum of the current :math:`q(u)` (``x, y`` = all the data).
+    def elbo(
+        self, x: Tensor | ObservedData, y: Tensor | None = None, chunk_size: int | None = None, **kwargs: Any
+    ) -> Tensor:
+        r"""The full-data augmented ELBO per datum of the current :math:`q(u)` (``x, y`` = all the data, checked
+        first; or ``elbo(data)`` on data from :meth:`check_data`, not checked again).
 
         The data are processed in chunks of ``chunk_size`` points (default: as many as keep the
         :math:`M\times` chunk cross-covariance under :math:`2^{22}` elements), so that no :math:`M\times N` matrix
         is ever formed for large :math:`N`.
         """
-        x, y = as_tensors(x, y, kwargs=kwargs)
-        y = self.likelihood.check_targets(self._checked_data(x, y, kwargs, "CAVI.elbo"), **kwargs)
-        num_data = y.shape[-1]
+        data = self._data(x, y, kwargs, "CAVI.elbo")
+        x, num_data = data.x, data.num_data
         if self.likelihood.linear_observations:  # one chunk: the observations read points anywhere in x
             self._refuse_partial_observations(num_data, "CAVI.elbo")
             chunk_size = num_data
@@ -480,15 +482,13 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         kl: Tensor | None = None
         single = int(chunk_size) >= num_data  # only then are the prior terms worth caching
         for start in range(0, num_data, int(chunk_size)):
-            piece = slice(start, start + int(chunk_size))
-            terms = self.prior_terms(x, y, cache=True) if self.likelihood.linear_observations else (
-                self.strategy.cavi_terms(x if single else x[..., piece, :], cache=single)
-            )
+            chunk = data if single else data.take(slice(start, start + int(chunk_size)))
+            terms = self.prior_terms(chunk, cache=single)
             q = self.strategy.whitened_q(terms)
             if kl is None:
                 kl = q.kl().sum().to(x.dtype)
             f_mean, f_var = self._marginals(terms, q, x.dtype)
-            total = total + self.likelihood.collapsed_bound(take(y, piece), f_mean, f_var).sum(-1)
+            total = total + self.likelihood.collapsed_bound(chunk.y, f_mean, f_var).sum(-1)
         if kl is None:  # no local data (an empty shard)
             kl = self.strategy.whitened_q(self.strategy.cavi_terms(x, cache=False)).kl().sum().to(x.dtype)
         total = torch.as_tensor(total, dtype=x.dtype, device=x.device)
@@ -577,7 +577,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
             :class:`~gpytorch_augment.inference.fit_result.FitResult` (a trace with the status, the reason, the
             objective and the priors used).
         """
-        x, y = fit_data(self.likelihood, x, y, kwargs, batch_size, data_loader)
+        check_minibatches(self.likelihood, batch_size, data_loader)
         if learn_hyperparameters or hyper_options is not None:  # the one-call protocol (its own defaults)
             if not learn_hyperparameters:
                 raise ValueError("hyper_options are only used with learn_hyperparameters=True")
@@ -591,9 +591,10 @@ class CAVI(HyperStepMixin, CheckpointMixin):
                 callback=callback, generator=generator, **kwargs,
             )  # fmt: skip
         config = fit_config(
-            self, x, y, max_iter=max_iter, tol=1e-8 if tol is None else tol, hyper_optimizer=hyper_optimizer,
-            hyper_steps=hyper_steps, batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs,
-            convergence=convergence, generator=generator, kwargs=kwargs,
+            self, fit_data(self, x, y, kwargs, batch_size, data_loader), max_iter=max_iter,
+            tol=1e-8 if tol is None else tol, hyper_optimizer=hyper_optimizer, hyper_steps=hyper_steps,
+            batch_size=batch_size, data_loader=data_loader, num_epochs=num_epochs, convergence=convergence,
+            generator=generator,
         )  # fmt: skip
         trace = self.run(config, callback, progress)
         if not trace.converged and config.max_iter is not None and trace.num_steps >= config.max_iter:
@@ -632,11 +633,10 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         clock = Clock()
         epoch = 0
         while config.num_epochs is None or epoch < config.num_epochs:
-            for xb, yb, kb, epoch_end in config.epoch():
-                with checked_data() if config.prechecked else nullcontext():
-                    loss = self._step(xb, yb, kb, config.hyper_optimizer)
-                    if config.hyper_optimizer is not None and config.hyper_steps > 1:
-                        self.hyper_step(xb, yb, config.hyper_optimizer, steps=config.hyper_steps - 1, **kb)
+            for batch, epoch_end in config.epoch():  # checked data: no step checks them again
+                loss = self._step(batch, config.hyper_optimizer)
+                if config.hyper_optimizer is not None and config.hyper_steps > 1:
+                    self._hyper_steps(batch, config.hyper_optimizer, steps=config.hyper_steps - 1)
                 value = float(loss)  # the step's one host synchronisation: the trace and the stopping rule need it
                 t = trace.num_steps
                 trace.elbo.append(value)

@@ -5,7 +5,9 @@ r"""The interface through which the one-call fit's protocols drive the CAVI engi
 
 * what it fits: :attr:`~CAVIEngine.model`, :attr:`~CAVIEngine.likelihood`, :attr:`~CAVIEngine.strategy`,
   :attr:`~CAVIEngine.num_data`, :attr:`~CAVIEngine.process_group` / :attr:`~CAVIEngine.distributed`, its checks of
-  the data and of a hyper-parameter optimizer, and where a shuffled fit is in its epoch;
+  a hyper-parameter optimizer, and where a shuffled fit is in its epoch;
+* the data: checked once, at the entry point, into an :class:`~gpytorch_augment.core.ObservedData`
+  (:meth:`~CAVIEngine.check_data`), which every member below takes;
 * one update: the prior terms at the data (:meth:`~CAVIEngine.prior_terms`), one closed-form local and global step
   on them (:meth:`~CAVIEngine.update`), and the marginals of :math:`q(f)` they imply
   (:meth:`~CAVIEngine.marginal_distribution`);
@@ -14,16 +16,18 @@ r"""The interface through which the one-call fit's protocols drive the CAVI engi
 * the inner loop: CAVI steps over a fit's batches until its stopping rule or a cap (:meth:`~CAVIEngine.run`).
 
 **Rules.** A protocol uses the engine through these members only (no private member, no call back into
-``CAVI.fit``); ``CAVI.fit`` dispatches to the protocols or runs :meth:`~CAVIEngine.run` itself. Tensors in the
+``CAVI.fit``); ``CAVI.fit`` dispatches to the protocols or runs :meth:`~CAVIEngine.run` itself. A protocol checks
+its data once, by :meth:`~CAVIEngine.check_data`, and passes the value on: no member checks the targets again. Tensors
+in the
 likelihood's layout are ``(N,)`` for one latent and ``(N, T)`` for ``T`` latents; the whitened :math:`q(v)`
 (:class:`~gpytorch_augment.core.WhitenedGaussian`) and the prior terms are latent-major.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
@@ -31,7 +35,7 @@ from gpytorch.models import ApproximateGP
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
-from ..core import PriorTerms, WhitenedGaussian
+from ..core import ObservedData, PriorTerms, WhitenedGaussian
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 from ._batches import ShuffleCursor
@@ -54,10 +58,10 @@ class CAVIEngine(Protocol):
         >>> x = torch.linspace(0, 6, 40, dtype=torch.float64).unsqueeze(-1)
         >>> y = (x.squeeze(-1).cos() > 0).double()
         >>> engine: CAVIEngine = ga.CAVI(gt.SVGP(x[::5].clone()).double(), ga.BernoulliLogitLikelihood(), num_data=40)
-        >>> targets = engine.likelihood.check_targets(y)
-        >>> terms = engine.prior_terms(x, targets, cache=True)
+        >>> data = engine.check_data(x, y)         # checked once; every member below takes the value
+        >>> terms = engine.prior_terms(data, cache=True)
         >>> for _ in range(3):                    # three full-batch CAVI updates, the likelihood's constants held
-        ...     elbo, q = engine.update(targets, terms, x.dtype, update_constants=False)
+        ...     elbo, q = engine.update(data, terms, update_constants=False)
         >>> engine.marginal_distribution(terms, q, x.dtype).mean.shape
         torch.Size([40])
     """
@@ -90,24 +94,27 @@ class CAVIEngine(Protocol):
     def shuffle_cursor(self) -> ShuffleCursor:
         """Where a shuffled mini-batch fit is in its epoch (the next fit on tensors continues there)."""
 
-    def check_inputs(self, x: Tensor, y: Tensor) -> None:
-        """Raise ``ValueError`` unless ``x, y`` are finite data of the model's shape, dimension and dtype."""
+    def check_data(
+        self, x: Tensor, y: Tensor, kwargs: Mapping[str, Any] | None = None, *, where: str = "CAVI.check_data"
+    ) -> ObservedData:
+        """The data ``(x, y, **kwargs)`` checked once (:func:`~gpytorch_augment.core.check_data`, plus the model's
+        batch shape, input dimension and dtype): ``ValueError``/``TypeError`` naming ``where`` and the offending
+        argument, else the checked value."""
 
     def check_hyper_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Raise ``ValueError`` if ``optimizer`` holds :math:`q(u)`'s parameters (CAVI updates those)."""
 
-    def prior_terms(self, x: Tensor, targets: Tensor, cache: bool) -> PriorTerms:
-        """The prior terms the update works on at the inputs ``x`` (of the linear observations of ``targets``, for a
+    def prior_terms(self, data: ObservedData, cache: bool) -> PriorTerms:
+        """The prior terms the update works on at the inputs of ``data`` (of its linear observations, for a
         likelihood that has them); ``cache``: keep them while the hyper-parameters stay put."""
 
     def update(
-        self, targets: Tensor, terms: PriorTerms, dtype: torch.dtype, update_constants: bool = True,
-        with_elbo: bool = True,
-    ) -> tuple[Tensor, WhitenedGaussian]:  # fmt: skip
-        r"""One closed-form CAVI update on the canonical ``targets`` at ``terms`` (no checks): the local step, the
+        self, data: ObservedData, terms: PriorTerms, update_constants: bool = True, with_elbo: bool = True
+    ) -> tuple[Tensor, WhitenedGaussian]:
+        r"""One closed-form CAVI update on the checked ``data`` at ``terms`` (no checks): the local step, the
         likelihood's closed-form constant updates (unless ``update_constants`` is off) and the damped global step,
-        written into the model. Returns the augmented ELBO per datum of the entry state (NaN without
-        ``with_elbo``) and the new whitened :math:`q(v)`."""
+        written into the model. Returns the augmented ELBO per datum of the entry state, in the data's dtype (NaN
+        without ``with_elbo``), and the new whitened :math:`q(v)`."""
 
     def marginal_distribution(self, terms: PriorTerms, q: WhitenedGaussian, dtype: torch.dtype) -> MultivariateNormal:
         r"""The diagonal :math:`q(f)` of the whitened ``q`` at the inputs of ``terms``, in GPyTorch's layout for the

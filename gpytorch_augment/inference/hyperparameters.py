@@ -25,8 +25,10 @@ restarts from data-aware points and keeps the best objective; it is never report
 Both drive the engine through :class:`~gpytorch_augment.inference.engine.CAVIEngine` (never ``CAVI.fit``, which
 dispatches here).
 
-Both put the model and the likelihood in training mode and restore the caller's modes, validate the data once, warn
-when the result is not converged (naming why), and leave :math:`q(u)` at its optimum for the final hyper-parameters.
+Both put the model and the likelihood in training mode and restore the caller's modes, take the data checked once at
+the entry (:meth:`CAVIEngine.check_data <gpytorch_augment.inference.engine.CAVIEngine.check_data>`: an
+:class:`~gpytorch_augment.core.ObservedData`, never checked again), warn when the result is not converged (naming
+why), and leave :math:`q(u)` at its optimum for the final hyper-parameters.
 
 Example::
 
@@ -54,10 +56,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._validation import check_nonempty, checked_data
+from .._validation import as_tensors
+from ..core import ObservedData
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ._batches import Clock, progress_bar
-from ._fit_setup import Rule, fit_config, fit_data
+from ._fit_setup import Rule, fit_config
 from ._modes import training_mode
 from .collapse import SPREAD_TOL, is_constant, latent_spread
 from .convergence import CAVITrace, Convergence, RelativeChange
@@ -154,10 +157,12 @@ def fit_hyperparameters(
     options = FitOptions.from_mapping(options, max_iter=max_iter, tol=tol)
     if x is None or y is None:
         raise ValueError("learn_hyperparameters=True needs the training data x and y")
+    x, y = as_tensors(x, y, kwargs=kwargs)
+    data = cavi.check_data(x, y, kwargs, where="CAVI.fit")  # the whole data, once
     protocol = options.protocol
     if protocol == "auto":
         # with sharded data (torch.distributed) only the stochastic protocol reduces over the ranks
-        protocol = "stochastic" if cavi.distributed else choose_protocol(cavi.likelihood, y.shape[-1])
+        protocol = "stochastic" if cavi.distributed else choose_protocol(cavi.likelihood, data.num_data)
     elif protocol == "nested" and cavi.distributed:
         raise ValueError(
             "protocol='nested' works on one process's data only; with sharded data (torch.distributed) use "
@@ -172,7 +177,9 @@ def fit_hyperparameters(
     params = hyperparameters_of(cavi, options.learn_inducing_locations)
     if cavi.likelihood.real_valued_targets:
         _warn_unstandardised(y)
-    run = _Run(cavi, x, y, params, options, convergence, progress, callback, generator, kwargs)
+    # a constant target (as given: the successes, not the trials) is fitted best by a constant predictor
+    constant = not cavi.likelihood.linear_observations and bool((y == y.reshape(-1)[0]).all())
+    run = _Run(cavi, data, params, options, convergence, progress, callback, generator, constant)
     with training_mode(cavi.model, cavi.likelihood):
         result = run.fit()
     if not result.converged:
@@ -195,17 +202,16 @@ class _Run:
     """One fit: the first run of the protocol, then restarts after a collapse; keeps the best attempt."""
 
     def __init__(
-        self, cavi: CAVIEngine, x: Tensor, y: Tensor, params: list[Tensor], options: FitOptions,
+        self, cavi: CAVIEngine, data: ObservedData, params: list[Tensor], options: FitOptions,
         convergence: Rule | None, progress: bool, callback: Callable[[int, float], object] | None,
-        generator: torch.Generator | None, kwargs: dict[str, Any],
+        generator: torch.Generator | None, constant_targets: bool,
     ) -> None:  # fmt: skip
-        self.cavi, self.x, self.y, self.params, self.options = cavi, x, y, params, options
+        self.cavi, self.data, self.x, self.params, self.options = cavi, data, data.x, params, options
         self.convergence, self.progress, self.callback, self.generator = convergence, progress, callback, generator
-        self.kwargs = kwargs
         self.initial = self._state()
         self.num_latents = int(cavi.likelihood.num_latents) if not cavi.likelihood.linear_observations else 1
         #: a constant target is fitted best by a constant predictor: no collapse to restart from or warn about
-        self.constant_targets = not cavi.likelihood.linear_observations and bool((y == y.reshape(-1)[0]).all())
+        self.constant_targets = constant_targets
 
     def fit(self) -> FitResult:
         options = self.options
@@ -264,13 +270,12 @@ class _Run:
     # ---------------------------------------------------------------------------------------------- stochastic
     def _stochastic(self) -> tuple[FitResult, float]:
         """Mini-batch CAVI with fused Adam steps: the engine's inner loop with an Adam ``hyper_optimizer``."""
-        o, kwargs = self.options, dict(self.kwargs)
+        o = self.options
         optimizer = torch.optim.Adam(self.params, lr=o.lr)
-        x, y = fit_data(self.cavi.likelihood, self.x, self.y, kwargs, o.batch_size, None)
         config = fit_config(
-            self.cavi, x, y, max_iter=o.max_iter, tol=o.tol, hyper_optimizer=optimizer, hyper_steps=1,
+            self.cavi, self.data, max_iter=o.max_iter, tol=o.tol, hyper_optimizer=optimizer, hyper_steps=1,
             batch_size=o.batch_size, data_loader=None, num_epochs=o.num_epochs, convergence=self.convergence,
-            generator=self.generator, kwargs=kwargs,
+            generator=self.generator,
         )  # fmt: skip
         trace = self.cavi.run(config, self.callback, self.progress)
         status = FitStatus.CONVERGED if trace.converged else FitStatus.CAP
@@ -289,11 +294,8 @@ class _Run:
         """L-BFGS iterations until the rule, a stall or ``max_iter``, then :meth:`NestedProtocol.finish` and the
         stationarity test; a stop that fails it goes on in polish mode, at most ``restarts`` times."""
         cavi, o = self.cavi, self.options
-        cavi.check_inputs(self.x, self.y)
-        check_nonempty(self.x, "CAVI.fit")
-        targets = cavi.likelihood.check_targets(self.y, **self.kwargs)  # the whole data, once
-        if targets.shape[-1] != cavi.num_data:
-            raise ValueError(f"y has {targets.shape[-1]} data points but CAVI was built with num_data={cavi.num_data}")
+        if self.data.num_data != cavi.num_data:
+            raise ValueError(f"y has {self.data.num_data} data points but CAVI was built with num_data={cavi.num_data}")
         rule = RelativeChange(o.tol, window=1) if self.convergence is None else self.convergence
         if isinstance(rule, Convergence):
             rule.reset()
@@ -318,31 +320,30 @@ class _Run:
 
         run_optimizer = OPTIMIZERS[o.optimizer]
         try:
-            with checked_data():
-                protocol = NestedProtocol(
-                    cavi, self.x, self.y, self.params, inner_steps=o.inner_steps, true_steps=o.true_steps,
-                    max_line_search=o.max_line_search, **self.kwargs,
-                )  # fmt: skip
-                likelihood = cavi.likelihood
-                if o.elbo_bound and likelihood.has_elbo_bound and self.convergence is None:
-                    # first stage: the objective with the likelihood's cheaper bound, to its own stopping rule
-                    with likelihood.elbo_bound():
-                        run_optimizer(protocol, on_iteration, o.max_iter - 1)
-                    protocol.reset()  # L-BFGS afresh on the exact objective, q(u) re-solved for it
-                    rule.reset()
-                    state["since"], state["fresh"] = 0, True
-                while True:
-                    outcome = run_optimizer(protocol, on_iteration, o.max_iter - trace.num_steps)
-                    protocol.finish()  # q(u) at its optimum for these hyper-parameters
-                    status, message, gradient = self._judge(protocol, outcome)
-                    if status is not FitStatus.NOT_STATIONARY or state["restarted"] >= o.restarts:
-                        break
-                    if o.max_iter - trace.num_steps < 1:
-                        status, message = FitStatus.CAP, _nested_cap(o)
-                        break
-                    state["restarted"], state["since"], state["fresh"] = state["restarted"] + 1, 0, True
-                    protocol.restart()  # L-BFGS afresh, in polish mode, from the refreshed q(u)
-                value = protocol.objective_value()
+            protocol = NestedProtocol(
+                cavi, self.data, self.params, inner_steps=o.inner_steps, true_steps=o.true_steps,
+                max_line_search=o.max_line_search,
+            )  # fmt: skip
+            likelihood = cavi.likelihood
+            if o.elbo_bound and likelihood.has_elbo_bound and self.convergence is None:
+                # first stage: the objective with the likelihood's cheaper bound, to its own stopping rule
+                with likelihood.elbo_bound():
+                    run_optimizer(protocol, on_iteration, o.max_iter - 1)
+                protocol.reset()  # L-BFGS afresh on the exact objective, q(u) re-solved for it
+                rule.reset()
+                state["since"], state["fresh"] = 0, True
+            while True:
+                outcome = run_optimizer(protocol, on_iteration, o.max_iter - trace.num_steps)
+                protocol.finish()  # q(u) at its optimum for these hyper-parameters
+                status, message, gradient = self._judge(protocol, outcome)
+                if status is not FitStatus.NOT_STATIONARY or state["restarted"] >= o.restarts:
+                    break
+                if o.max_iter - trace.num_steps < 1:
+                    status, message = FitStatus.CAP, _nested_cap(o)
+                    break
+                state["restarted"], state["since"], state["fresh"] = state["restarted"] + 1, 0, True
+                protocol.restart()  # L-BFGS afresh, in polish mode, from the refreshed q(u)
+            value = protocol.objective_value()
             if trace.time:
                 trace.time[-1] = clock.elapsed()
         finally:

@@ -21,7 +21,7 @@ Example::
     >>> y = (x.squeeze(-1).cos() > 0).double()
     >>> cavi = ga.CAVI(gt.SVGP(x[::5].clone()).double(), ga.BernoulliLogitLikelihood(), num_data=40)
     >>> values = []
-    >>> outcome = OPTIMIZERS["scipy"](NestedProtocol(cavi, x, y, hyperparameters_of(cavi)),
+    >>> outcome = OPTIMIZERS["scipy"](NestedProtocol(cavi, cavi.check_data(x, y), hyperparameters_of(cavi)),
     ...                               lambda v: values.append(v) or len(values) == 5, max_iter=50)
     >>> outcome, values[-1] > values[0]
     ('rule', True)

@@ -42,7 +42,7 @@ from gpytorch.variational import UnwhitenedVariationalStrategy
 from torch import Tensor
 
 from .._numerics import gauss_hermite
-from ..core import PriorTerms, WhitenedGaussian
+from ..core import ObservedData, PriorTerms, WhitenedGaussian
 from ..likelihoods.augmented_likelihood import NUM_QUADRATURE_LOCS
 from .engine import CAVIEngine, diagonal_gaussian
 
@@ -53,11 +53,10 @@ class NestedObjective:
     r""":math:`J(\theta)` (module docstring) for a :class:`~gpytorch_augment.CAVI` and its full training data.
 
     :param cavi: the CAVI engine, used through :class:`~gpytorch_augment.inference.engine.CAVIEngine`.
-    :param x: all the training inputs ``(N, D)``.
-    :param y: all the training targets (as the user passes them to the likelihood).
+    :param data: all the training data, checked once (``cavi.check_data(x, y, kwargs)``): every evaluation takes
+        their canonical targets, never checking them again.
     :param inner_steps: :math:`k`, the CAVI steps of an evaluation.
     :param true_steps: :math:`j`, the natural-gradient steps on the true ELBO after them.
-    :param kwargs: per-datum keyword arguments of the likelihood (e.g. ``trials=``).
 
     Example::
 
@@ -65,34 +64,29 @@ class NestedObjective:
         >>> x = torch.linspace(0, 6, 40, dtype=torch.float64).unsqueeze(-1)
         >>> y = (x.squeeze(-1).cos() > 0).double()
         >>> cavi = ga.CAVI(gt.SVGP(x[::5].clone()).double(), ga.BernoulliLogitLikelihood(), num_data=40)
-        >>> objective = NestedObjective(cavi, x, y)
+        >>> objective = NestedObjective(cavi, cavi.check_data(x, y))
         >>> objective.advance(10)                 # CAVI steps at the current hyper-parameters; a new snapshot
         >>> loss = objective()                    # J(theta) with its graph: loss.backward() gives dJ/dtheta
         >>> bool(loss > 0)
         True
     """
 
-    def __init__(
-        self, cavi: CAVIEngine, x: Tensor, y: Tensor, inner_steps: int = 3, true_steps: int = 3, **kwargs: Any
-    ) -> None:
-        self.cavi, self.x, self.y, self.kwargs = cavi, x, y, kwargs
+    def __init__(self, cavi: CAVIEngine, data: ObservedData, inner_steps: int = 3, true_steps: int = 3) -> None:
+        self.cavi, self.data, self.x = cavi, data, data.x
         self.true_steps = int(true_steps)
-        #: the likelihood's canonical targets (what its CAVI members take)
-        self.targets = cavi.likelihood.check_targets(y, **kwargs)
         self.inner_steps = int(inner_steps)
-        self.num_data = self.targets.shape[-1]
+        self.num_data = data.num_data
         self.strategy = cavi.strategy
         self._fused = not isinstance(self.strategy, UnwhitenedVariationalStrategy)
         #: whether the likelihood reads linear combinations of the inputs: the terms and marginals are then those of
         #: the observation functionals g = Df, and the true expected log-likelihood is taken at their marginals
-        self._observed = observed = bool(cavi.likelihood.linear_observations)
+        self._observed = bool(cavi.likelihood.linear_observations)
         if self._observed and not self._fused:
             raise ValueError(
                 f"{type(cavi.likelihood).__name__} reads linear combinations of the inputs: the nested protocol needs "
                 "the whitened CAVIVariationalStrategy for it"
             )
-        elbo_class = _ObservationELBO if observed else gpytorch.mlls.VariationalELBO
-        self._true_elbo = elbo_class(cavi.likelihood, cavi.model, self.num_data)
+        self._true_elbo = _TrueELBO(cavi.likelihood, cavi.model, self.num_data)
         #: the number of evaluations so far
         self.num_evaluations = 0
         self._snapshot: list[Tensor] = []
@@ -117,7 +111,7 @@ class NestedObjective:
 
     def _terms(self, graph: bool) -> PriorTerms:
         with torch.set_grad_enabled(graph):
-            return self.cavi.prior_terms(self.x, self.targets, cache=not graph)
+            return self.cavi.prior_terms(self.data, cache=not graph)
 
     def _expected_log_lik(self, mean: Tensor, var: Tensor) -> Tensor:
         r""":math:`\sum_i E_{q(f_i)}\log p(y_i\mid f_i)` at the latent-major marginals ``mean``, ``var`` (those of
@@ -125,9 +119,9 @@ class NestedObjective:
         likelihood = self.cavi.likelihood
         if self._observed:
             nodes, weights = gauss_hermite(mean, var, NUM_QUADRATURE_LOCS)
-            return (weights * likelihood.log_prob_at(self.targets, nodes)).sum()
+            return (weights * likelihood.log_prob_at(self.data.y, nodes)).sum()
         f_dist = diagonal_gaussian(likelihood, mean, var)
-        return likelihood.expected_log_prob(self.y, f_dist, **self.kwargs).sum()
+        return likelihood.expected_log_lik(self.data.y, f_dist, **self.data.kwargs).sum()
 
     @torch.no_grad()
     def _cavi_steps(self, steps: int, terms: PriorTerms, with_true_steps: bool = True) -> WhitenedGaussian | None:
@@ -135,7 +129,7 @@ class NestedObjective:
         ``steps``) :attr:`true_steps` conjugate-computation steps on the true ELBO; the final whitened q(v)."""
         q = None
         for _ in range(steps):
-            _, q = self.cavi.update(self.targets, terms, self.x.dtype, update_constants=False, with_elbo=False)
+            _, q = self.cavi.update(self.data, terms, update_constants=False, with_elbo=False)
         for _ in range(self.true_steps if steps and with_true_steps else 0):
             q = self._true_elbo_step(terms, q)
         return q
@@ -177,26 +171,28 @@ class NestedObjective:
             with torch.no_grad():
                 self._cavi_steps(inner_steps, self._terms(graph=False), solve)
             with cavi.frozen_q():
-                return -self._true_elbo(cavi.model(self.x), self.y, **self.kwargs)
+                return -self._true_elbo(cavi.model(self.x), self.data)
         graph_terms = self._terms(graph=True)
         q = self._cavi_steps(inner_steps, graph_terms.detach(), solve)
         if q is None:
             q = self.strategy.whitened_q(graph_terms.detach())
-        with cavi.frozen_q():
-            f_dist = cavi.marginal_distribution(graph_terms, q, self.x.dtype)
-            if self._observed:  # the marginals of g = Df and the canonical targets
-                return -self._true_elbo(f_dist, self.targets)
-            return -self._true_elbo(f_dist, self.y, **self.kwargs)
+        with cavi.frozen_q():  # (the marginals of g = Df, for linear observations)
+            return -self._true_elbo(cavi.marginal_distribution(graph_terms, q, self.x.dtype), self.data)
 
 
-class _ObservationELBO(gpytorch.mlls.VariationalELBO):
-    """GPyTorch's ``VariationalELBO`` for a likelihood with linear observations, called with the diagonal
-    :math:`q(g)` of the observation functionals and the canonical targets: the expected log-likelihood is
-    Gauss--Hermite quadrature of the likelihood's ``log_prob_at`` at the marginals of :math:`g`."""
+class _TrueELBO(gpytorch.mlls.VariationalELBO):
+    """GPyTorch's ``VariationalELBO`` (its KL, priors and added losses combined as GPyTorch does) called with the
+    checked data: the expected log-likelihood is the likelihood's ``expected_log_lik`` of the canonical targets, or,
+    for linear observations (called with the diagonal :math:`q(g)` of the observation functionals),
+    Gauss--Hermite quadrature of its ``log_prob_at`` at the marginals of :math:`g` (no check of the targets)."""
 
-    def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
+    def _log_likelihood_term(
+        self, variational_dist_f: MultivariateNormal, target: ObservedData, **kwargs: Any
+    ) -> Tensor:
+        if target.design is None:
+            return self.likelihood.expected_log_lik(target.y, variational_dist_f, **target.kwargs).sum(-1)
         nodes, weights = gauss_hermite(variational_dist_f.mean, variational_dist_f.variance, NUM_QUADRATURE_LOCS)
-        return (weights * self.likelihood.log_prob_at(target, nodes)).sum(0).sum(-1)
+        return (weights * self.likelihood.log_prob_at(target.y, nodes)).sum(0).sum(-1)
 
 
 class NestedProtocol:
@@ -218,7 +214,7 @@ class NestedProtocol:
         >>> x = torch.linspace(0, 6, 40, dtype=torch.float64).unsqueeze(-1)
         >>> y = (x.squeeze(-1).cos() > 0).double()
         >>> cavi = ga.CAVI(gt.SVGP(x[::5].clone()).double(), ga.BernoulliLogitLikelihood(), num_data=40)
-        >>> protocol = NestedProtocol(cavi, x, y, hyperparameters_of(cavi))
+        >>> protocol = NestedProtocol(cavi, cavi.check_data(x, y), hyperparameters_of(cavi))
         >>> elbos = [protocol.step() for _ in range(5)]   # the true ELBO per datum entering each iteration
         >>> elbos[-1] > elbos[0]
         True
@@ -228,18 +224,16 @@ class NestedProtocol:
     def __init__(
         self,
         cavi: CAVIEngine,
-        x: Tensor,
-        y: Tensor,
+        data: ObservedData,
         params: list[Tensor],
         inner_steps: int = 3,
         true_steps: int = 3,
         initial_steps: int = 10,
         history_size: int = 20,
         max_line_search: int = 25,
-        **kwargs: Any,
     ) -> None:
         self.cavi, self.params = cavi, params
-        self.objective = NestedObjective(cavi, x, y, inner_steps, true_steps, **kwargs)
+        self.objective = NestedObjective(cavi, data, inner_steps, true_steps)
         self.initial_steps, self.history_size, self.max_line_search = int(initial_steps), int(history_size), int(
             max_line_search
         )
@@ -394,7 +388,7 @@ class NestedProtocol:
         if not objective.true_steps:
             last = math.inf
             for _ in range(max_steps):
-                value = float(self.cavi.update(objective.targets, terms, objective.x.dtype, update_constants=False)[0])
+                value = float(self.cavi.update(objective.data, terms, update_constants=False)[0])
                 if abs(value - last) <= tol * max(1.0, abs(value)):
                     break
                 last = value

@@ -9,7 +9,9 @@ constraint, declared on the class by the descriptor :class:`PositiveConstant` an
   that broadcasts to that shape all give the same parameter. An initial value that does not broadcast raises.
 * **Validation**: every assignment (constructor and setter) must be finite and :math:`> 0`, and representable in
   the parameter's dtype; otherwise a ``ValueError`` names the constant. Closed-form updates go through
-  :func:`set_positive_constant` with ``update=True``, whose error says that the *update* overflowed and what to do.
+  :func:`set_positive_constant` with ``update=True``, which writes them unchecked (a check would read the value back
+  from the device at every CAVI step): a non-finite or non-positive update shows as the next step's non-finite ELBO,
+  which ``CAVI.fit`` reports.
 * **Per-chain values**: after construction, assigning a value whose shape is larger than the declared one (e.g. one
   value per Gibbs chain, ``(chains, 1)``) stores it as is; assigning a broadcastable value restores the declared
   shape. (Engines prefer :meth:`~gpytorch_augment.likelihoods.AugmentedLikelihood.constants`, which is not
@@ -37,8 +39,6 @@ import torch
 from gpytorch.constraints import Positive
 from torch import Tensor
 
-from .._validation import checking_values
-
 __all__ = ["PositiveConstant", "check_gamma_prior", "register_positive_constant", "set_positive_constant"]
 
 _FLOAT64_ADVICE = "fit in float64 (model.double(), likelihood.double() and float64 x, y)"
@@ -64,7 +64,10 @@ def _as_float64(name: str, value: Any) -> Tensor:
 def set_positive_constant(module: torch.nn.Module, name: str, value: Any, update: bool = False) -> None:
     """Validate ``value`` and write it into ``module.raw_<name>`` (the rules are in the module docstring).
 
-    :param update: the value comes from a closed-form update (the error then says so, instead of blaming the user).
+    :param update: the value comes from a closed-form update inside a CAVI step: it is written without the checks
+        of its values (a check would read the value back from the device at every step; a non-finite or
+        non-positive update makes the next step's ELBO non-finite, which ``CAVI.fit`` reports as a
+        ``FloatingPointError`` naming the step).
     :raises ValueError: naming ``name``, if ``value`` is not finite and positive, is not representable in the
         parameter's dtype, or does not broadcast to the declared shape (at construction).
     """
@@ -72,24 +75,13 @@ def set_positive_constant(module: torch.nn.Module, name: str, value: Any, update
     constraint = getattr(module, f"raw_{name}_constraint")
     declared: torch.Size = module._positive_constant_shapes[name]
     wide = _as_float64(name, value)
-    # an update inside a loop over checked data skips the value checks (host synchronisations on CUDA): a bad value
-    # there surfaces as a non-finite ELBO
-    check = not update or checking_values()
-    bad = ~torch.isfinite(wide) | (wide <= 0)
-    if check and bad.any():
-        if update:
-            raise ValueError(
-                f"the closed-form update of {name} gave {_first(wide, bad)} (it must be positive and finite): q(f) "
-                f"or the targets are extreme for {param.dtype}; {_FLOAT64_ADVICE}, check the data, or keep {name} "
-                f"fixed (raw_{name}.requires_grad_(False))"
-            )
+    if not update and (bad := ~torch.isfinite(wide) | (wide <= 0)).any():
         raise ValueError(f"{name} must be positive and finite; got {_first(wide, bad)}")
     narrow = wide.to(param.dtype)
     raw = constraint.inverse_transform(narrow.to(param.device))
-    if check and (lost := ~torch.isfinite(narrow) | (narrow <= 0) | ~torch.isfinite(raw).to(narrow.device)).any():
-        what = "the closed-form update of " if update else ""
+    if not update and (lost := ~torch.isfinite(narrow) | (narrow <= 0) | ~torch.isfinite(raw).to(narrow.device)).any():
         raise ValueError(
-            f"{what}{name} = {_first(wide, lost)} is not representable in {param.dtype} (overflow or underflow): "
+            f"{name} = {_first(wide, lost)} is not representable in {param.dtype} (overflow or underflow): "
             f"{_FLOAT64_ADVICE}, or rescale the data"
         )
     try:

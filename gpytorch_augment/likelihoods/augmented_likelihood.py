@@ -31,7 +31,8 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from .._numerics import gauss_hermite
-from .._validation import as_tensors, check_finite, checking_values, float_targets, one_hot_hint
+from .._validation import as_tensors, check_finite, float_targets, one_hot_hint
+from ..core.data import ObservedData
 from ..core.design import LinearObservations
 from ..distributions.auxiliary import AuxiliaryDistribution
 
@@ -63,10 +64,11 @@ class AugmentedLikelihood(Likelihood, ABC):
       and a closed-form :meth:`collapsed_bound`.
 
     Targets are validated by :meth:`check_targets` at the public entry points (engines, MLLs,
-    :meth:`expected_log_prob`); every other member is pure and assumes valid input.
+    :meth:`expected_log_prob`), once: the engines take the :class:`~gpytorch_augment.core.ObservedData` it gives;
+    every other member is pure and assumes canonical targets.
 
-    State written by CAVI, for inspection: ``q_aux`` (the latest optimal :math:`q(\Omega)` parameters). The
-    samplers keep their draws of :math:`\Omega` in their own chain state (``samples.last.aux``), not here.
+    The likelihood holds no state of a fit: CAVI keeps its :math:`q(\Omega)` (``CAVI.q_aux``), the samplers their
+    draws of :math:`\Omega` in their chain state (``samples.last.aux``).
 
     Example::
 
@@ -161,15 +163,23 @@ class AugmentedLikelihood(Likelihood, ABC):
         whose datum :math:`i` reads :math:`f_i`. Overridden by likelihoods with :attr:`linear_observations`."""
         return None
 
-    def check_observations(self, observations: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
+    def check_observations(
+        self, observations: Tensor | ObservedData, function_dist: MultivariateNormal, **kwargs: Any
+    ) -> Tensor:
         """:meth:`check_targets`, plus agreement with :math:`q(f)`: a floating-point mean, as many targets as data
         points (for :attr:`linear_observations`, targets whose design reads only the points of :math:`q(f)`), finite
         moments.
 
         For the entry points that receive :math:`q(f)` rather than the inputs (``expected_log_prob``,
-        ``log_marginal``, ``AugmentedELBO``); returns the canonical targets.
+        ``log_marginal``, ``AugmentedELBO``); returns the canonical targets. Data checked already (an
+        :class:`~gpytorch_augment.core.ObservedData`, what the engines hand to a hyper-parameter objective) are only
+        matched against the shape of :math:`q(f)`: their targets are not checked again, nor the moments of the
+        engine's :math:`q(f)` (a non-finite one makes the objective non-finite, which the engines report).
         """
         mean = function_dist.mean
+        num_data = mean.shape[-1] if self.num_latents == 1 else mean.shape[-2]
+        if isinstance(observations, ObservedData):
+            return self._matched(observations, num_data, function_dist)
         (observations,) = as_tensors(observations, kwargs=kwargs)
         if not mean.is_floating_point():
             raise ValueError(
@@ -180,7 +190,6 @@ class AugmentedLikelihood(Likelihood, ABC):
             float_targets(observations, kwargs, mean.dtype) if isinstance(observations, Tensor) else observations
         )
         y = self.check_targets(observations, **kwargs)
-        num_data = mean.shape[-1] if self.num_latents == 1 else mean.shape[-2]
         if self.linear_observations:  # the targets index the points: the design checks them against q(f)
             self.observation_design(y, num_data)
         elif y.dim() < 1 or y.shape[-1] != num_data:
@@ -188,9 +197,21 @@ class AugmentedLikelihood(Likelihood, ABC):
                 f"targets y have shape {tuple(y.shape)} but q(f) has {num_data} data points "
                 f"(event shape {tuple(function_dist.event_shape)}){one_hot_hint(y, num_data)}"
             )
-        if checking_values() and not (torch.isfinite(mean).all() and torch.isfinite(function_dist.variance).all()):
+        if not (torch.isfinite(mean).all() and torch.isfinite(function_dist.variance).all()):
             raise ValueError("q(f) has a non-finite mean or variance: check the inputs x for NaN or inf values")
         return y
+
+    @staticmethod
+    def _matched(data: ObservedData, num_data: int, function_dist: MultivariateNormal) -> Tensor:
+        """The canonical targets of checked ``data``, if they are data of the ``num_data`` points of :math:`q(f)`
+        (a shape check: nothing is read back from the device)."""
+        points = data.num_data if data.design is None else data.design.num_points
+        if points != num_data:
+            raise ValueError(
+                f"the checked data hold {points} data points but q(f) has {num_data} "
+                f"(event shape {tuple(function_dist.event_shape)})"
+            )
+        return data.y
 
     # ------------------------------------------------------------------ drop-in GPyTorch behaviour
     @abstractmethod
@@ -221,21 +242,21 @@ class AugmentedLikelihood(Likelihood, ABC):
         return value.detach(), grad
 
     def expected_log_prob(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+        self, observations: Tensor | ObservedData, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
         r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` of the **true** likelihood, one value per datum: GPyTorch's entry
         point, which checks the observations against :math:`q(f)` (:meth:`check_observations`) and returns
         :meth:`expected_log_lik` of the canonical targets."""
         y = self.check_observations(observations, function_dist, **kwargs)
-        return self.expected_log_lik(y, function_dist, **kwargs)
+        return self.expected_log_lik(y, function_dist, **_keywords(observations, kwargs))
 
     def log_marginal(
-        self, observations: Tensor, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
+        self, observations: Tensor | ObservedData, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:
         r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i`, one value per datum: GPyTorch's entry point, which checks
         the observations and returns :meth:`log_marginal_lik` of the canonical targets."""
         y = self.check_observations(observations, function_dist, **kwargs)
-        return self.log_marginal_lik(y, function_dist, **kwargs)
+        return self.log_marginal_lik(y, function_dist, **_keywords(observations, kwargs))
 
     def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum for **canonical** targets (checked once, by the caller):
@@ -386,6 +407,11 @@ class AugmentedLikelihood(Likelihood, ABC):
         finally:
             for param, data in reversed(saved):
                 param.data = data
+
+
+def _keywords(observations: Tensor | ObservedData, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword data of the observations: those of checked data, else the caller's."""
+    return {**observations.kwargs, **kwargs} if isinstance(observations, ObservedData) else kwargs
 
 
 def validated_latent_blocks(likelihood: AugmentedLikelihood) -> list[list[int]] | None:

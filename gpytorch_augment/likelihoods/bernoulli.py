@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.distributions import Bernoulli
 
 from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c
-from .._validation import check_values_in, checking_values
+from .._validation import check_values_in
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
@@ -60,7 +60,7 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
     def check_targets(self, y: Tensor, **kwargs: Any) -> Tensor:
         """Labels must be in {0, 1} or in {-1, 1} (not a mix of 0 and -1)."""
         check_values_in("labels y", y, (0.0, 1.0, -1.0))
-        if checking_values() and (y == 0).any() and (y == -1).any():
+        if (y == 0).any() and (y == -1).any():
             raise ValueError("labels y mix the {0, 1} and {-1, 1} conventions (both 0 and -1 occur)")
         return y
 

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.distributions import Binomial, MixtureSameFamily
 
 from .._numerics import LOG2, log_sigma_tilde_plus, pg_kl, pg_mean, pg_tilt_c, quadrature_mixture
-from .._validation import check_broadcasts, check_counts, checking_values, exact_float
+from .._validation import check_broadcasts, check_counts, exact_float
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ..distributions.polya_gamma import PolyaGamma
 from ._count_predictive import CountPredictive
@@ -107,7 +107,7 @@ class BinomialLogitLikelihood(CountPredictive, AugmentedLikelihood):
                 f"successes y of shape {tuple(y.shape)} and trials of shape {tuple(trials.shape)} do not match"
             ) from err
         too_many = y > trials
-        if checking_values() and too_many.any():
+        if too_many.any():
             i = too_many.nonzero()[0].tolist()
             raise ValueError(
                 f"successes y exceed the number of trials at index {i}: y = {y[tuple(i)].item()}, "

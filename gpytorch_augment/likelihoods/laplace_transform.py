@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.distributions import Bernoulli, Categorical, Distribution, constraints
 
 from .._numerics import quadrature_mixture
-from .._validation import check_broadcasts, check_finite, checking_values
+from .._validation import check_broadcasts, check_finite
 from ..distributions.auxiliary import AuxiliaryDistribution
 from ._predictive import ContinuousPredictive
 from .augmented_likelihood import AugmentedLikelihood, AuxDict
@@ -224,7 +224,7 @@ class LaplaceTransformLikelihood(ContinuousPredictive, AugmentedLikelihood):
 
         :raises ValueError: naming the coefficient that breaks a rule."""
         y = self.target_check(y) if self.target_check is not None else check_finite("targets y", y)
-        if checking_values() and y.is_floating_point():
+        if y.is_floating_point():
             with torch.no_grad():
                 coefficients = self.coefficients(y)
                 for name, value in zip(_NAMES, coefficients):

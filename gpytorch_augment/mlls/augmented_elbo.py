@@ -12,6 +12,8 @@ from gpytorch.mlls._approximate_mll import _ApproximateMarginalLogLikelihood
 from torch import Tensor
 
 from .._validation import as_tensors, check_latents, check_target_keywords
+from ..core.data import ObservedData
+from ..core.design import LinearObservations
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..variational.cavi_variational_strategy import cavi_strategy_of
 
@@ -64,7 +66,7 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
     def forward(
         self,
         approximate_dist_f: MultivariateNormal,
-        target: Tensor,
+        target: Tensor | ObservedData,
         *,
         kl_divergence: Tensor | None = None,
         **kwargs: Any,
@@ -73,6 +75,9 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
         of :attr:`linear_observations` (pairwise comparisons) a datum is an observation: the bound is taken at the
         observations' marginals under :math:`q(f)` and averaged over them.
 
+        :param target: the targets, checked here once (with the per-datum ``kwargs``, e.g. ``trials=``), or data
+            checked already (an :class:`~gpytorch_augment.core.ObservedData`, what CAVI hands over: not checked
+            again).
         :param kl_divergence: :math:`\mathrm{KL}(q(u)\Vert p(u))` when the caller already has it (e.g. CAVI's
             whitened KL of the :math:`q(u)` it just wrote); by default ``model.variational_strategy.kl_divergence()``.
             The terms are combined exactly as GPyTorch's ``_ApproximateMarginalLogLikelihood`` does.
@@ -81,11 +86,10 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
             return super().forward(approximate_dist_f, target, **kwargs)
         if kl_divergence is None:
             kl_divergence = self.model.variational_strategy.kl_divergence()
-        num_batch = approximate_dist_f.event_shape[0]
-        if self.likelihood.linear_observations:  # per observation (e.g. comparison), not per point of q(f)
-            (target,) = as_tensors(target, kwargs=kwargs)
-            num_batch = self.likelihood.check_targets(target, **kwargs).shape[-1]
-        log_likelihood = self._log_likelihood_term(approximate_dist_f, target, **kwargs).div(num_batch)
+        y, design = self._targets(approximate_dist_f, target, kwargs)
+        # per observation (e.g. comparison) for linear observations, not per point of q(f)
+        num_batch = approximate_dist_f.event_shape[0] if design is None else y.shape[-1]
+        log_likelihood = self._bound(approximate_dist_f, y, design).div(num_batch)
         kl_divergence = kl_divergence.div(self.num_data / self.beta)
         added_loss = torch.zeros_like(log_likelihood)
         for added_loss_term in self.model.added_loss_terms():
@@ -95,15 +99,32 @@ class AugmentedELBO(_ApproximateMarginalLogLikelihood):
             log_prior.add_(prior.log_prob(closure(module)).sum().div(self.num_data))
         return log_likelihood - kl_divergence + log_prior - added_loss
 
-    def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs: Any) -> Tensor:
+    def _log_likelihood_term(
+        self, variational_dist_f: MultivariateNormal, target: Tensor | ObservedData, **kwargs: Any
+    ) -> Tensor:
+        return self._bound(variational_dist_f, *self._targets(variational_dist_f, target, kwargs))
+
+    def _targets(
+        self, variational_dist_f: MultivariateNormal, target: Tensor | ObservedData, kwargs: dict[str, Any]
+    ) -> tuple[Tensor, LinearObservations | None]:
+        """The canonical targets and the design they read: ``target`` checked against :math:`q(f)` once (checked
+        data only matched against its shape)."""
+        if isinstance(target, ObservedData):
+            if kwargs:
+                raise TypeError("pass the keyword data inside the checked data, not beside it")
+            return self.likelihood.check_observations(target, variational_dist_f), target.design
         check_target_keywords(self.likelihood, kwargs, "AugmentedELBO")
         (target,) = as_tensors(target, kwargs=kwargs)
         if target.dim() == 2 and target.shape[-1] == 1 and self.likelihood.num_latents == 1:
             target = target.squeeze(-1)  # a column of targets, as from a data frame
         y = self.likelihood.check_observations(target, variational_dist_f, **kwargs)
+        return y, self.likelihood.observation_design(y, variational_dist_f.mean.shape[-1])
+
+    def _bound(self, variational_dist_f: MultivariateNormal, y: Tensor, design: LinearObservations | None) -> Tensor:
+        """The summed per-datum bound at the canonical targets ``y`` (at the observations ``g = Df`` where a design
+        is given: their marginals under :math:`q(f)`)."""
         mean, var = variational_dist_f.mean, variational_dist_f.variance
-        if self.likelihood.linear_observations:  # the bound at the observations g = Df: their marginals under q(f)
-            design = self.likelihood.observation_design(y, mean.shape[-1])
+        if design is not None:
             covariance = variational_dist_f.lazy_covariance_matrix.to_dense()
             mean, var = design.apply(mean), design.quadratic_diagonal(covariance).clamp_min(0.0)
         q_aux = self.likelihood.aux_posterior(y, mean.detach(), var.detach())

@@ -9,8 +9,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import as_tensors, check_inputs_targets, float_targets
-from ..core import PriorTerms, SufficientStatistics, WhitenedGaussian
+from ..core import PriorTerms, SufficientStatistics, WhitenedGaussian, check_data
 from ..core.linalg import tri_solve
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood, AuxDict, validated_latent_blocks
 from ..variational.cavi_variational_strategy import cavi_strategy_of
@@ -126,9 +125,8 @@ class CollapsedAugmentedELBO(MarginalLogLikelihood):
     # ------------------------------------------------------------------------------------------------ data
     def set_train_data(self, x: Tensor, y: Tensor, **kwargs: Any) -> None:
         """Hold ``(x, y)`` as the training data (all :math:`N` points) and forget :math:`q(\\Omega)`."""
-        x, y = as_tensors(x, y, kwargs=kwargs)
-        check_inputs_targets(x, y)
-        y = self.likelihood.check_targets(float_targets(y, kwargs, x.dtype), **kwargs)
+        data = check_data(self.likelihood, x, y, kwargs, where="CollapsedAugmentedELBO", allow_empty=True)
+        x, y = data.x, data.y
         if y.shape[-1] != self.num_data or x.shape[-2] != self.num_data:
             raise ValueError(
                 f"the collapsed bound needs all num_data={self.num_data} training points; got x of shape "

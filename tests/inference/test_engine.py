@@ -90,8 +90,9 @@ def test_run_is_the_loop_of_fit() -> None:
     second, _, _ = _cavi()
     with pytest.warns(UserWarning, match="stopped at max_iter=3"):
         trace = first.fit(x, y, max_iter=3)
-    config = fit_config(second, x, y, max_iter=3, tol=1e-8, hyper_optimizer=None, hyper_steps=1, batch_size=None,
-                        data_loader=None, num_epochs=None, convergence=None, generator=None, kwargs={})  # fmt: skip
+    config = fit_config(second, second.check_data(x, y), max_iter=3, tol=1e-8, hyper_optimizer=None, hyper_steps=1,
+                        batch_size=None, data_loader=None, num_epochs=None, convergence=None,
+                        generator=None)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = second.run(config)

@@ -182,14 +182,14 @@ def test_the_staged_fit_optimises_the_bound_first_and_is_judged_on_the_exact_obj
     likelihood = LogisticSoftmaxLikelihood(3).double()
     model = make_cavi_model(3, torch.linspace(-3, 3, 6, dtype=torch.float64).unsqueeze(-1)).double()
     kinds = []
-    exact_call = type(likelihood).expected_log_prob
+    exact_call = type(likelihood).expected_log_lik  # what the nested objective evaluates (canonical targets)
 
     def recording(self, *args, **kwargs):
         kinds.append("bound" if self._bounded else "exact")
         return exact_call(self, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(type(likelihood), "expected_log_prob", recording)
+        patch.setattr(type(likelihood), "expected_log_lik", recording)
         result = fit_hyperparameters(CAVI(model, likelihood, num_data=60), x, y, {"elbo_bound": bound})
     assert result.status.value in ("converged", "certified", "not_stationary"), result.message
     assert ("bound" in kinds) is bound and kinds[-1] == "exact"

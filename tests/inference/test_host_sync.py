@@ -4,7 +4,8 @@ prior cache's one validity check.
 
 On CPU there is no synchronisation to observe, so the tests count what would be one on CUDA: every conversion of a
 tensor to a Python value (``bool``, ``float``, ``int``, ``item``, ``tolist``) made while the step runs. The value
-checks of the data run once, at ``fit``'s entry, and are skipped for the batches (``checked_data``)."""
+checks of the data run once, at ``fit``'s entry (``CAVI.check_data``), and the steps take the checked value
+(an ``ObservedData``): a step on checked data checks nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import torch
 
 from gpytorch_augment import CAVI, BernoulliLogitLikelihood
 from gpytorch_augment._numerics import reverse_cholesky
-from gpytorch_augment._validation import checked_data, checking_values
 from gpytorch_augment.core import NaturalParameters, PriorFactorizationError
 from gpytorch_augment.testing import gp_data, make_cavi_model
 from tests.likelihoods.registry import CASES
@@ -69,24 +69,24 @@ def _cavi(case, frozen_constants: bool = True, device: torch.device | str = "cpu
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_a_minibatch_step_reads_back_only_the_kernel_factorisation_check(case, device):
     cavi, d = _cavi(case, device=device)
-    batch = slice(0, 20)
-    kwargs = {k: v[batch] for k, v in d.kwargs.items()}
-    cavi.step(d.x[batch], d.y[batch], **kwargs)  # schedules and caches settle
-    with checked_data(), host_reads() as reads:
-        cavi._step(d.x[batch], d.y[batch], kwargs)
+    data = cavi.check_data(d.x, d.y, d.kwargs)
+    cavi.step(data.take(slice(0, 20)))  # schedules and caches settle
+    with host_reads() as reads:
+        cavi.step(data.take(slice(20, 40)))
     assert sum(reads.values()) <= 1, dict(reads)  # psd_safe_cholesky(K_ZZ) asks whether the factorisation failed
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_a_full_batch_step_reads_back_only_the_prior_cache_check(case, device):
     cavi, d = _cavi(case, device=device)
-    cavi.step(d.x, d.y, **d.kwargs)  # fills the prior cache
-    with checked_data(), host_reads() as reads:
-        cavi._step(d.x, d.y, d.kwargs)
+    data = cavi.check_data(d.x, d.y, d.kwargs)
+    cavi.step(data)  # fills the prior cache
+    with host_reads() as reads:
+        cavi.step(data)
     assert sum(reads.values()) <= 1, dict(reads)  # one comparison of the cached inputs and parameters
 
 
-def test_outside_a_fit_the_public_step_still_checks_its_batch():
+def test_a_step_on_raw_tensors_checks_its_batch():
     case = next(c for c in CASES if c.name == "bernoulli_logit")
     cavi, d = _cavi(case)
     with host_reads() as reads:
@@ -94,6 +94,8 @@ def test_outside_a_fit_the_public_step_still_checks_its_batch():
     assert sum(reads.values()) > 1  # finite inputs, labels in {0, 1}
     with pytest.raises(ValueError, match="labels y"):
         cavi.step(d.x, torch.full_like(d.y, 2.0))
+    with pytest.raises(TypeError, match="either checked data"):
+        cavi.step(cavi.check_data(d.x, d.y), d.y)
 
 
 def test_fit_checks_the_whole_data_once_before_the_first_step():
@@ -106,11 +108,14 @@ def test_fit_checks_the_whole_data_once_before_the_first_step():
     assert cavi.num_steps == 0
 
 
-def test_checked_data_is_restored_after_an_error():
-    with pytest.raises(RuntimeError), checked_data():
-        assert not checking_values()
-        raise RuntimeError
-    assert checking_values()
+def test_the_checked_data_are_immutable():
+    case = next(c for c in CASES if c.name == "bernoulli_logit")
+    cavi, d = _cavi(case)
+    data = cavi.check_data(d.x, d.y)
+    with pytest.raises(AttributeError):
+        data.y = d.y  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        data.kwargs["trials"] = d.y  # type: ignore[index]
 
 
 def test_the_unchecked_factorisation_turns_a_failure_into_nan_and_fit_reports_it():
