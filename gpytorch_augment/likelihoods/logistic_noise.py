@@ -37,7 +37,7 @@ class LogisticDistribution(TransformedDistribution):
     has_rsample = True
 
     def __init__(self, loc: Tensor, scale: Tensor, validate_args: bool | None = None) -> None:
-        self.loc, self.scale = torch.broadcast_tensors(torch.as_tensor(loc), torch.as_tensor(scale).to(loc))
+        self.loc, self.scale = torch.broadcast_tensors(loc, scale.to(loc))
         base = Uniform(torch.zeros_like(self.loc), torch.ones_like(self.loc), validate_args=validate_args)
         transforms = [SigmoidTransform().inv, AffineTransform(self.loc, self.scale)]
         super().__init__(base, transforms, validate_args=validate_args)
