@@ -103,7 +103,8 @@ def test_integer_counts_are_converted_exactly_to_the_data_dtype(case, float32_de
     assert torch.equal(likelihood.expected_log_prob(y, q_f, **kw), likelihood.expected_log_prob(y64, q_f, **kw64))
     prior = ga.GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel()).double()
     assert torch.equal(
-        ga.GibbsSampler(prior, likelihood, x, y, **kw).y, ga.GibbsSampler(prior, likelihood, x, y64, **kw64).y
+        ga.GibbsSampler(prior, likelihood, x, y, **kw).target.y,
+        ga.GibbsSampler(prior, likelihood, x, y64, **kw64).target.y,
     )
 
 

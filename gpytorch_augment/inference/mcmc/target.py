@@ -27,15 +27,11 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
 from ..._validation import (
-    as_tensors,
     check_finite,
     check_inputs_targets,
-    check_nonempty,
-    check_target_keywords,
     float_targets,
-    squeezed_targets,
 )
-from ...core import PriorCache
+from ...core import PriorCache, check_data
 from ...core.linalg import add_to_diagonal, tri_solve, vecmat
 from ...core.prior import prior_cholesky, split_prior, whiten_prior, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood, validated_latent_blocks
@@ -148,22 +144,22 @@ class PosteriorTarget:
             raise TypeError(f"{caller} needs an AugmentedLikelihood, got {type(likelihood).__name__}")
         if not callable(getattr(model, "forward", None)):
             raise TypeError(f"model must define forward(x) returning the prior; got {type(model).__name__}")
-        check_target_keywords(likelihood, kwargs, caller)
-        x, y = as_tensors(x, y, kwargs=kwargs)
-        if likelihood.linear_observations:  # one target per observation, not per input
-            check_finite("x", x)
-            check_finite("y", y)
-        else:
-            y = squeezed_targets(x, y)
-            check_inputs_targets(x, y)
-        check_nonempty(x, caller)
+        def check_inputs(x: Tensor, y: Tensor) -> None:  # the exact model's data: one latent point per input
+            if likelihood.linear_observations:  # one target per observation, not per input
+                check_finite("x", x)
+                check_finite("y", y)
+            else:
+                check_inputs_targets(x, y)
+            if y.dim() != 1:
+                raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
+            per_latent = x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents
+            if x.dim() != 2 and not per_latent:
+                raise ValueError(f"x must have shape (N, D); got shape {tuple(x.shape)}")
+
+        #: the training data, checked once (:class:`~gpytorch_augment.core.ObservedData`)
+        self.data = check_data(likelihood, x, y, kwargs, where=caller, check_inputs=check_inputs)
+        x = self.data.x
         _warn_exact_gp(model, caller)
-        if y.dim() != 1:
-            raise ValueError(f"y must have shape (N,); got shape {tuple(y.shape)}")
-        if x.dim() != 2 and not (x.dim() == 3 and likelihood.num_latents > 1 and x.shape[0] == likelihood.num_latents):
-            raise ValueError(f"x must have shape (N, D); got shape {tuple(x.shape)}")
-        if x.is_floating_point():  # integer targets (counts) converted exactly to the data's dtype
-            y = float_targets(y, kwargs, x.dtype)
         if inducing_points is not None:
             check_finite("inducing_points", inducing_points)
             if inducing_points.dim() < 2 or inducing_points.shape[-1] != x.shape[-1]:
@@ -175,14 +171,13 @@ class PosteriorTarget:
             jitter = gpytorch.settings.variational_cholesky_jitter.value(linalg_dtype)
         if not (isinstance(jitter, (int, float)) and math.isfinite(jitter) and jitter >= 0):
             raise ValueError(f"jitter must be a finite non-negative number, got {jitter!r}")
-        self.model, self.likelihood, self.x = model, likelihood, x
-        self.target_kwargs = kwargs
-        self.y = likelihood.check_targets(y, **kwargs)
+        self.model, self.likelihood, self.x, self.y = model, likelihood, x, self.data.y
+        self.target_kwargs = dict(self.data.kwargs)
         if not likelihood.samples_constants:
             likelihood.check_fixed_constants(self.y)
         #: the linear observations :math:`g = Df` the targets read (:class:`~gpytorch_augment.core.LinearObservations`;
         #: ``None`` for a pointwise likelihood, whose datum :math:`i` reads :math:`f_i`)
-        self.design = likelihood.observation_design(self.y, x.shape[-2])
+        self.design = self.data.design
         self.inducing_points = inducing_points
         self.jitter = float(jitter)
         self.linalg_dtype = linalg_dtype
