@@ -4,7 +4,12 @@ with the MLLs)."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
+
+from .._validation import check_finite, check_inputs_targets
+from ..likelihoods.augmented_likelihood import AugmentedLikelihood
+from ..variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 
 
 def check_input_dim(x: Tensor, inducing_points: Tensor) -> None:
@@ -35,4 +40,50 @@ def check_full_batch(num_points: int, num_data: int, sharded: bool) -> None:
         raise ValueError(
             f"a full-batch fit needs all the data, but {what} data points and CAVI was built with "
             f"num_data={num_data}: pass num_data={num_points}, or batch_size=... for a mini-batch fit"
+        )
+
+
+def check_model_inputs(
+    strategy: CAVIVariationalStrategy | UnwhitenedCAVIVariationalStrategy,
+    likelihood: AugmentedLikelihood,
+    x: Tensor,
+    y: Tensor,
+) -> None:
+    """Raise ``ValueError`` unless ``x, y`` are finite data of the batch shape, input dimension and dtype of the CAVI
+    ``strategy``'s model (for a likelihood with linear observations: ``x`` of shape ``(N, D)`` and ``y`` one target
+    per observation, ``(n,)``)."""
+    inducing_points = strategy.inducing_points
+    model_dtype = inducing_points.dtype
+    if likelihood.linear_observations:
+        check_finite("x", x)
+        check_finite("y", y)
+        if x.dim() != 2 or y.dim() != 1:
+            raise ValueError(
+                f"{type(likelihood).__name__} takes x of shape (N, D) and y of shape (n,) (one target per "
+                f"observation); got x of shape {tuple(x.shape)} and y of shape {tuple(y.shape)}"
+            )
+        check_input_dim(x, inducing_points)
+        if x.is_floating_point() and x.dtype != model_dtype:
+            raise ValueError(f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert one of them")
+        return
+    batch_shape = strategy._variational_distribution.batch_shape
+    try:
+        data_batch = torch.broadcast_shapes(x.shape[:-2], batch_shape) if x.dim() >= 2 else None
+    except RuntimeError:
+        data_batch = None
+    check_inputs_targets(x, y, data_batch)
+    check_input_dim(x, inducing_points)
+    if x.is_floating_point() and x.dtype != model_dtype:
+        raise ValueError(
+            f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert the model "
+            f"(model.double() / model.float(), and the likelihood) or the data (x.to({model_dtype}), same for y)"
+        )
+    try:
+        ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"x has shape {tuple(x.shape)}, whose batch dimensions {tuple(x.shape[:-2])} do not fit the model's "
+            f"batch shape {tuple(batch_shape)}: pass x of shape (N, D) or (*batch_shape, N, D)"
         )

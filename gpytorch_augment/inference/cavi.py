@@ -22,7 +22,7 @@ from gpytorch.distributions import MultivariateNormal
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
-from .._validation import check_finite, check_inputs_targets, check_latents
+from .._validation import check_latents
 from ..core import ObservedData, PriorTerms, WhitenedGaussian, check_data, natural_gradient
 from ..core.distributed import (
     all_gather_objects,
@@ -35,7 +35,7 @@ from ..variational.cavi_variational_strategy import _CAVIMixin, cavi_strategy_of
 from . import hyperparameters
 from ._batches import Clock, ShuffleCursor, progress_bar, show_progress, take
 from ._checkpoint import CheckpointMixin
-from ._checks import check_batch_size, check_input_dim
+from ._checks import check_batch_size, check_model_inputs
 from ._fit_config import FitConfig
 from ._fit_setup import check_minibatches, fit_config, fit_data
 from ._hyper_steps import HyperStepMixin
@@ -227,45 +227,7 @@ class CAVI(HyperStepMixin, CheckpointMixin):
     def check_inputs(self, x: Tensor, y: Tensor) -> None:
         """Raise ``ValueError`` unless ``x, y`` are finite data of the model's batch shape, input dimension and
         dtype (for linear observations: ``x`` of shape ``(N, D)``, ``y`` one target per observation)."""
-        if self.likelihood.linear_observations:
-            return self._check_observation_inputs(x, y)
-        batch_shape = self.strategy._variational_distribution.batch_shape
-        try:
-            data_batch = torch.broadcast_shapes(x.shape[:-2], batch_shape) if x.dim() >= 2 else None
-        except RuntimeError:
-            data_batch = None
-        check_inputs_targets(x, y, data_batch)
-        check_input_dim(x, self.strategy.inducing_points)
-        model_dtype = self.strategy.inducing_points.dtype
-        if x.is_floating_point() and x.dtype != model_dtype:
-            raise ValueError(
-                f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert the model "
-                f"(model.double() / model.float(), and the likelihood) or the data (x.to({model_dtype}), same for y)"
-            )
-        try:
-            ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"x has shape {tuple(x.shape)}, whose batch dimensions {tuple(x.shape[:-2])} do not fit the model's "
-                f"batch shape {tuple(batch_shape)}: pass x of shape (N, D) or (*batch_shape, N, D)"
-            )
-
-    def _check_observation_inputs(self, x: Tensor, y: Tensor) -> None:
-        """The checks of :meth:`check_inputs` for a likelihood with linear observations, whose targets (one per
-        observation) are not aligned with the inputs: finite, ``x`` of shape ``(N, D)``, ``y`` of shape ``(n,)``."""
-        check_finite("x", x)
-        check_finite("y", y)
-        if x.dim() != 2 or y.dim() != 1:
-            raise ValueError(
-                f"{type(self.likelihood).__name__} takes x of shape (N, D) and y of shape (n,) (one target per "
-                f"observation); got x of shape {tuple(x.shape)} and y of shape {tuple(y.shape)}"
-            )
-        check_input_dim(x, self.strategy.inducing_points)
-        model_dtype = self.strategy.inducing_points.dtype
-        if x.is_floating_point() and x.dtype != model_dtype:
-            raise ValueError(f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert one of them")
+        check_model_inputs(self.strategy, self.likelihood, x, y)
 
     def prior_terms(self, data: ObservedData, cache: bool) -> PriorTerms:
         """The prior terms the CAVI step works on: those of the points ``data.x`` for a pointwise likelihood, those of
