@@ -13,7 +13,7 @@ one lengthscale), scikit-learn's breast-cancer data (30 inputs), a digits subset
 ordinal task with ten inputs. Each is split 80/20 (seed 0); inputs standardised on the training part. Reported:
 the fit's status, whether the final predictor is constant, training and test accuracy and test NLL, and the time.
 
-Run ``python benchmarks/collapse_cases.py``; results go to ``results/collapse_cases.{json,md}``.
+Run ``python benchmarks/studies/collapse_cases.py``; results go to ``results/collapse_cases.{json,md}``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
 import gpytorch  # noqa: E402
@@ -159,7 +159,7 @@ def main() -> list[dict[str, Any]]:
     table = common.markdown_table(
         ["case", "fit", "status", "constant", "train accuracy", "test accuracy", "test NLL", "time (s)"], rows
     )
-    out = Path(__file__).resolve().parent / "results"
+    out = common.RESULTS_DIR
     common.write_json(out / "collapse_cases.json", {"settings": SETTINGS, "records": records,
                                                     "machine": common.machine_info()})  # fmt: skip
     common.write_text(out / "collapse_cases.md", "# The collapse cases, before and after\n\n" + __doc__.split(
