@@ -1,34 +1,10 @@
 r"""Issue 15, item 4: the large-data protocol of ``CAVI.fit(x, y, learn_hyperparameters=True)`` on 10⁶ points
-against GPyTorch's SVGP+Adam, hyper-parameters learned by every method.
-
-Problem: the synthetic binary problem of ``scale.py`` (:func:`scale.synthetic_data`, ``x ~ N(0, I_10)``, logistic
-link), N = 10⁶ training points, 10⁴ held-out test points from the same generator (another seed), M = 200 inducing
-inputs (k-means of a seeded 20,000-point subset, fixed, the same for every method), the same initial
-hyper-parameters for every method (median-heuristic ARD lengthscales, outputscale 1, mean 0) and the **same model**:
-scaled ARD-RBF kernel, constant mean, Bernoulli likelihood with the logistic link (the package's
-``BernoulliLogitLikelihood``, which GPyTorch's ``VariationalELBO`` takes as any likelihood).
-
-The methods, declared in :data:`GRID` before any run:
-
-* **ours** -- the ``"stochastic"`` protocol of :func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`
-  (what ``CAVI.fit(..., learn_hyperparameters=True)`` runs above 50,000 points): one mini-batch CAVI step (default
-  Robbins-Monro step on :math:`q(u)`) fused with one Adam step (the protocol's default ``lr``) on the hyper-parameters
-  per batch. Driven one step at a time exactly as ``CAVI.fit``'s loop does (``cavi.step(xb, yb,
-  hyper_optimizer=adam)`` inside ``checked_data()``, then ``float(elbo)``), so that it can run round-robin with the
-  peers; the optimiser is the one the protocol builds (Adam over ``hyperparameters_of(cavi)``).
-* **SVGP+Adam** -- GPyTorch's whitened ``VariationalStrategy`` with a Cholesky :math:`q(u)`, ``VariationalELBO``,
-  Adam on every parameter.
-
-Every method sees the same seeded sequence of mini-batches for its batch size (:func:`scale.batch_stream`). One torch
-thread, float64, all methods round-robin in one process (:func:`_common.run_interleaved`, each on its own clock;
-evaluation excluded) for the same wall-time budget each (65 s; 8 methods). Measured: (1) seconds per epoch,
-**extrapolated** from the median steady-state step time (steps after the first :data:`STEADY_FROM`) times
-``N / batch``; (2) the test NLL when each method's clock reaches the budget; (3) the peak RSS while the methods ran
-(``VmHWM``, reset after the data were built) over the footprint after the data were built (one process holds all
-methods: the figure bounds every method's).
-
-Run ``python benchmarks/hyperparameters_large.py`` (~10 min on 2 shared cores) or ``--quick`` (N = 10⁵, 10 s per
-method, ~1.5 min); results go to ``results/hyperparameters_large.{json,md}``.
+against GPyTorch's SVGP+Adam, hyper-parameters learned by every method, the same model and start (``scale.py``'s
+synthetic problem). Ours is the ``"stochastic"`` protocol at its defaults, driven one step at a time as ``CAVI.fit``'s
+loop does (``cavi.step(xb, yb, hyper_optimizer=adam)`` inside ``checked_data()``, then ``float(elbo)``) so that it
+runs round-robin with the peers of :data:`GRID`, each for the same budget on its own clock. Measured: s / epoch
+(extrapolated from the median step after :data:`STEADY_FROM`), test NLL at the budget, peak RSS. How to read
+``results/hyperparameters_large.{json,md}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
