@@ -81,6 +81,34 @@ def close_machine_info(machine: dict[str, Any]) -> dict[str, Any]:
     return machine
 
 
+def peak_rss_mb() -> float:
+    """The process's peak resident set size so far (``resource.getrusage``: ``ru_maxrss``, KiB on Linux), in MiB."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def proc_status_mb(field: str) -> float | None:
+    """A size from ``/proc/self/status`` in MiB: ``VmRSS`` (now) or ``VmHWM`` (its peak); ``None`` off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter ``VmHWM`` to the current RSS (``/proc/self/clear_refs``, value 5; Linux
+    >= 4.0); ``ru_maxrss`` is not reset. Returns whether it worked."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:  # pragma: no cover
+        return False
+
+
 # ---------------------------------------------------------------------------------------------------- command line
 def run_arguments(
     parser: argparse.ArgumentParser,
@@ -475,12 +503,10 @@ class _Run:
         self.t += 1
         self.trace.step_times.append(self.clock.elapsed - before)
 
-    def check(self, metric: str, rule: StoppingRule, on_eval: Callable | None) -> None:
+    def check(self, metric: str, rule: StoppingRule) -> None:
         """Evaluate (untimed), record, and decide whether the run has stopped on a non-finite metric or a plateau."""
         values = self.method.evaluate()
         self.trace.record(self.t, self.clock.elapsed, self.clock.cpu, values)
-        if on_eval is not None:
-            on_eval(self.method.name, self.t, self.clock.elapsed, values)
         value = values[metric]
         if not math.isfinite(value):
             self.trace.stop_reason, self.done = "non-finite", True
@@ -493,14 +519,12 @@ class _Run:
         if j >= 0 and self.best[j] - self.best[-1] <= rule.min_improvement:
             self.trace.stop_reason, self.done = "plateau", True
 
-    def advance(
-        self, metric: str, rule: StoppingRule, schedule: Callable[[int], bool], on_eval: Callable | None
-    ) -> None:
+    def advance(self, metric: str, rule: StoppingRule, schedule: Callable[[int], bool]) -> None:
         """One step, an evaluation if ``schedule`` or a cap asks for one, and the caps of ``rule``."""
         self.step()
         capped = self.t >= rule.max_iter or self.clock.elapsed >= rule.max_time
         if schedule(self.t) or capped:
-            self.check(metric, rule, on_eval)
+            self.check(metric, rule)
         if capped and not self.done:
             self.trace.stop_reason, self.done = ("max_iter" if self.t >= rule.max_iter else "max_time"), True
 
@@ -510,15 +534,13 @@ def run_interleaved(
     metric: str,
     rule: StoppingRule,
     schedule: Callable[[int], bool] | None = None,
-    on_eval: Callable[[str, int, float, dict[str, float]], Any] | None = None,
     on_done: Callable[[str, Trace], Any] | None = None,
 ) -> dict[str, Trace]:
     """Run several methods round-robin, each ``step()`` timed on the method's own clock; their traces by name.
 
     ``evaluate()`` runs at iteration 0 and whenever ``schedule(t)`` is true (default :class:`EvalSchedule`);
     ``metric`` names the entry that is minimised; each method stops by ``rule`` (or on a non-finite metric),
-    independently. ``on_eval(name, t, elapsed, values)`` is called after every evaluation, ``on_done(name, trace)``
-    when a method stops.
+    independently. ``on_done(name, trace)`` is called when a method stops.
 
     Round-robin (one step of every unfinished method in turn) rather than one method after the other: on a shared
     machine whose load drifts over minutes, every method then sees the same load over the same period, so the
@@ -527,14 +549,14 @@ def run_interleaved(
     schedule = schedule or EvalSchedule()
     runs = [_Run(method) for method in methods]
     for run in runs:
-        run.check(metric, rule, on_eval)
+        run.check(metric, rule)
         if run.done and on_done is not None:
             on_done(run.method.name, run.trace)
     while not all(run.done for run in runs):
         for run in runs:
             if run.done:
                 continue
-            run.advance(metric, rule, schedule, on_eval)
+            run.advance(metric, rule, schedule)
             if run.done and on_done is not None:
                 on_done(run.method.name, run.trace)
     return {run.method.name: run.trace for run in runs}

@@ -10,7 +10,6 @@ import argparse
 import datetime
 import multiprocessing
 import os
-import resource
 import socket
 import sys
 import tempfile
@@ -60,10 +59,6 @@ def Model(Z: Tensor) -> common.SparseGP:
     return common.SparseGP(Z, strategy_cls=CAVIVariationalStrategy, hypers=hypers, frozen=False)
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str) -> None:
     """One process of a run: its half (or all) of the data, ``steps`` CAVI steps, its measurements to ``out``."""
     torch.set_num_threads(1)
@@ -85,12 +80,12 @@ def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str)
                 collective_time[0] += time.perf_counter() - start
 
         dist.all_reduce = timed_all_reduce
-    rss_before = _peak_mb()
+    rss_before = common.peak_rss_mb()
     half = n // 2
     bounds = [(0, half), (half, n)]
     mine = [rank] if world > 1 else [0, 1]
     parts = [shard(n, *bounds[r], dim, seed) for r in mine]
-    rss_data = _peak_mb()
+    rss_data = common.peak_rss_mb()
     Z = shard(n, 0, m, dim, seed)[0]
     model = Model(Z)
     cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=n, step_size=settings["step_size"])
@@ -115,7 +110,7 @@ def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str)
         "collective_time": collective_time[0],
         "rss_before_data_mb": rss_before,
         "rss_after_data_mb": rss_data,
-        "peak_rss_mb": _peak_mb(),
+        "peak_rss_mb": common.peak_rss_mb(),
         "q": [p.detach().clone() for p in model.variational_parameters()],
     }
     torch.save(result, Path(out) / f"world{world}_rank{rank}.pt")

@@ -86,12 +86,6 @@ DF = 4.0  #: Student-t degrees of freedom, fixed for every method
 NLL_MARGIN = 0.005  #: our mean test NLL <= the best peer's + this
 ACCURACY_MARGIN = 0.01  #: our mean accuracy >= the best peer's - this
 COMPARABLE = 0.01  #: a peer counts for the speed target only if its mean test NLL is within this of ours
-#: multi-class: the logistic-softmax link's variants, each also fitted by ours (``--link-variants``)
-LINK_VARIANTS = {
-    "ours, class scales": {"learn_class_scales": True},
-    "ours, bijective": {"bijective": True},
-    "ours, bijective + class scales": {"bijective": True, "learn_class_scales": True},
-}
 
 
 class Plateau:
@@ -358,8 +352,7 @@ def peer_families(p: dict[str, Any]) -> list[str]:
     return ["SVGP+Adam", "NGD+Adam"] + (["SVGP+Adam softmax"] if p["kind"] == "multiclass" else [])
 
 
-def methods(p: dict[str, Any], chosen: dict[str, tuple[str, dict[str, Any]]],
-            link_variants: bool = False) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+def methods(p: dict[str, Any], chosen: dict[str, tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     """``(label, config)`` of every method of the problem, ours first; the gradient peers in their pilot-chosen
     configuration ``chosen[family]``."""
     out: list[tuple[str, dict[str, Any]]] = [("ours", {"family": "ours"}),
@@ -367,8 +360,6 @@ def methods(p: dict[str, Any], chosen: dict[str, tuple[str, dict[str, Any]]],
     out += [chosen[family] for family in peer_families(p) if family in chosen]
     if p["kind"] in ("binary", "student_t"):  # BoTorch fits GPyTorch's likelihoods
         out.append(("BoTorch fit_gpytorch_mll + priors", {"family": "BoTorch"}))
-    if p["kind"] == "multiclass" and link_variants:
-        out += [(label, {"family": "ours", **options}) for label, options in LINK_VARIANTS.items()]
     return out
 
 
@@ -404,10 +395,8 @@ def pilot(name: str, p: dict[str, Any], quick: bool) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def run_problem(
-    name: str, splits: int, quick: bool, only: list[str] | None = None, first_seed: int = 0,
-    link_variants: bool = False, pilots: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+def run_problem(name: str, splits: int, quick: bool, only: list[str] | None = None, first_seed: int = 0,
+                pilots: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Every method on the splits of ``name``; the peers' configurations from the pilot split, or from ``pilots``
     (``{problem: pilot record}`` of an earlier run: the same choices without running the grid again)."""
     p = dict(PROBLEMS[name])
@@ -419,7 +408,7 @@ def run_problem(
     for seed in range(first_seed, first_seed + splits):
         data = load(name, p, seed, quick)
         Z = common.kmeans_inducing_points(data["x"], min(p["num_inducing"], data["y"].shape[-1]), seed=seed)
-        specs = [m for m in methods(p, chosen, link_variants) if only is None or m[0].startswith("ours")
+        specs = [m for m in methods(p, chosen) if only is None or m[0].startswith("ours")
                  or m[0].startswith(tuple(only))]  # fmt: skip
         order = specs[seed % len(specs):] + specs[: seed % len(specs)]  # rotate: no method always runs first
         print(f"== {name} split {seed}: {tuple(data['x'].shape)} train, M = {Z.shape[0]}", flush=True)
@@ -575,7 +564,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0, help="splits are seeds first-seed, first-seed + 1, ...")
     parser.add_argument("--only", nargs="+", default=None, help="run ours and the methods whose labels start so")
-    parser.add_argument("--link-variants", action="store_true", help="multi-class: also our link variants")
     parser.add_argument("--out-name", default="hyperparameters",
                         help="stem of the result files: results/<out-name>[_<problems>].{json,md}")
     parser.add_argument("--pilot-from", type=Path, default=None,
@@ -597,8 +585,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     stem += f"_seeds{args.first_seed}-{args.first_seed + args.splits - 1}" if args.first_seed else ""
     results: list[dict[str, Any]] = []
     for name in args.problems:  # the record is rewritten after every problem: a crash keeps what was measured
-        results.append(run_problem(name, args.splits, args.quick, args.only, args.first_seed, args.link_variants,
-                                   pilots))  # fmt: skip
+        results.append(run_problem(name, args.splits, args.quick, args.only, args.first_seed, pilots))
         record = {"machine": common.close_machine_info(dict(machine)), "arguments": list(argv or sys.argv[1:]),
                   "grid": GRID, "problems": PROBLEMS, "results": results}  # fmt: skip
         write_results(out, stem, record)

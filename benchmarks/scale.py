@@ -11,7 +11,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -232,37 +231,21 @@ def synthetic_data(n: int, dim: int = 10, seed: int = 0, chunk: int = 100_000) -
     return x, y
 
 
-def peak_rss_mb() -> float:
-    """The process's peak resident set size so far (``resource.getrusage``: ``ru_maxrss``, KiB on Linux), in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def vm_hwm_mb() -> float | None:
-    """The same peak from ``/proc/self/status`` (``VmHWM``), as a cross-check (Linux only)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:  # pragma: no cover - not Linux
-        return None
-    return None
-
-
 def _memory(rss_start: float, rss_data: float) -> dict[str, Any]:
     return {
         "rss_start_mb": rss_start,
         "rss_after_data_mb": rss_data,
-        "peak_rss_mb": peak_rss_mb(),
-        "vm_hwm_mb": vm_hwm_mb(),
+        "peak_rss_mb": common.peak_rss_mb(),
+        "vm_hwm_mb": common.proc_status_mb("VmHWM"),
     }
 
 
 def worker_kmeans(n: int, num_inducing: int, iters: int, z_path: str) -> dict[str, Any]:
     """Subprocess: chunked k-means++ (+ Lloyd) on all ``n`` points; saves Z."""
     common.configure_torch(1, torch.float64)
-    rss_start = peak_rss_mb()
+    rss_start = common.peak_rss_mb()
     x, _ = synthetic_data(n)
-    rss_data = peak_rss_mb()
+    rss_data = common.peak_rss_mb()
     start = time.perf_counter()
     Z = kmeans_plus_plus(x, num_inducing, generator=torch.Generator().manual_seed(0), num_iters=iters)
     elapsed = time.perf_counter() - start
@@ -274,9 +257,9 @@ def worker_fit(engine: str, n: int, steps: int, batch_size: int, z_path: str) ->
     """Subprocess: data, then ``steps`` training steps of ``engine`` (CAVI + Adam on the hyper-parameters, or
     GPyTorch SVGP + Adam), then the test NLL on 10,000 held-out points; times and peak RSS."""
     common.configure_torch(1, torch.float64)
-    rss_start = peak_rss_mb()
+    rss_start = common.peak_rss_mb()
     x, y = synthetic_data(n)
-    rss_data = peak_rss_mb()
+    rss_data = common.peak_rss_mb()
     x_test, y_test = synthetic_data(10_000, seed=123)
     Z = torch.load(z_path)
     lengthscale = torch.full((x.shape[-1],), math.sqrt(x.shape[-1]))
@@ -664,7 +647,7 @@ def main(argv: list[str] | None = None) -> None:
     result["load_end"] = [round(v, 2) for v in os.getloadavg()]
     result["load_start"] = [round(v, 2) for v in load_start]
     result["wall_time"] = time.perf_counter() - start
-    result["peak_rss_main_process_mb"] = peak_rss_mb()
+    result["peak_rss_main_process_mb"] = common.peak_rss_mb()
     draw = result["magic"] and result["per_step_vs_n"]  # the figure shows (a) and (c)
     _report.write_report(out_dir, "scale", result, *report(result), figure=figure if draw else None, echo=False)
     print(f"done in {result['wall_time']:.0f} s -> {out_dir}", flush=True)
