@@ -214,12 +214,6 @@ def best_against_best(problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    import numpyro
-    import pyro
-
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common.run_arguments(p, "small smoke run", threads_help="torch threads", caps=False)
     p.add_argument("--only", choices=tuple(BUILDERS), default=None)
@@ -231,6 +225,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return merge(args.merge, common.output_dir(args.output_dir, False))
     if args.seed == PILOT_SEED:
         p.error("--seed must differ from PILOT_SEED")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpyro
+    import pyro
+
     wall = time.perf_counter()
     machine = common.start_run(args.threads, args.seed)
     cfg = QUICK if args.quick else FULL
