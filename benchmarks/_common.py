@@ -1,30 +1,15 @@
 r"""Shared scaffolding of the benchmark scripts in this folder; each script keeps only its problem (data, models,
-methods) and its tables.
+methods) and its tables (``benchmarks/README.md`` lists the pieces).
 
-Every benchmark follows the same pattern:
-
-1. :func:`run_arguments` adds the common command-line options, :func:`configure_torch` fixes the thread count and
-   the default dtype (the machine is shared: one thread per process keeps timings comparable between methods), and
-   :func:`machine_info` / :func:`close_machine_info` record the machine and its load;
-2. :func:`kmeans_inducing_points` places fixed inducing inputs; :class:`SparseGP` is the sparse GP of the binary and
-   Student-t benchmarks, :func:`gradient_step` the training iteration of every gradient-based baseline;
-3. each method is a :class:`MethodSpec`: a name, ``step()`` (one training iteration), ``evaluate()`` (test metrics)
-   and its settings. :func:`warm_up` runs a few untimed steps on throw-away models; :func:`run_interleaved` runs all
-   methods round-robin (so that they share the machine's load), times ``step`` only (evaluation is excluded from the
-   method's clock) and stops each method when its test metric has stopped improving or a cap is hit;
-   :func:`run_summary` condenses a :class:`Trace` for the results;
-4. :func:`time_to_target` and :func:`time_to_settle` read off the wall time and the iterations until a method first
-   comes within a tolerance of the best value reached (and stays there); :func:`speedup` compares two such times;
-5. :func:`output_dir`, :func:`write_json`, :func:`write_text` and :func:`markdown_table` write
-   ``results/<name>.{json,md}``, :func:`new_figure` / :func:`save_figure` the figure ``results/<name>.png``.
-
-The helpers know nothing about any particular benchmark; they are plain functions and dataclasses.
+The pattern: :func:`run_arguments` and :func:`start_run` (options, threads, dtype, seed, machine record); fixed
+inducing inputs (:func:`kmeans_inducing_points`) and the sparse GP (:class:`SparseGP`); each method a
+:class:`MethodSpec` run round-robin by :func:`run_interleaved`, each on its own clock; :func:`time_to_target` and
+:func:`speedup` read the traces; ``_report.write_report`` writes the tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -96,15 +81,32 @@ def close_machine_info(machine: dict[str, Any]) -> dict[str, Any]:
     return machine
 
 
-def machine_sentence(machine: dict[str, Any]) -> str:
-    """The Markdown bullet describing the machine of a record from :func:`close_machine_info`."""
-    start = [round(v, 1) for v in machine["load_average_start"]]
-    end = [round(v, 1) for v in machine["load_average_end"]]
-    return (
-        f"* Machine: {machine['cpu_count']} cores shared with other jobs; load average (1, 5, 15 min) at start "
-        f"{start}, at end {end}; torch {machine['torch']}, gpytorch {machine['gpytorch']}. Absolute times vary with "
-        "the load; compare the ratios."
-    )
+def peak_rss_mb() -> float:
+    """The process's peak resident set size so far (``resource.getrusage``: ``ru_maxrss``, KiB on Linux), in MiB."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def proc_status_mb(field: str) -> float | None:
+    """A size from ``/proc/self/status`` in MiB: ``VmRSS`` (now) or ``VmHWM`` (its peak); ``None`` off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter ``VmHWM`` to the current RSS (``/proc/self/clear_refs``, value 5; Linux
+    >= 4.0); ``ru_maxrss`` is not reset. Returns whether it worked."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:  # pragma: no cover
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------- command line
@@ -132,9 +134,10 @@ def run_arguments(
     return parser
 
 
-def output_dir(requested: Path | None, quick: bool) -> Path:
-    """``requested`` if given, else :data:`QUICK_DIR` for a quick run and :data:`RESULTS_DIR` for a full one."""
-    return requested or (QUICK_DIR if quick else RESULTS_DIR)
+def output_dir(requested: Path | None, quick: bool, full: Path = RESULTS_DIR) -> Path:
+    """``requested`` if given, else :data:`QUICK_DIR` for a quick run and ``full`` (:data:`RESULTS_DIR`) for a full
+    one."""
+    return requested or (QUICK_DIR if quick else full)
 
 
 def run_config(rule: StoppingRule, schedule: EvalSchedule, seed: int, tolerance: float) -> dict[str, Any]:
@@ -151,6 +154,56 @@ def run_config(rule: StoppingRule, schedule: EvalSchedule, seed: int, tolerance:
         "warm-up steps of each on throw-away models",
         "seed": seed,
     }
+
+
+def rule_settings(rule: dict[str, Any]) -> str:
+    """A :class:`StoppingRule` record (``asdict``) in words, for a report's settings."""
+    return (f"plateau: ≤ {rule['min_improvement']} over {rule['patience']} evaluations spanning ≥ "
+            f"{rule['min_window_iterations']} iterations; max {rule['max_iter']} iterations, {rule['max_time']:.0f} s")
+
+
+def schedule_settings(sched: dict[str, Any]) -> str:
+    """An :class:`EvalSchedule` record (``asdict``) in words, for a report's settings."""
+    return (f"every iteration to {sched['dense_until']}, every {sched['every']} to {sched['sparse_from']}, then every "
+            f"{sched['sparse_every']}")
+
+
+# ---------------------------------------------------------------------------------------------------- data
+def standardised_split(x: np.ndarray, y: np.ndarray, seed: int, standardise_y: bool, test_fraction: float = 0.2,
+                       max_train: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """A seeded split of ``(x, y)``: the first ``round(test_fraction * n)`` entries of
+    ``numpy.random.RandomState(seed).permutation(n)`` are the test set; ``max_train`` keeps the first training points
+    of the permutation. Inputs (and, with ``standardise_y``, targets) standardised with the training statistics;
+    float64 tensors ``x``, ``y``, ``xt``, ``yt`` and the target's ``y_mean``, ``y_std``."""
+    perm = np.random.RandomState(seed).permutation(len(y))
+    n_test = int(round(test_fraction * len(y)))
+    test, train = perm[:n_test], perm[n_test:]
+    train = train if max_train is None else train[:max_train]
+    mu, sd = x[train].mean(0), x[train].std(0)
+    sd = np.where(sd > 0, sd, 1.0)
+    ym, ys = (float(y[train].mean()), float(y[train].std())) if standardise_y else (0.0, 1.0)
+
+    def t(a: np.ndarray) -> Tensor:
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float64)
+
+    return {"x": t((x[train] - mu) / sd), "y": t((y[train] - ym) / ys), "xt": t((x[test] - mu) / sd),
+            "yt": t((y[test] - ym) / ys), "y_mean": ym, "y_std": ys}  # fmt: skip
+
+
+def index_batches(n: int, batch_size: int, seed: int, device: torch.device | None = None) -> Callable[[], Tensor]:
+    """Endless index batches of ``range(n)`` from fresh seeded permutations (full batches only, drawn on
+    ``device``): the same sequence for every method."""
+    gen = torch.Generator(device=device or "cpu").manual_seed(seed)
+    state: dict[str, Any] = {"order": torch.empty(0, dtype=torch.long, device=device), "pos": 0}
+
+    def next_batch() -> Tensor:
+        if state["pos"] + batch_size > state["order"].numel():  # the first call draws the first permutation
+            state["order"], state["pos"] = torch.randperm(n, generator=gen, device=device), 0
+        idx = state["order"][state["pos"] : state["pos"] + batch_size]
+        state["pos"] += batch_size
+        return idx
+
+    return next_batch
 
 
 # ---------------------------------------------------------------------------------------------------- inducing points
@@ -180,15 +233,10 @@ def median_heuristic_lengthscales(x: Tensor, max_points: int = 2000, seed: int =
 
 # ---------------------------------------------------------------------------------------------------- models
 class SparseGP(gpytorch.models.ApproximateGP):
-    r"""Sparse variational GP with a constant mean and a scaled ARD RBF kernel, fixed inducing inputs :math:`Z`.
-
-    :param inducing_points: :math:`Z`, ``(M, D)``, not learned.
-    :param distribution_cls: the GPyTorch variational distribution class of :math:`q(u)`.
-    :param strategy_cls: the variational strategy class (e.g. ``CAVIVariationalStrategy`` or GPyTorch's
-        ``VariationalStrategy``).
-    :param hypers: initial values, see :func:`set_hyperparameters`; ``None`` keeps GPyTorch's defaults.
-    :param frozen: whether the mean and kernel are then frozen (``requires_grad`` off).
-    """
+    r"""Sparse variational GP at fixed inducing inputs ``Z`` (``(M, D)``): ``num_latents`` independent latents, each
+    with a constant mean (``zero_mean``: none) and a scaled ARD RBF kernel; ``q(u)`` of ``distribution_cls`` in
+    ``strategy_cls`` (several latents: inside ``IndependentMultitaskVariationalStrategy``). ``hypers``: initial
+    values (:func:`set_hyperparameters`, one latent), then frozen with ``frozen``; ``None``: GPyTorch's defaults."""
 
     def __init__(
         self,
@@ -197,13 +245,18 @@ class SparseGP(gpytorch.models.ApproximateGP):
         strategy_cls: type = gpytorch.variational.VariationalStrategy,
         hypers: dict[str, Any] | None = None,
         frozen: bool = True,
+        num_latents: int = 1,
+        zero_mean: bool = False,
     ) -> None:
-        q_u = distribution_cls(inducing_points.size(-2))
-        super().__init__(strategy_cls(self, inducing_points, q_u, learn_inducing_locations=False))
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(
-            gpytorch.kernels.RBFKernel(ard_num_dims=inducing_points.size(-1))
-        )
+        batch = torch.Size([num_latents]) if num_latents > 1 else torch.Size()
+        q_u = distribution_cls(inducing_points.size(-2), batch_shape=batch)
+        strategy = strategy_cls(self, inducing_points, q_u, learn_inducing_locations=False)
+        if num_latents > 1:
+            strategy = gpytorch.variational.IndependentMultitaskVariationalStrategy(strategy, num_tasks=num_latents)
+        super().__init__(strategy)
+        self.mean_module = gpytorch.means.ZeroMean() if zero_mean else gpytorch.means.ConstantMean(batch_shape=batch)
+        kernel = gpytorch.kernels.RBFKernel(ard_num_dims=inducing_points.size(-1), batch_shape=batch)
+        self.covar_module = gpytorch.kernels.ScaleKernel(kernel, batch_shape=batch)
         if hypers is not None:
             set_hyperparameters(self, hypers, frozen=frozen)
 
@@ -273,6 +326,14 @@ def bernoulli_nll(probs: Tensor, y: Tensor, eps: float = 1e-12) -> float:
 def error_rate(probs: Tensor, y: Tensor) -> float:
     """Fraction of labels ``y`` in {0, 1} not predicted by thresholding ``probs`` at 1/2."""
     return float(((probs > 0.5).to(y.dtype) != y).to(torch.float64).mean())
+
+
+def categorical_metrics(probs: Tensor, y: Tensor, floor: float = 1e-12) -> dict[str, float]:
+    """Test NLL (probabilities floored at ``floor``) and error of class probabilities ``probs`` (..., N, K) at labels
+    ``y`` (class indices)."""
+    labels = y.long()
+    p = probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1).clamp_min(floor)
+    return {"test_nll": float(-p.log().mean()), "test_error": float((probs.argmax(-1) != labels).double().mean())}
 
 
 def binary_evaluator(
@@ -442,12 +503,10 @@ class _Run:
         self.t += 1
         self.trace.step_times.append(self.clock.elapsed - before)
 
-    def check(self, metric: str, rule: StoppingRule, on_eval: Callable | None) -> None:
+    def check(self, metric: str, rule: StoppingRule) -> None:
         """Evaluate (untimed), record, and decide whether the run has stopped on a non-finite metric or a plateau."""
         values = self.method.evaluate()
         self.trace.record(self.t, self.clock.elapsed, self.clock.cpu, values)
-        if on_eval is not None:
-            on_eval(self.method.name, self.t, self.clock.elapsed, values)
         value = values[metric]
         if not math.isfinite(value):
             self.trace.stop_reason, self.done = "non-finite", True
@@ -460,14 +519,12 @@ class _Run:
         if j >= 0 and self.best[j] - self.best[-1] <= rule.min_improvement:
             self.trace.stop_reason, self.done = "plateau", True
 
-    def advance(
-        self, metric: str, rule: StoppingRule, schedule: Callable[[int], bool], on_eval: Callable | None
-    ) -> None:
+    def advance(self, metric: str, rule: StoppingRule, schedule: Callable[[int], bool]) -> None:
         """One step, an evaluation if ``schedule`` or a cap asks for one, and the caps of ``rule``."""
         self.step()
         capped = self.t >= rule.max_iter or self.clock.elapsed >= rule.max_time
         if schedule(self.t) or capped:
-            self.check(metric, rule, on_eval)
+            self.check(metric, rule)
         if capped and not self.done:
             self.trace.stop_reason, self.done = ("max_iter" if self.t >= rule.max_iter else "max_time"), True
 
@@ -477,15 +534,13 @@ def run_interleaved(
     metric: str,
     rule: StoppingRule,
     schedule: Callable[[int], bool] | None = None,
-    on_eval: Callable[[str, int, float, dict[str, float]], Any] | None = None,
     on_done: Callable[[str, Trace], Any] | None = None,
 ) -> dict[str, Trace]:
     """Run several methods round-robin, each ``step()`` timed on the method's own clock; their traces by name.
 
     ``evaluate()`` runs at iteration 0 and whenever ``schedule(t)`` is true (default :class:`EvalSchedule`);
     ``metric`` names the entry that is minimised; each method stops by ``rule`` (or on a non-finite metric),
-    independently. ``on_eval(name, t, elapsed, values)`` is called after every evaluation, ``on_done(name, trace)``
-    when a method stops.
+    independently. ``on_done(name, trace)`` is called when a method stops.
 
     Round-robin (one step of every unfinished method in turn) rather than one method after the other: on a shared
     machine whose load drifts over minutes, every method then sees the same load over the same period, so the
@@ -494,14 +549,14 @@ def run_interleaved(
     schedule = schedule or EvalSchedule()
     runs = [_Run(method) for method in methods]
     for run in runs:
-        run.check(metric, rule, on_eval)
+        run.check(metric, rule)
         if run.done and on_done is not None:
             on_done(run.method.name, run.trace)
     while not all(run.done for run in runs):
         for run in runs:
             if run.done:
                 continue
-            run.advance(metric, rule, schedule, on_eval)
+            run.advance(metric, rule, schedule)
             if run.done and on_done is not None:
                 on_done(run.method.name, run.trace)
     return {run.method.name: run.trace for run in runs}
@@ -598,86 +653,9 @@ def speedup(
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, Tensor):
-        return _jsonable(obj.detach().cpu().tolist())
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    return obj
-
-
-def write_json(path: Path | str, obj: Any) -> Path:
-    """Write ``obj`` (dicts, lists, numbers, tensors, arrays) as indented JSON; NaN becomes ``null``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_jsonable(obj), indent=1) + "\n")
-    return path
-
-
-def write_text(path: Path | str, text: str) -> Path:
-    """Write ``text`` to ``path``, creating the parent folders."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table; cells are ``str()``-ed (format numbers before passing them)."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
-    for row in rows:
-        cells = [str(c) for c in row]
-        if len(cells) != len(headers):
-            raise ValueError(f"row has {len(cells)} cells, the table {len(headers)} columns: {row}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-
-def write_results(
-    out: Path,
-    name: str,
-    result: dict[str, Any],
-    markdown: Callable[[Path, dict[str, Any]], Any],
-    figure: Callable[[Path, dict[str, Any]], Any] | None = None,
-    echo: bool = True,
-) -> None:
-    """Write ``out/<name>.json`` (:func:`write_json`), ``out/<name>.md`` (``markdown(path, result)``) and, with a
-    ``figure``, ``out/<name>.png`` (``figure(path, result)``); print the Markdown if ``echo``, then where they are."""
-    write_json(out / f"{name}.json", result)
-    markdown(out / f"{name}.md", result)
-    suffixes = "json,md"
-    if figure is not None:
-        figure(out / f"{name}.png", result)
-        suffixes += ",png"
-    if echo:
-        print((out / f"{name}.md").read_text())
-    print(f"wrote {out}/{name}.{{{suffixes}}}", flush=True)
-
-
 def format_ratio(value: float, lower_bound: bool = False) -> str:
     """``"12.3×"``, or ``"> 12.3×"`` for a lower bound."""
     return f"{'> ' if lower_bound else ''}{value:.1f}×"
-
-
-def speedup_sentence(sp: dict[str, Any] | None, missing: str = "n/a") -> str:
-    """A :func:`speedup` with its ``baseline`` name in words; ``missing`` where there is none."""
-    if not sp:
-        return missing
-    lb = sp["is_lower_bound"]
-    return (
-        f"{format_ratio(sp['wall'], lb)} in wall time vs {sp['baseline']} ({format_ratio(sp['cpu'], lb)} in CPU "
-        f"time, {format_ratio(sp['iterations_x_cost'], lb)} as iterations × median time per iteration = "
-        f"{sp['iterations']:.1f}× as many iterations × {sp['cost_per_iteration']:.2f}× the cost per iteration)"
-    )
 
 
 # ---------------------------------------------------------------------------------------------------- figures

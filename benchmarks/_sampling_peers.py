@@ -1,18 +1,8 @@
-r"""The samplers of ``sampling.py`` behind one interface: ``run(...) -> Run`` with an **end-to-end** piece (setup,
-compilation, warm-up and ``draws`` per chain, from prior draws) and a **steady-state** piece (a second, timed run of
-``draws`` more per chain from where the first ended, compiled code and adapted settings reused, no warm-up).
-
-* ours: :class:`~gpytorch_augment.GibbsSampler` / :class:`~gpytorch_augment.HMCSampler` (``sample``, then
-  ``sample(init=last_state)``, all chains one batch);
-* NumPyro ``NUTS(potential_fn=U)`` (default diagonal mass or ``dense_mass=True``), ``chain_method`` sequential or
-  vectorized; the steady state continues ``mcmc.last_state`` with the kernel's own ``sample`` under one
-  ``jax.jit(lax.scan)`` compiled before the timed call (``MCMC.run`` recompiles a ``potential_fn`` sampler on every
-  call, ~25 s here, so a second ``run`` would time the compiler);
-* Pyro ``NUTS(potential_fn=U)`` (secondary row), chains one after the other, steady state = sampling phase.
-
-Every peer samples the *original* model in the whitened parametrisation
-:math:`f_t = \mu_t + L_t v_t`, :math:`v \sim \mathcal N(0, I)`, with the prior factors ``L`` taken from our
-sampler (the same :math:`K + \epsilon I`).
+r"""The samplers of ``sampling.py`` behind one interface, ``run(...) -> Run``: an **end-to-end** piece (setup,
+compilation, warm-up and ``draws`` per chain from prior draws) and a **steady-state** piece (``draws`` more per chain
+from where the first ended, compiled code and adapted settings reused). Ours: ``GibbsSampler`` / ``HMCSampler``;
+NumPyro's and Pyro's ``NUTS(potential_fn=U)`` on the original model in the whitened parametrisation
+:math:`f_t = \mu_t + L_t v_t` with our sampler's prior factors (the same :math:`K + \epsilon I`).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from gpytorch_augment import (
     BernoulliLogitLikelihood,
+    GPPrior,
     HeteroscedasticGaussianLikelihood,
     LogisticSoftmaxLikelihood,
     StudentTLikelihood,
@@ -58,22 +59,16 @@ class Problem:
         return int(self.likelihood.num_latents)
 
 
-class BatchPrior(gpytorch.Module):
+def BatchPrior(means: list[float], outputscales: list[float], lengthscales: list[float]) -> GPPrior:
     """``T`` independent GP priors (constant mean, scaled isotropic RBF) with fixed values, ``batch_shape [T]``."""
-
-    def __init__(self, means: list[float], outputscales: list[float], lengthscales: list[float]) -> None:
-        super().__init__()
-        T = torch.Size([len(means)])
-        self.mean_module = gpytorch.means.ConstantMean(batch_shape=T)
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(batch_shape=T), batch_shape=T)
-        with torch.no_grad():
-            self.mean_module.constant.copy_(torch.tensor(means))
-            self.covar_module.outputscale = torch.tensor(outputscales)
-            self.covar_module.base_kernel.lengthscale = torch.tensor(lengthscales).view(-1, 1, 1)
-        self.requires_grad_(False)
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+    T = torch.Size([len(means)])
+    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(batch_shape=T), batch_shape=T)
+    prior = GPPrior(gpytorch.means.ConstantMean(batch_shape=T), kernel)
+    with torch.no_grad():
+        prior.mean_module.constant.copy_(torch.tensor(means))
+        kernel.outputscale = torch.tensor(outputscales)
+        kernel.base_kernel.lengthscale = torch.tensor(lengthscales).view(-1, 1, 1)
+    return prior.requires_grad_(False)
 
 
 def heart_problem(seed: int, quick: bool) -> Problem:
@@ -93,7 +88,7 @@ def heart_problem(seed: int, quick: bool) -> Problem:
     def log_lik(f: Any) -> Any:
         return -jnp.sum(jnp.logaddexp(0.0, -sign * f[0]))
 
-    return Problem("heart", "heart, Bernoulli-logit", x, y, regression.GPPrior(hypers), BernoulliLogitLikelihood(),
+    return Problem("heart", "heart, Bernoulli-logit", x, y, regression.gp_prior(hypers), BernoulliLogitLikelihood(),
                    log_lik, hypers, f"KEEL heart training split (seed {seed}): {x.shape[0]} points, {x.shape[1]} "
                    "standardised features, labels {0, 1}")
 
@@ -116,7 +111,7 @@ def boston_problem(seed: int, quick: bool) -> Problem:
         return jnp.sum(const - (df + 1) / 2 * jnp.log1p(r * r / (df * scale**2)))
 
     likelihood = StudentTLikelihood(df=df, scale=scale, learn_scale=False)
-    return Problem("boston", f"Boston, Student-t (ν={df:g}, σ={scale:.3f})", x, y, regression.GPPrior(hypers),
+    return Problem("boston", f"Boston, Student-t (ν={df:g}, σ={scale:.3f})", x, y, regression.gp_prior(hypers),
                    likelihood, log_lik, hypers, f"MASS Boston training split ({data.split}): {x.shape[0]} points, "
                    f"{x.shape[1]} features; nu = {df:g}, sigma = {scale:.4f} fixed (regression.py's procedure)")
 

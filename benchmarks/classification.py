@@ -1,26 +1,8 @@
-r"""Binary GP classification on KEEL ``magic``: closed-form CAVI against GPyTorch's SVGP+Adam and NGD.
-
-The model (identical for every method)::
-
-    f ~ GP(c, s^2 k_RBF-ARD),  u = f(Z) with M = 100 fixed k-means inducing inputs Z,
-    q(u) = N(m, S) (whitened), p(y | f) = sigma(f) (logistic) -- or Phi(f) for GPyTorch's stock likelihood.
-
-The kernel and mean hyper-parameters are chosen once by a short, fixed procedure (:func:`choose_hyperparameters`),
-then frozen; only q(u) is optimised, by
-
-* **CAVI** -- ``gpytorch_augment.CAVI`` full-batch steps (Pólya-Gamma augmentation, closed-form q(omega) and q(u)),
-  with ``CAVIVariationalStrategy`` and a ``NaturalVariationalDistribution`` or a ``CholeskyVariationalDistribution``;
-* **SVGP+Adam** -- ``VariationalStrategy`` + ``CholeskyVariationalDistribution``, ``VariationalELBO``, full-batch
-  Adam on the variational parameters, lr in {0.01, 0.1};
-* **NGD** -- ``VariationalStrategy`` + ``NaturalVariationalDistribution``, ``gpytorch.optim.NGD(lr=0.1)`` on the
-  full-batch ``VariationalELBO``.
-
-The GPyTorch baselines run twice: with ``BernoulliLogitLikelihood`` used as an ordinary GPyTorch likelihood (the
-*same* model as CAVI: the main comparison) and with ``gpytorch.likelihoods.BernoulliLikelihood``, GPyTorch's stock
-Bernoulli likelihood, whose link is the *probit* (a different model, with its own optimum and so its own target).
-
-Run ``python benchmarks/classification.py`` (full, < 20 min on 2 shared cores) or ``--quick`` (smoke check, < 1 min).
-See ``benchmarks/README.md`` for what is measured and how to read ``results/classification.{json,md,png}``.
+r"""Binary GP classification on KEEL ``magic``: closed-form CAVI (natural and Cholesky q(u)) against GPyTorch's
+SVGP + Adam and NGD, every method on the same frozen kernel (:func:`choose_hyperparameters`); only q(u) is optimised.
+The GPyTorch baselines run with ``BernoulliLogitLikelihood`` (the same model as CAVI) and, ``[probit]``, with
+GPyTorch's ``BernoulliLikelihood`` (a different model, its own target; ``--no-probit`` skips them). What is measured
+and how to read ``results/classification.{json,md,png}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -55,14 +37,8 @@ NLL_SLACK = 0.001
 def choose_hyperparameters(
     x: Tensor, y: Tensor, Z: Tensor, subset: int, iterations: int, lr: float = 0.05, seed: int = 0
 ) -> dict[str, Any]:
-    """The fixed procedure that picks the frozen hyper-parameters (the same for every method).
-
-    GPyTorch SVGP (whitened ``VariationalStrategy``, ``CholeskyVariationalDistribution``, the logistic
-    ``BernoulliLogitLikelihood`` as an ordinary GPyTorch likelihood, ``VariationalELBO``) on a seeded random subset
-    of ``subset`` training points, with the inducing inputs ``Z`` fixed; Adam (``lr``) on all of q(u), the
-    lengthscales, the outputscale and the mean constant for a fixed number of ``iterations``, starting from
-    median-heuristic lengthscales, outputscale 1 and mean 0. This is a short fit, not run to convergence.
-    """
+    """The fixed procedure that picks the frozen hyper-parameters of every method: a short GPyTorch SVGP fit (Adam
+    on q(u) and every hyper-parameter) on a seeded subset of ``subset`` points, as its ``procedure`` records."""
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randperm(x.shape[0], generator=gen)[:subset]
     xs, ys = x[idx], y[idx]
@@ -327,7 +303,6 @@ def _speedup_row(label: str, sp: dict[str, Any] | None) -> list[Any]:
 def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Table]]:
     """Title, settings and tables of a result record (what :func:`_report.write_report` renders)."""
     runs, summary, cfg, hyp = result["runs"], result["summary"], result["config"], result["hyperparameters"]
-    rule, sched = cfg["stopping"], cfg["schedule"]
     title = "Binary classification on KEEL magic" + (" (quick smoke run)" if cfg["quick"] else "")
     settings = {
         "command": f"python benchmarks/classification.py{' --quick' if cfg['quick'] else ''}",
@@ -336,10 +311,8 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
         "dtype": cfg["dtype"],
         "kernel": f"ScaleKernel(RBF-ARD) + ConstantMean, frozen ({hyp['procedure']})",
         "target": f"test NLL within {TOLERANCE} nats of the best run with the same likelihood",
-        "stopping": f"plateau: ≤ {rule['min_improvement']} over {rule['patience']} evaluations spanning ≥ "
-        f"{rule['min_window_iterations']} iterations; max {rule['max_iter']} iterations, {rule['max_time']:.0f} s",
-        "evaluations": f"every iteration to {sched['dense_until']}, every {sched['every']} to {sched['sparse_from']}, "
-        f"then every {sched['sparse_every']}",
+        "stopping": common.rule_settings(cfg["stopping"]),
+        "evaluations": common.schedule_settings(cfg["schedule"]),
         "CAVI variant reported": summary.get("cavi_reported"),
         "whole script (s)": result["wall_time_total"],
         **_report.machine_settings(result["machine"]),
@@ -424,35 +397,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     common.run_arguments(p, quick_help="subsampled smoke run (< 1 min)")
     p.add_argument("--no-probit", action="store_true", help="skip the runs with GPyTorch's probit likelihood")
     p.add_argument("--only", nargs="*", default=None, help="run only the methods with these names")
-    p.add_argument(
-        "--profile",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="only profile STEPS full-batch CAVI steps (natural q(u)) with cProfile and print the table; no benchmark",
-    )
     return p.parse_args(argv)
-
-
-def profile_cavi(x: Tensor, y: Tensor, Z: Tensor, hypers: dict[str, Any], steps: int) -> None:
-    """cProfile of ``steps`` full-batch CAVI steps after 3 warm-up steps; prints cumulative and own-time tables."""
-    import cProfile
-    import pstats
-
-    model, _, step = build(MethodConfig("CAVI (natural)", "cavi", "logit", "natural"), x, y, Z, hypers)
-    for _ in range(3):
-        step()
-    profiler = cProfile.Profile()
-    cpu, wall = time.process_time(), time.perf_counter()
-    profiler.enable()
-    for _ in range(steps):
-        step()
-    profiler.disable()
-    cpu, wall = (time.process_time() - cpu) / steps, (time.perf_counter() - wall) / steps
-    print(f"{steps} CAVI steps on {tuple(x.shape)}, M = {Z.shape[0]}: {1e3 * wall:.1f} ms wall, {1e3 * cpu:.1f} ms CPU")
-    stats = pstats.Stats(profiler)
-    stats.sort_stats("cumulative").print_stats(30)
-    stats.sort_stats("tottime").print_stats(15)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -489,10 +434,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
 
-    if args.profile:
-        profile_cavi(x, y, Z, hypers, args.profile)
-        return {}
-
     specs = default_methods(probit=not args.no_probit)
     if args.only:
         specs = [s for s in specs if s.name in args.only]
@@ -508,13 +449,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         evaluate = common.binary_evaluator(model, likelihood, x_test, y_test)
         methods.append(common.MethodSpec(spec.name, step, evaluate, {**asdict(spec), "group": spec.group}))
 
-    def report(name: str, trace: common.Trace) -> None:
+    def on_done(name: str, trace: common.Trace) -> None:
         nll = trace.metrics["test_nll"]
         details = f"final NLL {nll[-1]:.5f}  best {min(nll):.5f}  err {trace.metrics['test_error'][-1]:.4f}  "
         common.print_run(name, trace, details)
 
     started = time.perf_counter()
-    traces = common.run_interleaved(methods, "test_nll", rule, schedule, on_done=report)
+    traces = common.run_interleaved(methods, "test_nll", rule, schedule, on_done=on_done)
     runs_wall = time.perf_counter() - started
     runs = []
     for method in methods:

@@ -1,31 +1,7 @@
-r"""Mini-batch CAVI on one process vs two processes (``torch.distributed``, gloo on 127.0.0.1), 10⁷ points.
-
-The problem (the scale benchmark's synthetic classifier): :math:`x \sim \mathcal N(0, I_{10})`,
-:math:`y \sim \mathrm{Bernoulli}(\sigma(f(x)))`, :math:`N = 10^7`, :math:`M = 200` inducing inputs (the first
-:math:`M` points), an ARD RBF kernel with fixed hyper-parameters, Bernoulli-logit likelihood, whitened Cholesky
-:math:`q(u)`, a constant step size.
-
-**Layouts compared** (each process one torch thread): *1 process* holds all the data; *2 processes* hold one half
-each (rows generated in place, never copied). Both take the same sequence of global batches: at step :math:`t`
-the batch is, for each half :math:`r`, ``batch_size / 2`` rows of that half drawn with a generator seeded by
-``(seed, t, r)``; one process takes the union, each of two processes its own part, so the final :math:`q(u)` must
-agree to rounding.
-
-**Measured**: time per step and per epoch (``N / batch_size`` steps; ``--steps`` times a prefix of the epoch and
-extrapolates, labelled), throughput (points per second) and its ratio, the all-reduce's share of a step (time
-inside ``torch.distributed.all_reduce``), per-process peak resident memory (also above the process's memory before
-the data were generated, i.e. above torch's own footprint), and the largest difference of the final :math:`q(u)`.
-
-Targets (issue 19): 2 processes ≥ 1.7× the throughput of one; per-process peak memory ≤ 0.6× of one process.
-
-Run::
-
-    python benchmarks/distributed.py            # full: 10^7 points, one epoch each -> results/distributed.{json,md}
-    python benchmarks/distributed.py --quick    # 2*10^5 points, 30 steps -> a temp dir
-
-For a multi-node run of your own model, see the README ("Scaling out"): ``torchrun --nnodes ... your_script.py``
-with ``torch.distributed.init_process_group("gloo" or "nccl")`` and ``CAVI(model, likelihood, num_data=N)`` on each
-rank's shard.
+r"""Mini-batch CAVI on one process vs two processes (``torch.distributed``, gloo on 127.0.0.1), 10⁷ points of the
+scale benchmark's synthetic classifier (:func:`shard`): both layouts take the same global batches (:func:`batch_rows`),
+so the final q(u) must agree. Time per step and epoch, throughput, the all-reduce's share, per-process peak memory.
+Set-up, targets and how to read ``results/distributed.{json,md}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -34,7 +10,6 @@ import argparse
 import datetime
 import multiprocessing
 import os
-import resource
 import socket
 import sys
 import tempfile
@@ -46,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
 import _report  # noqa: E402
-import gpytorch  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
@@ -79,21 +53,10 @@ def batch_rows(t: int, half: int, half_rows: int, per_half: int, seed: int) -> T
     return torch.randint(0, half_rows, (per_half,), generator=gen)
 
 
-class Model(gpytorch.models.ApproximateGP):
-    def __init__(self, Z: Tensor) -> None:
-        q_u = gpytorch.variational.CholeskyVariationalDistribution(Z.shape[0])
-        super().__init__(CAVIVariationalStrategy(self, Z, q_u, learn_inducing_locations=False))
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=Z.shape[-1]))
-        self.covar_module.base_kernel.lengthscale = 2.0
-        self.covar_module.outputscale = 2.0
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def Model(Z: Tensor) -> common.SparseGP:
+    """Whitened Cholesky q(u) at fixed ``Z``, constant mean, ARD RBF kernel with lengthscales and outputscale 2."""
+    hypers = {"lengthscale": [2.0] * Z.shape[-1], "outputscale": 2.0, "mean_constant": 0.0}
+    return common.SparseGP(Z, strategy_cls=CAVIVariationalStrategy, hypers=hypers, frozen=False)
 
 
 def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str) -> None:
@@ -117,12 +80,12 @@ def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str)
                 collective_time[0] += time.perf_counter() - start
 
         dist.all_reduce = timed_all_reduce
-    rss_before = _peak_mb()
+    rss_before = common.peak_rss_mb()
     half = n // 2
     bounds = [(0, half), (half, n)]
     mine = [rank] if world > 1 else [0, 1]
     parts = [shard(n, *bounds[r], dim, seed) for r in mine]
-    rss_data = _peak_mb()
+    rss_data = common.peak_rss_mb()
     Z = shard(n, 0, m, dim, seed)[0]
     model = Model(Z)
     cavi = CAVI(model, BernoulliLogitLikelihood(), num_data=n, step_size=settings["step_size"])
@@ -147,7 +110,7 @@ def worker(rank: int, world: int, port: int, settings: dict[str, Any], out: str)
         "collective_time": collective_time[0],
         "rss_before_data_mb": rss_before,
         "rss_after_data_mb": rss_data,
-        "peak_rss_mb": _peak_mb(),
+        "peak_rss_mb": common.peak_rss_mb(),
         "q": [p.detach().clone() for p in model.variational_parameters()],
     }
     torch.save(result, Path(out) / f"world{world}_rank{rank}.pt")

@@ -1,43 +1,9 @@
-r"""On the GPU: CAVI and the samplers against GPyTorch and NumPyro on one device, float32 and float64.
-
-Four parts (``--parts``), all on ``--device`` (default ``cuda`` where present, else ``cpu``):
-
-**cavi** -- binary classification on the synthetic data of the scale benchmark (``scale.synthetic_data``: D = 10,
-:math:`y \sim \mathrm{Bernoulli}(\sigma(f(x)))`), N training points on the device, 10,000 held-out points, M inducing
-inputs by k-means++ on a 20,000-point subsample, kept fixed. Every method fits the same model: constant mean,
-``ScaleKernel(RBFKernel(ard_num_dims=10))``, whitened :math:`q(u)`, the package's ``BernoulliLogitLikelihood``
-(a drop-in GPyTorch likelihood, so the peers optimise the same ELBO), mini-batches from seeded permutations.
-
-* *frozen hyper-parameters* (lengthscales :math:`\sqrt D`, outputscale 1, mean 0; only :math:`q(u)` is fitted):
-  CAVI (``CAVI.fit(x, y, batch_size=B)``, adaptive step size) against GPyTorch SVGP + Adam
-  (``CholeskyVariationalDistribution``, Adam lr in ``--adam-lrs``), NGD (``NaturalVariationalDistribution``,
-  ``gpytorch.optim.NGD`` lr in ``--ngd-lrs``) and, where the installed GPyTorch has it,
-  ``LargeBatchVariationalStrategy`` + Adam;
-* *learned hyper-parameters*: the one-call fit (``CAVI.fit(x, y, learn_hyperparameters=True, batch_size=B)``, its
-  stochastic protocol) against the same peers with Adam on the hyper-parameters (lr 0.01; NGD on :math:`q(u)`).
-
-Each run is stopped at ``--max-time`` seconds of its own training clock (CUDA synchronised at every evaluation;
-evaluation time excluded). Reported per run: time to the target test NLL (the best any run of that configuration
-reaches + 0.005 nats), training steps, mean step time, best test NLL, peak GPU memory
-(``torch.cuda.max_memory_allocated``); and per configuration the speed-up of CAVI over the fastest run of each peer.
-
-**samplers** -- ``GibbsSampler`` and ``HMCSampler`` (exact GP prior, the same data family with ``--sampler-n``
-points, fixed hyper-parameters) with ``--chains`` chains, against NumPyro's NUTS with vectorised chains on the same
-device (skipped where NumPyro is not installed): steady-state sampling time (warm-up and compilation excluded), and
-the worst-metric bulk ESS per second (the smallest over the coordinates of :math:`f` and :math:`f^2`).
-
-**polya_gamma** -- PG(1, c) draws (``c`` ~ |N(0, 2²)|): the torch-native sampler on the device against the host
-round trip through ``polyagamma`` (device -> host, NumPy, host -> device; skipped where it is not installed).
-
-**syncs** -- host synchronisations counted by ``torch.cuda.set_sync_debug_mode("warn")``: one mini-batch CAVI step,
-one Gibbs sweep, one HMC transition (on the CPU: reported as not applicable).
-
-Sizes: ``--size tiny`` (a CPU smoke run, about a minute, most of it NumPyro's compilation), ``short`` (what
-``make gpu-check`` runs: N = 10^6, M = 500, one batch size; about 5 minutes on an H100, an estimate), ``full`` (the
-issue's grid: N in {10^6, 10^7}, M in {500, 2000}, two batch sizes, chains 64--1,024; run it in parts with
-``--ns``/``--ms``/``--dtypes``: about 15 minutes per (N, M, dtype), an estimate from the run caps).
-Results: ``gpu.json`` and ``gpu.md`` through ``_report`` in ``--output-dir`` (default ``benchmarks/results/gpu``), also
-copied to ``--copy-to`` (e.g. ``$OUT`` on the device machine).
+r"""On the GPU: CAVI and the samplers against GPyTorch and NumPyro on one device, float32 and float64, in four parts
+(``--parts``): ``cavi`` (CAVI, frozen and learned hyper-parameters, against SVGP + Adam, NGD and
+``LargeBatchVariationalStrategy`` on ``scale.synthetic_data``, time to target test NLL), ``samplers`` (Gibbs and HMC
+against NumPyro's vectorised NUTS, worst bulk ESS per second), ``polya_gamma`` (torch-native draws against the host
+round trip) and ``syncs`` (host synchronisations per step). Sizes :data:`SIZES` (``--quick`` = ``--size tiny``, a
+CPU smoke run). What is measured and how to read ``gpu.{json,md}`` (default ``results/gpu``): ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -68,6 +34,7 @@ from gpytorch_augment import (  # noqa: E402
     BernoulliLogitLikelihood,
     CAVIVariationalStrategy,
     GibbsSampler,
+    GPPrior,
     HMCSampler,
     kmeans_plus_plus,
 )
@@ -154,19 +121,8 @@ def _model(Z: Tensor, dist: type, strategy: type, learned: bool, dtype: torch.dt
 
 
 def _batches(n: int, batch_size: int, device: torch.device, seed: int) -> Callable[[], Tensor]:
-    """Endless index batches from seeded permutations drawn on the device."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    state: dict[str, Any] = {"order": torch.empty(0, dtype=torch.long, device=device), "pos": 0}
-
-    def next_batch() -> Tensor:
-        # (the first call draws the first permutation: comparing with n instead would hand out empty batches)
-        if state["pos"] + batch_size > state["order"].numel():
-            state["order"], state["pos"] = torch.randperm(n, generator=gen, device=device), 0
-        idx = state["order"][state["pos"] : state["pos"] + batch_size]
-        state["pos"] += batch_size
-        return idx
-
-    return next_batch
+    """Endless index batches from seeded permutations drawn on the device (:func:`_common.index_batches`)."""
+    return common.index_batches(n, batch_size, seed, device)
 
 
 def run_cavi(data: dict[str, Tensor], Z: Tensor, batch_size: int, learned: bool, size: dict[str, Any]) -> dict:
@@ -304,18 +260,12 @@ def speedups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------------- samplers
-class ExactGP(gpytorch.Module):
+def ExactGP(dim: int) -> GPPrior:
     """Zero mean, ``ScaleKernel(RBFKernel(ard_num_dims=D))`` with lengthscales :math:`\\sqrt D`, outputscale 1."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.mean_module = gpytorch.means.ZeroMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=dim))
-        self.covar_module.base_kernel.lengthscale = math.sqrt(dim)
-        self.covar_module.outputscale = 1.0
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=dim))
+    kernel.base_kernel.lengthscale = math.sqrt(dim)
+    kernel.outputscale = 1.0
+    return GPPrior(gpytorch.means.ZeroMean(), kernel)
 
 
 def worst_ess(f: np.ndarray) -> float:
@@ -537,11 +487,10 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.run_arguments(p, "the same as --size tiny (a CPU smoke run)", threads_help="torch CPU threads", caps=False)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--size", choices=sorted(SIZES), default="short")
-    p.add_argument("--quick", action="store_true", help="the same as --size tiny")
     p.add_argument("--parts", nargs="+", choices=["cavi", "samplers", "polya_gamma", "syncs"],
                    default=["cavi", "samplers", "polya_gamma", "syncs"])  # fmt: skip
     p.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["float32", "float64"])
@@ -549,12 +498,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ms", type=int, nargs="+", default=None, help="numbers of inducing points")
     p.add_argument("--chains", type=int, nargs="+", default=None)
     p.add_argument("--max-time", type=float, default=None, help="cap of each run's training clock [s]")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parent / "results" / "gpu")
     p.add_argument("--copy-to", type=Path, default=None, help="also copy gpu.{json,md} there (e.g. $OUT)")
     args = p.parse_args(argv)
     if args.quick:
         args.size = "tiny"
+    args.output_dir = common.output_dir(args.output_dir, args.quick, full=common.RESULTS_DIR / "gpu")
     try:
         args.device = torch.device(args.device)
     except RuntimeError as err:
@@ -566,7 +514,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    common.configure_torch(args.threads, torch.float64)
+    machine = common.start_run(args.threads, args.seed)
     size = dict(SIZES[args.size])
     for key in ("ns", "ms", "chains", "max_time"):
         if getattr(args, key) is not None:
@@ -575,7 +523,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     has_large_batch = hasattr(gpytorch.variational, "LargeBatchVariationalStrategy")
     result: dict[str, Any] = {"card": card_name(device), "device": str(device), "size": args.size,
-                              "dtypes": args.dtypes, "settings": size, "machine": common.machine_info(),
+                              "dtypes": args.dtypes, "settings": size, "machine": machine,
                               "has_large_batch": has_large_batch}  # fmt: skip
     print(f"gpu benchmark on {result['card']} ({args.size})", flush=True)
 

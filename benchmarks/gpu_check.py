@@ -1,29 +1,20 @@
 r"""``make gpu-check``: the one prepared check of the package on a GPU (about 7 minutes on an H100, an estimate).
 
-1. **Tests on the device**: ``tests/test_cuda.py`` (CUDA against CPU results) and the core suites that take the
-   ``device`` fixture (``pytest --device DEVICE -m device``: CAVI fits, a mini-batch and a full-batch CAVI step of
-   every registered likelihood with its host-read count, the count likelihoods' fits, Gibbs and HMC runs, the
-   Pólya-Gamma draws). ``polyagamma`` is not needed: on a GPU the draws use the torch-native sampler.
+1. **Tests on the device** (:data:`DEVICE_TESTS`, ``pytest --device DEVICE -m device``; ``tests/test_cuda.py``
+   compares CUDA with CPU results). ``polyagamma`` is not needed: on a GPU the draws use the torch-native sampler.
 2. **Benchmarks** (``benchmarks/gpu.py``): ``--size short`` on a GPU, ``--size tiny`` on the CPU.
 
-Results go to ``--output-dir`` (default ``benchmarks/results/gpu``): ``gpu_check.md`` and ``gpu_check.json`` (the
-test outcome, its log's tail and the card), ``gpu.md`` and ``gpu.json`` (the benchmark), and ``pytest.log``; with
-``--copy-to`` (e.g. ``$OUT`` on the device machine) the same files are copied there (five files, one folder).
-
-Run it on a CUDA machine from the repository root (the package need not be installed)::
+Results go to ``--output-dir`` (default ``benchmarks/results/gpu``): ``gpu_check.{json,md}`` (the steps, the card;
+the logs' tails in the JSON), ``gpu.{json,md}`` and ``pytest.log``; ``--copy-to`` (e.g. ``$OUT`` on the device
+machine) copies them there. No run of its own: a driver, so a small parser of its own, not ``run_arguments``::
 
     make gpu-check                                       # = python benchmarks/gpu_check.py --device cuda
-    python benchmarks/gpu_check.py --device cuda --copy-to "$OUT"
-
-and on the CPU, as a rehearsal (tiny sizes, about two minutes)::
-
-    python benchmarks/gpu_check.py --device cpu --output-dir /tmp/gpu-check
+    python benchmarks/gpu_check.py --device cpu --output-dir /tmp/gpu-check   # a rehearsal, tiny sizes
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -34,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _report import Table, write_report  # noqa: E402
 
 #: the test modules run on the device (those with tests that take the `device` fixture) and the CUDA module
 DEVICE_TESTS = [
@@ -48,38 +41,38 @@ DEVICE_TESTS = [
 ]
 
 
-def run_tests(device: str, log: Path, timeout: float) -> dict[str, Any]:
-    """``pytest --device DEVICE -m device`` over :data:`DEVICE_TESTS` (``tests/test_cuda.py`` is marked ``device``
-    as a whole and skips itself without CUDA); the outcome counts from pytest's summary line."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "-rfEs",
-               "--device", device, "-m", "device", *DEVICE_TESTS]  # fmt: skip
-    path = [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+def _run(command: list[str], what: str, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``command`` from the repository root; its output, exit status (124 past ``timeout``) and seconds."""
     start = time.perf_counter()
     try:
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         output, returncode = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as err:
         output = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
-        output, returncode = output + f"\n[gpu-check] pytest stopped after {timeout:.0f} s", 124
+        output, returncode = output + f"\n[gpu-check] {what} stopped after {timeout:.0f} s", 124
+    return {"command": " ".join(command[1:]), "returncode": returncode, "seconds": time.perf_counter() - start,
+            "output": output}  # fmt: skip
+
+
+def run_tests(device: str, log: Path, timeout: float) -> dict[str, Any]:
+    """``pytest --device DEVICE -m device`` over :data:`DEVICE_TESTS` (``tests/test_cuda.py`` is marked ``device``
+    as a whole and skips itself without CUDA); the outcome counts from pytest's summary line."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "-rfEs",
+               "--device", device, "-m", "device", *DEVICE_TESTS]  # fmt: skip
+    path = [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    result = _run(command, "pytest", timeout, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+    output = result.pop("output")
     log.write_text(output)
     counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed)", output)}
-    return {"command": " ".join(command[1:]), "returncode": returncode, "seconds": time.perf_counter() - start,
-            "counts": counts, "tail": output[-4000:]}  # fmt: skip
+    return {**result, "counts": counts, "tail": output[-4000:]}
 
 
 def run_benchmark(device: str, size: str, output_dir: Path, timeout: float) -> dict[str, Any]:
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--device", device, "--size", size,
                "--output-dir", str(output_dir)]  # fmt: skip
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        output, returncode = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as err:
-        output = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
-        output, returncode = output + f"\n[gpu-check] benchmark stopped after {timeout:.0f} s", 124
-    return {"command": " ".join(command[1:]), "returncode": returncode, "seconds": time.perf_counter() - start,
-            "tail": output[-4000:]}  # fmt: skip
+    result = _run(command, "benchmark", timeout)
+    result["tail"] = result.pop("output")[-4000:]
+    return result
 
 
 def card(device: str) -> str:
@@ -90,31 +83,16 @@ def card(device: str) -> str:
     return "CPU"
 
 
-def summary_markdown(record: dict[str, Any]) -> str:
+def report(record: dict[str, Any]) -> tuple[str, dict[str, Any], list[Any]]:
+    """Title, settings and the table of steps (what ``_report.write_report`` renders)."""
     tests, bench = record["tests"], record["benchmark"]
     counts = ", ".join(f"{v} {k}" for k, v in sorted(tests["counts"].items())) or "no summary line"
-    lines = [
-        f"# gpu-check on {record['card']}",
-        "",
-        f"- device: `{record['device']}`; date (UTC): {record['date_utc']}; wall time {record['seconds']:.0f} s",
-        f"- tests (`{tests['command']}`): {counts}; exit status {tests['returncode']}; {tests['seconds']:.0f} s",
-        f"- benchmark (`{bench['command']}`): exit status {bench['returncode']}; {bench['seconds']:.0f} s; "
-        "tables in `gpu.md`",
-        "",
-        "## Test log (tail)",
-        "",
-        "```",
-        tests["tail"][-2500:].strip(),
-        "```",
-        "",
-        "## Benchmark log (tail)",
-        "",
-        "```",
-        bench["tail"][-2500:].strip(),
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
+    settings = {"device": record["device"], "card": record["card"], "benchmark size": record["size"],
+                "date (UTC)": record["date_utc"], "wall time [s]": record["seconds"]}  # fmt: skip
+    rows = [["tests", tests["command"], tests["returncode"], tests["seconds"], counts],
+            ["benchmark", bench["command"], bench["returncode"], bench["seconds"], "tables in gpu.md"]]  # fmt: skip
+    return f"gpu-check on {record['card']}", settings, [Table("Steps", ["step", "command", "exit status",
+                                                                          "seconds", "outcome"], rows)]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                              args.benchmark_timeout)  # fmt: skip
     print(f"benchmark: exit status {record['benchmark']['returncode']}", flush=True)
     record["seconds"] = time.perf_counter() - start
-    (args.output_dir / "gpu_check.json").write_text(json.dumps(record, indent=1) + "\n")
-    (args.output_dir / "gpu_check.md").write_text(summary_markdown(record))
+    write_report(args.output_dir, "gpu_check", record, *report(record), echo=False)
     if args.copy_to is not None:
         args.copy_to.mkdir(parents=True, exist_ok=True)
         for name in ("gpu_check.md", "gpu_check.json", "gpu.md", "gpu.json", "pytest.log"):

@@ -1,37 +1,10 @@
-r"""The one-call fit against GPyTorch's and BoTorch's best protocols: the model each method stops at.
+r"""The one-call fit against GPyTorch's and BoTorch's best protocols: the model each method stops at (issue 37).
 
-Every method learns the hyper-parameters and :math:`q(u)` from the same start -- the README recipe as a GPyTorch user
-writes it: ``ScaleKernel(RBFKernel(ard_num_dims=D))`` with **GPyTorch's default initial values** (no explicit
-lengthscale or outputscale; ours then applies its data-aware start), mean 0, likelihood constants at their defaults,
-the same fixed k-means inducing inputs -- and runs until **its own standard stopping rule** says so:
-
-* **ours** -- ``CAVI(model, likelihood, num_data).fit(x, y, learn_hyperparameters=True)`` with every default (MAP
-  under the default hyper-priors, the nested protocol up to 50,000 points): the whole call is timed;
-  **ours ML-II** -- the same with ``hyper_options={"priors": False}`` (maximum likelihood);
-* **SVGP+Adam** -- GPyTorch's ``VariationalELBO``, Adam on every parameter; **NGD+Adam** -- GPyTorch's ``NGD`` on a
-  ``NaturalVariationalDistribution`` plus Adam on the hyper-parameters; both stopped by :class:`Plateau` on their
-  training objective. Their configuration (learning rate, batch size) is chosen per problem from the declared grid
-  :data:`GRID` on a **pilot split** (seed :data:`PILOT_SEED`, never a reported split): the lowest pilot test NLL;
-  only the chosen configuration runs on the reported splits, and the pilot's choice is recorded;
-* **BoTorch** -- one call of ``botorch.fit_gpytorch_mll`` with its defaults on the same model with BoTorch's
-  lengthscale prior ``LogNormalPrior(sqrt(2) + ln(D) / 2, sqrt(3))`` registered, inputs min-max scaled to the unit
-  cube (BoTorch's convention; the inducing inputs mapped the same way) -- for this method only; binary and Student-t.
-
-The peers use GPyTorch's own likelihood where it has one (``BernoulliLikelihood``, ``StudentTLikelihood``); where it
-has none (heteroscedastic, counts, ordinal) and for the logistic-softmax link they train **our** likelihood, a plain
-GPyTorch likelihood, on the true ELBO; multi-class also reports GPyTorch's ``SoftmaxLikelihood`` (a different model,
-shown, not a target peer).
-
-Per problem: ``--splits`` seeded random train/test splits (default 5); per split all methods run one after the other
-in a rotating order, one thread each. Per run: wall time, test NLL, error (RMSE for regression), our
-``FitResult.status`` and ``attempts``, and whether the final model is a constant predictor
-(:func:`gpytorch_augment.inference.collapse.is_constant` on the training inputs, every method). The report gives per
-method the median wall time and the mean ± sd of the test NLL and error; and the targets of issue 37: no collapse;
-test NLL ≤ best peer + 0.005; accuracy ≥ best peer - 0.01; not slower than the fastest peer within 0.01 NLL.
-
-Run ``python benchmarks/hyperparameters.py --out-name fit_quality [--problems heart pima ...] [--splits 5]``;
-results go to ``results/<out-name>.{json,md}`` (default ``hyperparameters``). ``--merge FILES --out-name NAME``
-combines separate runs.
+Every method learns the hyper-parameters and q(u) from the README recipe's start (GPyTorch's default initial values,
+the same fixed k-means inducing inputs) and runs until its own stopping rule: ours (``CAVI(...).fit(x, y,
+learn_hyperparameters=True)``, every default; ML-II: no priors), SVGP+Adam and NGD+Adam (:class:`Plateau`, in the
+:data:`GRID` configuration chosen on the pilot split :data:`PILOT_SEED`), BoTorch's ``fit_gpytorch_mll``. Protocol,
+targets and how to read ``results/<out-name>.{json,md}``: ``benchmarks/README.md``. ``--merge`` combines runs.
 """
 
 from __future__ import annotations
@@ -113,12 +86,6 @@ DF = 4.0  #: Student-t degrees of freedom, fixed for every method
 NLL_MARGIN = 0.005  #: our mean test NLL <= the best peer's + this
 ACCURACY_MARGIN = 0.01  #: our mean accuracy >= the best peer's - this
 COMPARABLE = 0.01  #: a peer counts for the speed target only if its mean test NLL is within this of ours
-#: multi-class: the logistic-softmax link's variants, each also fitted by ours (``--link-variants``)
-LINK_VARIANTS = {
-    "ours, class scales": {"learn_class_scales": True},
-    "ours, bijective": {"bijective": True},
-    "ours, bijective + class scales": {"bijective": True, "learn_class_scales": True},
-}
 
 
 class Plateau:
@@ -142,21 +109,6 @@ class Plateau:
 
 
 # ---------------------------------------------------------------------------------------------------- problems
-def _standardised_split(x: np.ndarray, y: np.ndarray, seed: int, standardise_y: bool) -> dict[str, Tensor]:
-    perm = np.random.RandomState(seed).permutation(len(y))
-    n_test = int(round(0.2 * len(y)))
-    test, train = perm[:n_test], perm[n_test:]
-    mu, sd = x[train].mean(0), x[train].std(0)
-    sd = np.where(sd > 0, sd, 1.0)
-    ym, ys = (y[train].mean(), y[train].std()) if standardise_y else (0.0, 1.0)
-
-    def t(a: np.ndarray) -> Tensor:
-        return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float64)
-
-    return {"x": t((x[train] - mu) / sd), "y": t((y[train] - ym) / ys), "xt": t((x[test] - mu) / sd),
-            "yt": t((y[test] - ym) / ys)}  # fmt: skip
-
-
 def load(name: str, p: dict[str, Any], seed: int, quick: bool) -> dict[str, Any]:
     """Split ``seed`` of problem ``name`` (``quick``: at most 300 training points)."""
     max_train = 300 if quick else p["max_train"]
@@ -165,24 +117,24 @@ def load(name: str, p: dict[str, Any], seed: int, quick: bool) -> dict[str, Any]
         data = {"x": d.x_train, "y": d.y_train, "xt": d.x_test, "yt": d.y_test, "K": 1}
     elif name == "mcycle":
         frame = load_rdataset("MASS", "mcycle")
-        data = {**_standardised_split(frame[["times"]].to_numpy(float), frame["accel"].to_numpy(float), seed, True),
-                "K": 1}  # fmt: skip
+        x, y = frame[["times"]].to_numpy(float), frame["accel"].to_numpy(float)
+        data = {**common.standardised_split(x, y, seed, True), "K": 1}
     elif name == "quakes":
         frame = load_rdataset("datasets", "quakes")
         x = frame[["lat", "long", "depth", "mag"]].to_numpy(float)
-        data = {**_standardised_split(x, frame["stations"].to_numpy(float), seed, False), "K": 1}
+        data = {**common.standardised_split(x, frame["stations"].to_numpy(float), seed, False), "K": 1}
     elif name == "breast_cancer":
         from sklearn.datasets import load_breast_cancer
 
         bunch = load_breast_cancer()
-        data = {**_standardised_split(bunch.data.astype(float), bunch.target.astype(float), seed, False), "K": 1}
+        data = {**common.standardised_split(bunch.data.astype(float), bunch.target.astype(float), seed, False), "K": 1}
     elif name == "affairs":
         frame = load_rdataset("AER", "Affairs")
         x = np.column_stack([frame["gender"].eq("male"), frame["children"].eq("yes"),
                              frame[["affairs", "age", "yearsmarried", "religiousness", "education",
                                     "occupation"]].to_numpy(float)]).astype(float)  # fmt: skip
         labels = np.clip(frame["rating"].to_numpy(int), 2, 5) - 2  # levels 1 and 2 merged: classes 0..3
-        data = {**_standardised_split(x, labels.astype(float), seed, False), "K": 4}
+        data = {**common.standardised_split(x, labels.astype(float), seed, False), "K": 4}
     else:
         d = load_keel(name.removesuffix("5000"), seed=seed, max_train=max_train)
         data = {"x": d.x_train, "y": d.y_train, "xt": d.x_test, "yt": d.y_test, "K": d.num_classes}
@@ -193,30 +145,16 @@ def load(name: str, p: dict[str, Any], seed: int, quick: bool) -> dict[str, Any]
     return data
 
 
-class Model(gpytorch.models.ApproximateGP):
-    """``T`` independent latents (``T = 1``: one) with constant mean (``zero_mean``: none, for the ordinal
-    likelihood, whose first cut-point a constant mean duplicates) and scaled ARD-RBF kernel at fixed ``Z``,
-    GPyTorch's default initial values: the README recipe as a GPyTorch user writes it. ``unit_start``: lengthscales
-    and outputscale set to 1 instead (the start of the earlier protocol, which the scripts that import this model
-    -- ``nested_settings.py``, ``stationarity.py``, ``quadrature_route.py``, ``protocol_crossover.py`` -- keep)."""
-
-    def __init__(self, Z: Tensor, T: int, distribution_cls: type, strategy_cls: type, zero_mean: bool = False,
-                 unit_start: bool = False) -> None:  # fmt: skip
-        batch = torch.Size([T]) if T > 1 else torch.Size()
-        q_u = distribution_cls(Z.size(-2), batch_shape=batch)
-        strategy = strategy_cls(self, Z, q_u, learn_inducing_locations=False)
-        if T > 1:
-            strategy = gpytorch.variational.IndependentMultitaskVariationalStrategy(strategy, num_tasks=T)
-        super().__init__(strategy)
-        self.mean_module = gpytorch.means.ZeroMean() if zero_mean else gpytorch.means.ConstantMean(batch_shape=batch)
-        kernel = gpytorch.kernels.RBFKernel(ard_num_dims=Z.size(-1), batch_shape=batch)
-        self.covar_module = gpytorch.kernels.ScaleKernel(kernel, batch_shape=batch)
-        if unit_start:
-            self.covar_module.base_kernel.lengthscale = torch.ones_like(kernel.lengthscale)
-            self.covar_module.outputscale = torch.ones_like(self.covar_module.outputscale)
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+def Model(Z: Tensor, T: int, distribution_cls: type, strategy_cls: type, zero_mean: bool = False,
+          unit_start: bool = False) -> common.SparseGP:  # fmt: skip
+    """``T`` latents (:class:`_common.SparseGP`; ``zero_mean`` for the ordinal likelihood, whose first cut-point a
+    constant mean duplicates) at GPyTorch's default initial values: the README recipe as a GPyTorch user writes it.
+    ``unit_start``: lengthscales and outputscale 1 instead (the earlier protocol's start, kept by some studies)."""
+    model = common.SparseGP(Z, distribution_cls, strategy_cls, frozen=False, num_latents=T, zero_mean=zero_mean)
+    if unit_start:
+        model.covar_module.base_kernel.lengthscale = torch.ones_like(model.covar_module.base_kernel.lengthscale)
+        model.covar_module.outputscale = torch.ones_like(model.covar_module.outputscale)
+    return model
 
 
 def likelihood_for(kind: str, family: str, K: int, **options: Any) -> Any:
@@ -243,7 +181,7 @@ def likelihood_for(kind: str, family: str, K: int, **options: Any) -> Any:
     return LogisticSoftmaxLikelihood(num_classes=K, **options).double()
 
 
-def evaluator(kind: str, model: Model, lik: Any, data: dict[str, Any]) -> Callable[[], dict[str, float]]:
+def evaluator(kind: str, model: common.SparseGP, lik: Any, data: dict[str, Any]) -> Callable[[], dict[str, float]]:
     """Test NLL and error (RMSE for regression) of the method's own predictive, the same code for every method."""
     xt, yt, K = data["xt"], data["yt"], data["K"]
     if kind == "binary":
@@ -263,32 +201,19 @@ def evaluator(kind: str, model: Model, lik: Any, data: dict[str, Any]) -> Callab
             return {"test_nll": float(nll), "test_rmse": float((mean - yt).pow(2).mean().sqrt())}
 
         return evaluate
-    if kind == "ordinal":
-
-        def evaluate_ordinal() -> dict[str, float]:
-            model.eval()
-            with torch.no_grad():
-                probs = lik.marginal(model(xt)).probs
-            model.train()
-            p = probs.gather(-1, yt.long().unsqueeze(-1)).squeeze(-1).clamp_min(1e-12)
-            error = (probs.argmax(-1) != yt.long()).double().mean()
-            return {"test_nll": float(-p.log().mean()), "test_error": float(error)}
-
-        return evaluate_ordinal
+    # multi-class: the same fixed draws of q(f*) through each method's own link (K latents, or the first K - 1)
     eps = torch.randn(256, xt.shape[0], K, generator=torch.Generator().manual_seed(1), dtype=xt.dtype)
 
-    def evaluate_multiclass() -> dict[str, float]:  # the same fixed draws of q(f*) through each method's own link
+    def evaluate_classes() -> dict[str, float]:
         model.eval()
         with torch.no_grad():
             q = model(xt)
-            T = q.mean.shape[-1]  # K latents, or K - 1 for the bijective link (the same first K - 1 draws)
-            probs = lik.forward(q.mean + q.variance.sqrt() * eps[..., :T]).probs.mean(0)
+            probs = (lik.marginal(q).probs if kind == "ordinal" else
+                     lik.forward(q.mean + q.variance.sqrt() * eps[..., : q.mean.shape[-1]]).probs.mean(0))  # fmt: skip
         model.train()
-        p = probs.gather(-1, yt.long().unsqueeze(-1)).squeeze(-1).clamp_min(1e-12)
-        error = (probs.argmax(-1) != yt.long()).double().mean()
-        return {"test_nll": float(-p.log().mean()), "test_error": float(error)}
+        return common.categorical_metrics(probs, yt)
 
-    return evaluate_multiclass
+    return evaluate_classes
 
 
 # ---------------------------------------------------------------------------------------------------- methods
@@ -310,7 +235,7 @@ class Curve:
         self.excluded += time.perf_counter() - t0
 
 
-def _constant(model: Model, x: Tensor, T: int) -> bool:
+def _constant(model: common.SparseGP, x: Tensor, T: int) -> bool:
     """Whether the final model is a constant predictor on the training inputs ``x`` (every method, same test)."""
     was_training = model.training
     model.eval()
@@ -427,8 +352,7 @@ def peer_families(p: dict[str, Any]) -> list[str]:
     return ["SVGP+Adam", "NGD+Adam"] + (["SVGP+Adam softmax"] if p["kind"] == "multiclass" else [])
 
 
-def methods(p: dict[str, Any], chosen: dict[str, tuple[str, dict[str, Any]]],
-            link_variants: bool = False) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+def methods(p: dict[str, Any], chosen: dict[str, tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     """``(label, config)`` of every method of the problem, ours first; the gradient peers in their pilot-chosen
     configuration ``chosen[family]``."""
     out: list[tuple[str, dict[str, Any]]] = [("ours", {"family": "ours"}),
@@ -436,8 +360,6 @@ def methods(p: dict[str, Any], chosen: dict[str, tuple[str, dict[str, Any]]],
     out += [chosen[family] for family in peer_families(p) if family in chosen]
     if p["kind"] in ("binary", "student_t"):  # BoTorch fits GPyTorch's likelihoods
         out.append(("BoTorch fit_gpytorch_mll + priors", {"family": "BoTorch"}))
-    if p["kind"] == "multiclass" and link_variants:
-        out += [(label, {"family": "ours", **options}) for label, options in LINK_VARIANTS.items()]
     return out
 
 
@@ -473,10 +395,8 @@ def pilot(name: str, p: dict[str, Any], quick: bool) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def run_problem(
-    name: str, splits: int, quick: bool, only: list[str] | None = None, first_seed: int = 0,
-    link_variants: bool = False, pilots: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+def run_problem(name: str, splits: int, quick: bool, only: list[str] | None = None, first_seed: int = 0,
+                pilots: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Every method on the splits of ``name``; the peers' configurations from the pilot split, or from ``pilots``
     (``{problem: pilot record}`` of an earlier run: the same choices without running the grid again)."""
     p = dict(PROBLEMS[name])
@@ -488,7 +408,7 @@ def run_problem(
     for seed in range(first_seed, first_seed + splits):
         data = load(name, p, seed, quick)
         Z = common.kmeans_inducing_points(data["x"], min(p["num_inducing"], data["y"].shape[-1]), seed=seed)
-        specs = [m for m in methods(p, chosen, link_variants) if only is None or m[0].startswith("ours")
+        specs = [m for m in methods(p, chosen) if only is None or m[0].startswith("ours")
                  or m[0].startswith(tuple(only))]  # fmt: skip
         order = specs[seed % len(specs):] + specs[: seed % len(specs)]  # rotate: no method always runs first
         print(f"== {name} split {seed}: {tuple(data['x'].shape)} train, M = {Z.shape[0]}", flush=True)
@@ -638,14 +558,12 @@ def write_results(out: Path, name: str, record: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.run_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]),
+                                  "at most 300 training points, 10 s per peer run", caps=False)  # fmt: skip
     parser.add_argument("--problems", nargs="+", default=list(SUITE), choices=list(PROBLEMS))
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0, help="splits are seeds first-seed, first-seed + 1, ...")
-    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="+", default=None, help="run ours and the methods whose labels start so")
-    parser.add_argument("--link-variants", action="store_true", help="multi-class: also our link variants")
-    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--out-name", default="hyperparameters",
                         help="stem of the result files: results/<out-name>[_<problems>].{json,md}")
     parser.add_argument("--pilot-from", type=Path, default=None,
@@ -654,21 +572,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         help="combine the JSON files of separate runs into results/<out-name>.{json,md}")
     args = parser.parse_args(argv)
     if args.merge:
-        return merge(args.merge, common.output_dir(args.out, False), args.out_name)
+        return merge(args.merge, common.output_dir(args.output_dir, False), args.out_name)
     pilots = None
     if args.pilot_from is not None:
         import json
 
         earlier = json.loads(args.pilot_from.read_text())["results"]
         pilots = {r["problem"]: r["pilot"] for r in earlier if r.get("pilot")}
-    machine = common.start_run(threads=1, seed=0)
-    out = common.output_dir(args.out, args.quick)
+    machine = common.start_run(args.threads, args.seed)
+    out = common.output_dir(args.output_dir, args.quick)
     stem = args.out_name if set(args.problems) == set(SUITE) else args.out_name + "_" + "_".join(args.problems)
     stem += f"_seeds{args.first_seed}-{args.first_seed + args.splits - 1}" if args.first_seed else ""
     results: list[dict[str, Any]] = []
     for name in args.problems:  # the record is rewritten after every problem: a crash keeps what was measured
-        results.append(run_problem(name, args.splits, args.quick, args.only, args.first_seed, args.link_variants,
-                                   pilots))  # fmt: skip
+        results.append(run_problem(name, args.splits, args.quick, args.only, args.first_seed, pilots))
         record = {"machine": common.close_machine_info(dict(machine)), "arguments": list(argv or sys.argv[1:]),
                   "grid": GRID, "problems": PROBLEMS, "results": results}  # fmt: skip
         write_results(out, stem, record)

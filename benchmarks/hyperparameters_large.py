@@ -1,34 +1,10 @@
 r"""Issue 15, item 4: the large-data protocol of ``CAVI.fit(x, y, learn_hyperparameters=True)`` on 10⁶ points
-against GPyTorch's SVGP+Adam, hyper-parameters learned by every method.
-
-Problem: the synthetic binary problem of ``scale.py`` (:func:`scale.synthetic_data`, ``x ~ N(0, I_10)``, logistic
-link), N = 10⁶ training points, 10⁴ held-out test points from the same generator (another seed), M = 200 inducing
-inputs (k-means of a seeded 20,000-point subset, fixed, the same for every method), the same initial
-hyper-parameters for every method (median-heuristic ARD lengthscales, outputscale 1, mean 0) and the **same model**:
-scaled ARD-RBF kernel, constant mean, Bernoulli likelihood with the logistic link (the package's
-``BernoulliLogitLikelihood``, which GPyTorch's ``VariationalELBO`` takes as any likelihood).
-
-The methods, declared in :data:`GRID` before any run:
-
-* **ours** -- the ``"stochastic"`` protocol of :func:`~gpytorch_augment.inference.hyperparameters.fit_hyperparameters`
-  (what ``CAVI.fit(..., learn_hyperparameters=True)`` runs above 50,000 points): one mini-batch CAVI step (default
-  Robbins-Monro step on :math:`q(u)`) fused with one Adam step (the protocol's default ``lr``) on the hyper-parameters
-  per batch. Driven one step at a time exactly as ``CAVI.fit``'s loop does (``cavi.step(xb, yb,
-  hyper_optimizer=adam)`` inside ``checked_data()``, then ``float(elbo)``), so that it can run round-robin with the
-  peers; the optimiser is the one the protocol builds (Adam over ``hyperparameters_of(cavi)``).
-* **SVGP+Adam** -- GPyTorch's whitened ``VariationalStrategy`` with a Cholesky :math:`q(u)`, ``VariationalELBO``,
-  Adam on every parameter.
-
-Every method sees the same seeded sequence of mini-batches for its batch size (:func:`scale.batch_stream`). One torch
-thread, float64, all methods round-robin in one process (:func:`_common.run_interleaved`, each on its own clock;
-evaluation excluded) for the same wall-time budget each (65 s; 8 methods). Measured: (1) seconds per epoch,
-**extrapolated** from the median steady-state step time (steps after the first :data:`STEADY_FROM`) times
-``N / batch``; (2) the test NLL when each method's clock reaches the budget; (3) the peak RSS while the methods ran
-(``VmHWM``, reset after the data were built) over the footprint after the data were built (one process holds all
-methods: the figure bounds every method's).
-
-Run ``python benchmarks/hyperparameters_large.py`` (~10 min on 2 shared cores) or ``--quick`` (N = 10⁵, 10 s per
-method, ~1.5 min); results go to ``results/hyperparameters_large.{json,md}``.
+against GPyTorch's SVGP+Adam, hyper-parameters learned by every method, the same model and start (``scale.py``'s
+synthetic problem). Ours is the ``"stochastic"`` protocol at its defaults, driven one step at a time as ``CAVI.fit``'s
+loop does (``cavi.step(xb, yb, hyper_optimizer=adam)`` inside ``checked_data()``, then ``float(elbo)``) so that it
+runs round-robin with the peers of :data:`GRID`, each for the same budget on its own clock. Measured: s / epoch
+(extrapolated from the median step after :data:`STEADY_FROM`), test NLL at the budget, peak RSS. How to read
+``results/hyperparameters_large.{json,md}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -46,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
 import _report  # noqa: E402
 import gpytorch  # noqa: E402
-import hyperparameters as hp  # noqa: E402
 import numpy as np  # noqa: E402
 import scale  # noqa: E402
 import torch  # noqa: E402
@@ -78,24 +53,7 @@ KMEANS_SUBSET = 20_000
 STEADY_FROM = 20  #: steps dropped before the median step time (warm-up of caches and allocator)
 EVAL_EVERY = 250  #: evaluations at steps 1, 2, 4, 8, ... and every EVAL_EVERY steps (plus at the budget)
 TARGET_RATIO = 0.5  #: the issue's target: ours' epoch time <= 0.5 x the peer's at its best batch size
-
-
-def vm_rss_mb() -> float:
-    """The process's current resident set size (``VmRSS`` of ``/proc/self/status``), in MiB (Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")  # pragma: no cover
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS counter ``VmHWM`` to the current RSS (``/proc/self/clear_refs``, value 5; Linux
-    >= 4.0); ``ru_maxrss`` is not reset. Returns whether it worked."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:  # pragma: no cover
-        return False
+CHOLESKY = gpytorch.variational.CholeskyVariationalDistribution  #: q(u) of every method
 
 
 def probe_memory(specs: list[common.MethodSpec], hwm_reset: bool, steps: int = 3) -> dict[str, Any]:
@@ -106,10 +64,10 @@ def probe_memory(specs: list[common.MethodSpec], hwm_reset: bool, steps: int = 3
         record: dict[str, Any] = {}
         for phase, run in (("steps", lambda: [spec.step() for _ in range(steps)]), ("evaluate", spec.evaluate)):
             gc.collect()
-            base = vm_rss_mb()
-            reset_peak_rss()
+            base = common.proc_status_mb("VmRSS")
+            common.reset_peak_rss()
             run()
-            peak = scale.vm_hwm_mb()
+            peak = common.proc_status_mb("VmHWM")
             record[f"{phase}_peak_above_mb"] = peak - base if hwm_reset and peak is not None else None
         out[spec.name] = record
     return out
@@ -120,21 +78,8 @@ def schedule(t: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------- methods
-def initialise(model: hp.Model, lengthscale: Tensor) -> hp.Model:
-    """The common start: median-heuristic lengthscales, outputscale 1, mean 0 (float64)."""
-    shape = model.covar_module.base_kernel.lengthscale.shape
-    model.covar_module.base_kernel.lengthscale = lengthscale.expand(shape)
-    model.covar_module.outputscale = torch.ones_like(model.covar_module.outputscale)
-    model.mean_module.constant.data.zero_()
-    return model.double()
-
-
-def model_for(Z: Tensor, ls: Tensor, strategy_cls: type) -> hp.Model:
-    return initialise(hp.Model(Z, 1, gpytorch.variational.CholeskyVariationalDistribution, strategy_cls), ls)
-
-
 def make_ours(data: dict[str, Any], Z: Tensor, ls: Tensor, batch_size: int) -> common.MethodSpec:
-    model = model_for(Z, ls, CAVIVariationalStrategy)
+    model = scale.sparse_gp(Z, CHOLESKY, CAVIVariationalStrategy, ls)  # the common start (median-heuristic ls)
     lik = BernoulliLogitLikelihood()
     n = data["y"].shape[-1]
     cavi = CAVI(model, lik, num_data=n)
@@ -153,7 +98,7 @@ def make_ours(data: dict[str, Any], Z: Tensor, ls: Tensor, batch_size: int) -> c
 
 
 def make_peer(data: dict[str, Any], Z: Tensor, ls: Tensor, batch_size: int, lr: float) -> common.MethodSpec:
-    model = model_for(Z, ls, gpytorch.variational.VariationalStrategy)
+    model = scale.sparse_gp(Z, CHOLESKY, gpytorch.variational.VariationalStrategy, ls)
     lik = BernoulliLogitLikelihood()
     mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=data["y"].shape[-1])
     adam = torch.optim.Adam([p for p in (*model.parameters(), *lik.parameters()) if p.requires_grad], lr=lr)
@@ -183,7 +128,7 @@ def run(quick: bool, budget: float | None, seed: int) -> dict[str, Any]:
     if budget is not None:
         size["budget"] = budget
     n = size["num_train"]
-    rss_start = scale.peak_rss_mb()
+    rss_start = common.peak_rss_mb()
     t0 = time.perf_counter()
     x, y = scale.synthetic_data(n, DIM, seed=seed)
     xt, yt = scale.synthetic_data(size["num_test"], DIM, seed=seed + 1)
@@ -195,13 +140,13 @@ def run(quick: bool, budget: float | None, seed: int) -> dict[str, Any]:
     ls = common.median_heuristic_lengthscales(x, max_points=1000)
     data = {"x": x, "y": y, "xt": xt, "yt": yt}
     gc.collect()
-    rss_data, setup_peak = vm_rss_mb(), scale.peak_rss_mb()
-    hwm_reset = reset_peak_rss()  # from here VmHWM is the peak of the methods' runs only
+    rss_data, setup_peak = common.proc_status_mb("VmRSS"), common.peak_rss_mb()
+    hwm_reset = common.reset_peak_rss()  # from here VmHWM is the peak of the methods' runs only
     print(f"== N = {n}, test {size['num_test']}, M = {NUM_INDUCING}, budget {size['budget']} s per method; data "
           f"{data_time:.1f} s, k-means {kmeans_time:.1f} s, RSS after data {rss_data:.0f} MiB", flush=True)  # fmt: skip
     probes = probe_memory(methods(data, Z, ls), hwm_reset)  # also the untimed warm-up, on throw-away models
     gc.collect()
-    reset_peak_rss()  # the probes ran on throw-away models: the peak of the interleaved runs from here
+    common.reset_peak_rss()  # the probes ran on throw-away models: the peak of the interleaved runs from here
     rule = common.StoppingRule(patience=10**9, min_improvement=-math.inf, max_iter=10**9, max_time=size["budget"])
     traces = common.run_interleaved(
         methods(data, Z, ls), "test_nll", rule, schedule,
@@ -209,8 +154,8 @@ def run(quick: bool, budget: float | None, seed: int) -> dict[str, Any]:
     )  # fmt: skip
     memory = {
         "rss_start_mb": rss_start, "rss_after_data_mb": rss_data, "setup_peak_rss_mb": setup_peak,
-        "process_peak_rss_mb": scale.peak_rss_mb(), "hwm_reset_after_data": hwm_reset,
-        "peak_rss_during_runs_mb": scale.vm_hwm_mb() if hwm_reset else scale.peak_rss_mb(),
+        "process_peak_rss_mb": common.peak_rss_mb(), "hwm_reset_after_data": hwm_reset,
+        "peak_rss_during_runs_mb": common.proc_status_mb("VmHWM") if hwm_reset else common.peak_rss_mb(),
         "n_by_m_matrix_mb": n * NUM_INDUCING * 8 / 2**20,
         "data_mb": (x.numel() + y.numel() + xt.numel() + yt.numel()) * x.element_size() / 2**20,
     }  # fmt: skip

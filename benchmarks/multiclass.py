@@ -1,46 +1,9 @@
 r"""Multi-class GP classification on KEEL ``satimage``: closed-form CAVI with the logistic-softmax likelihood against
-GPyTorch's ``SoftmaxLikelihood`` SVGP trained by Adam.
-
-The GP part has the same form for every method::
-
-    f_j ~ GP(c_j, s_j^2 k_RBF-ARD(l_j)),  j = 1..J  (J = K = 6, or K - 1 = 5 for the bijective link),
-    u_j = f_j(Z) with M = 100 fixed k-means inducing inputs Z (the same for every method),
-    q(u_j) = N(m_j, S_j) (whitened), one batched strategy inside IndependentMultitaskVariationalStrategy.
-
-**Hyper-parameters.** The two links are different models (the logistic-softmax link is bounded, so it wants larger
-latent amplitudes, and its best kernel differs), so each model gets its own kernel and mean hyper-parameters, chosen
-on the same seeded subset, with the same Z, from the same initialisation, by :data:`HYPER_ITERATIONS` Adam steps
-(:func:`choose_hyperparameters`); they are then frozen and only q(u) (and, where stated, the class scales) is
-optimised in the timed runs. The hyper-parameter fits are timed and reported apart. Four configurations:
-
-* **true-ELBO h.p.** (the headline, :data:`HEADLINE`): every model's hyper-parameters from *its true ELBO* by the
-  same GPyTorch loop (SVGP + ``VariationalELBO`` + Adam on q(u) and hyper-parameters jointly), only the likelihood
-  differs: ``SoftmaxLikelihood`` for the baseline, ``LogisticSoftmaxLikelihood`` (deterministic quasi-Monte-Carlo
-  ``expected_log_prob``) for CAVI. The most even-handed choice: one procedure, one kind of objective.
-* **own h.p.**: the logistic-softmax's hyper-parameters from CAVI's own loop (``CAVI.fit(..., hyper_optimizer=...)``,
-  Adam on the *augmented* bound, which for this likelihood is looser than its ELBO and prefers worse
-  hyper-parameters -- reported, not hidden).
-* **own h.p., true-ELBO M-step**: CAVI's loop with the hyper-parameter steps on the true ELBO
-  (``CAVI(..., hyper_objective=VariationalELBO(...))``); an alternation of two different objectives, whose
-  stability the recorded subset-ELBO trace shows.
-* **baseline's h.p.**: CAVI with the softmax model's hyper-parameters (the setting of the first version).
-
-* **CAVI** -- ``gpytorch_augment.CAVI`` full-batch steps with ``LogisticSoftmaxLikelihood``
-  (:math:`p(y=k\mid f) = \theta_k\sigma(f_k)/\sum_l\theta_l\sigma(f_l)`), over-parametrised or bijective link, with
-  :math:`\theta \equiv 1` or with the closed-form class-scale update inside every step;
-* **SVGP+Adam** -- ``VariationalStrategy`` + ``CholeskyVariationalDistribution`` in
-  ``IndependentMultitaskVariationalStrategy``, ``gpytorch.likelihoods.SoftmaxLikelihood(mixing_weights=False)``
-  (the softmax link), ``VariationalELBO`` (Monte-Carlo expected log-likelihood, GPyTorch's default 10 samples),
-  full-batch Adam on the variational parameters.
-
-Every method is evaluated with the same predictive machinery: class probabilities :math:`E_{q(f_*)}[\text{link}(f_*)]`
-by 512 fixed standard-normal draws while tracking (shared by all methods, so their noise is common), and by
-:math:`2^{14}` scrambled-Sobol points for the final numbers (the latent variance integrated, not plugged in). The
-state of every baseline run at its best tracked accuracy is kept and re-evaluated with the precise predictive, to
-tell whether the baseline's best tracked accuracy (the issue's target) is a Monte-Carlo-lucky evaluation.
-
-Run ``python benchmarks/multiclass.py`` (full, ~55 min on 2 shared cores) or ``--quick`` (smoke check, a few min).
-Results go to ``results/multiclass.{json,md,png}`` (``--render results/multiclass.json`` re-renders them).
+GPyTorch's ``SoftmaxLikelihood`` SVGP trained by Adam, q(u) only (and, where stated, the class scales), every model
+on kernel hyper-parameters chosen first and frozen (:func:`choose_hyperparameters`, one fit per model, configurations
+:data:`CONFIGS`; the headline: every model from its own true ELBO). Tracked with :data:`TRACKING_DRAWS` fixed draws
+shared by every method, final numbers with 2^14 scrambled-Sobol points (:func:`final_metrics`). What is measured and
+how to read ``results/multiclass.{json,md,png}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -85,7 +48,7 @@ HYPER_LR = 0.05
 HYPER_ITERATIONS = 1000
 #: the subset's ELBO is recorded every this many iterations of a hyper-parameter fit (convergence / stability)
 HYPER_CHECKPOINT = 100
-#: the configuration the issue's target is judged on (see the module docstring)
+#: the configuration the issue's target is judged on (every model's hyper-parameters from its own true ELBO)
 HEADLINE = "elbo"
 #: the hyper-parameter configurations (where the frozen hyper-parameters of a CAVI row come from), headline first
 CONFIGS = {
@@ -96,31 +59,19 @@ CONFIGS = {
 }
 
 # ---------------------------------------------------------------------------------------------------- model
-class MultiLatentSVGP(gpytorch.models.ApproximateGP):
-    """``J`` independent latent GPs (constant mean, scaled ARD-RBF kernel) with one batched variational strategy."""
-
-    def __init__(self, inducing_points: Tensor, num_latents: int, strategy_cls: type) -> None:
-        batch = torch.Size([num_latents])
-        q_u = gpytorch.variational.CholeskyVariationalDistribution(inducing_points.size(-2), batch_shape=batch)
-        base = strategy_cls(self, inducing_points, q_u, learn_inducing_locations=False)
-        super().__init__(gpytorch.variational.IndependentMultitaskVariationalStrategy(base, num_tasks=num_latents))
-        self.mean_module = gpytorch.means.ConstantMean(batch_shape=batch)
-        kernel = gpytorch.kernels.RBFKernel(ard_num_dims=inducing_points.size(-1), batch_shape=batch)
-        self.covar_module = gpytorch.kernels.ScaleKernel(kernel, batch_shape=batch)
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    def set_hyperparameters(self, hypers: dict[str, Any]) -> None:
-        """Latent ``j`` of this model gets latent ``j`` of ``hypers``; then the prior is frozen."""
-        J = self.mean_module.constant.shape[0]
-        self.covar_module.base_kernel.lengthscale = torch.as_tensor(hypers["lengthscale"])[:J].unsqueeze(-2)
-        self.covar_module.outputscale = torch.as_tensor(hypers["outputscale"])[:J]
-        self.mean_module.constant.data.copy_(torch.as_tensor(hypers["mean_constant"])[:J])
-        self.mean_module.requires_grad_(False)
-        self.covar_module.requires_grad_(False)
+def MultiLatentSVGP(inducing_points: Tensor, num_latents: int, strategy_cls: type) -> common.SparseGP:
+    """``J`` independent latent GPs (constant mean, scaled ARD-RBF kernel) in one batched variational strategy."""
+    return common.SparseGP(inducing_points, strategy_cls=strategy_cls, frozen=False, num_latents=num_latents)
 
 
+def set_hyperparameters(model: common.SparseGP, hypers: dict[str, Any]) -> None:
+    """Latent ``j`` of ``model`` gets latent ``j`` of ``hypers``; then the prior is frozen."""
+    J = model.mean_module.constant.shape[0]
+    model.covar_module.base_kernel.lengthscale = torch.as_tensor(hypers["lengthscale"])[:J].unsqueeze(-2)
+    model.covar_module.outputscale = torch.as_tensor(hypers["outputscale"])[:J]
+    model.mean_module.constant.data.copy_(torch.as_tensor(hypers["mean_constant"])[:J])
+    model.mean_module.requires_grad_(False)
+    model.covar_module.requires_grad_(False)
 
 
 # ---------------------------------------------------------------------------------------------------- methods
@@ -187,7 +138,7 @@ def _softmax_likelihood(num_classes: int) -> gpytorch.likelihoods.SoftmaxLikelih
     )
 
 
-def _initialise(model: MultiLatentSVGP, x: Tensor, seed: int) -> None:
+def _initialise(model: common.SparseGP, x: Tensor, seed: int) -> None:
     """The common starting point of every hyper-parameter fit: median-heuristic lengthscales (per input
     dimension, the same for every latent), outputscale 1, mean 0."""
     J = model.mean_module.constant.shape[0]
@@ -196,7 +147,7 @@ def _initialise(model: MultiLatentSVGP, x: Tensor, seed: int) -> None:
     model.mean_module.constant.data.zero_()
 
 
-def _fitted(model: MultiLatentSVGP) -> dict[str, Any]:
+def _fitted(model: common.SparseGP) -> dict[str, Any]:
     return {
         "lengthscale": model.covar_module.base_kernel.lengthscale.detach().squeeze(-2).tolist(),
         "outputscale": model.covar_module.outputscale.detach().tolist(),
@@ -204,7 +155,7 @@ def _fitted(model: MultiLatentSVGP) -> dict[str, Any]:
     }
 
 
-def _subset_elbo(model: MultiLatentSVGP, likelihood: Any, x: Tensor, y: Tensor) -> float:
+def _subset_elbo(model: common.SparseGP, likelihood: Any, x: Tensor, y: Tensor) -> float:
     """The subset's ELBO per datum at the current q(u) and hyper-parameters, for the record of a fit (the
     logistic-softmax's deterministic expected log-likelihood; the softmax's Monte-Carlo one with 1024 samples)."""
     with torch.no_grad(), gpytorch.settings.num_likelihood_samples(1024):
@@ -215,25 +166,11 @@ def choose_hyperparameters(
     spec: MethodConfig, x: Tensor, y: Tensor, Z: Tensor, num_classes: int, subset: int, iterations: int,
     lr: float = HYPER_LR, seed: int = 0, checkpoint: int = HYPER_CHECKPOINT,
 ) -> dict[str, Any]:
-    """The fixed procedure that picks a model's frozen hyper-parameters, applied to **that model**: on a seeded
-    random subset of ``subset`` training points, with the benchmark's fixed ``Z``, from the common initialisation
-    (:func:`_initialise`), ``iterations`` iterations of a training loop with Adam (``lr``) on every kernel and mean
-    hyper-parameter:
-
-    * softmax (``spec.engine == "adam"``) and true-ELBO fits of the logistic-softmax (``spec.hypers == "elbo"``):
-      GPyTorch's SVGP with the model's likelihood and ``VariationalELBO``, one Adam step on q(u) and the
-      hyper-parameters (and learned class scales) jointly per iteration -- the standard GPyTorch loop, only the
-      likelihood differs (``SoftmaxLikelihood``'s Monte-Carlo expected log-likelihood, or
-      ``LogisticSoftmaxLikelihood.expected_log_prob``, deterministic quasi-Monte Carlo);
-    * the logistic-softmax's own CAVI loop (``spec.hypers == "own"``):
-      ``CAVI.fit(..., hyper_optimizer=Adam(model.hyperparameters(), lr))``, one closed-form CAVI step on q(u) (and,
-      with ``learn_class_scales``, the closed-form class-scale update) then one Adam step on ``-AugmentedELBO`` per
-      iteration; with ``spec.hypers == "own-true"`` the Adam step is on the true ELBO instead
-      (``CAVI(..., hyper_objective=VariationalELBO(likelihood, ...))``).
-
-    Every ``checkpoint`` iterations the subset's true ELBO per datum is recorded (untimed), to show whether the fit
-    has converged -- or, for the alternating "own-true" loop, whether it is stable.
-    """
+    """The fixed procedure that picks a model's frozen hyper-parameters, applied to **that model** (as its
+    ``procedure`` records): on a seeded subset of ``subset`` training points, from :func:`_initialise`,
+    ``iterations`` iterations of either GPyTorch's SVGP loop with the model's likelihood (the softmax, and the
+    true-ELBO fits, ``spec.hypers == "elbo"``) or CAVI's own loop (``CAVI.fit(..., hyper_optimizer=Adam)``; with
+    ``"own-true"`` its M-step on the true ELBO). The subset's true ELBO is recorded every ``checkpoint`` iterations."""
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randperm(x.shape[0], generator=gen)[:subset]
     torch.manual_seed(seed)  # GPyTorch's Monte-Carlo expected log-likelihood draws from the global generator
@@ -324,7 +261,7 @@ def choose_hyperparameters(
 # ---------------------------------------------------------------------------------------------------- training
 @dataclass
 class Built:
-    model: MultiLatentSVGP
+    model: common.SparseGP
     likelihood: Any
     step: Callable[[], Any]
     link: Callable[[Tensor], Tensor]  # latents (..., N, J) -> class probabilities (..., N, K)
@@ -339,7 +276,7 @@ def build(spec: MethodConfig, x: Tensor, y: Tensor, Z: Tensor, num_classes: int,
             num_classes, bijective=spec.bijective, learn_class_scales=spec.learn_class_scales
         )
         model = MultiLatentSVGP(Z, likelihood.num_latents, CAVIVariationalStrategy)
-        model.set_hyperparameters(hypers)
+        set_hyperparameters(model, hypers)
         cavi = CAVI(model, likelihood, num_data=y.numel())
         return Built(model, likelihood, lambda: cavi.step(x, y), lambda f: likelihood(f).probs)
     if spec.engine == "adam-ls":  # the same SVGP + Adam loop as the baseline, on the logistic-softmax's true ELBO
@@ -348,14 +285,14 @@ def build(spec: MethodConfig, x: Tensor, y: Tensor, Z: Tensor, num_classes: int,
     else:
         likelihood, link = _softmax_likelihood(num_classes), (lambda f: torch.softmax(f, -1))
     model = MultiLatentSVGP(Z, num_classes, gpytorch.variational.VariationalStrategy)
-    model.set_hyperparameters(hypers)
+    set_hyperparameters(model, hypers)
     mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=y.numel())
     optimizer = torch.optim.Adam(model.variational_parameters(), lr=spec.lr)
     return Built(model, likelihood, common.gradient_step(lambda: -mll(model(x), y), optimizer), link)
 
 
 @torch.no_grad()
-def latent_moments(model: MultiLatentSVGP, x: Tensor) -> tuple[Tensor, Tensor]:
+def latent_moments(model: common.SparseGP, x: Tensor) -> tuple[Tensor, Tensor]:
     model.eval()
     out = model(x)
     mean, var = out.mean, out.variance
@@ -614,9 +551,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
         "baseline best: run, iteration, evaluations": f"{diag['run']}, {diag['iteration']}, {diag['evaluations']}",
         "baseline best: sustained over 3 evaluations": diag["sustained_3"],
         "baseline best: precise re-evaluation": diag["precise_at_best_state"],
-        "stopping": f"plateau: ≤ {cfg['stopping']['min_improvement']} over {cfg['stopping']['patience']} "
-        f"evaluations spanning ≥ {cfg['stopping']['min_window_iterations']} iterations; max "
-        f"{cfg['stopping']['max_iter']} iterations, {cfg['stopping']['max_time']:.0f} s",
+        "stopping": common.rule_settings(cfg["stopping"]),
         "whole script (s)": result["wall_time_total"],
         **_report.machine_settings(result["machine"]),
     }
@@ -708,40 +643,22 @@ f"(solid: CAVI, {CONFIGS[HEADLINE]} (headline); dashed: Adam; dotted: CAVI, othe
 # ---------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="subsampled smoke run (a few minutes)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for every method (default 1)")
-    p.add_argument("--max-time", type=float, default=None, help="cap on each run's own clock [s]")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default results/, --quick: a temp dir)")
-    p.add_argument("--render", type=Path, default=None, help="only re-render the summary of a saved multiclass.json")
-    return p.parse_args(argv)
-
-
-def render(json_path: Path) -> None:
-    """Recompute the summary and rewrite the Markdown and the plot from a saved ``multiclass.json``."""
-    import json
-
-    result = json.loads(Path(json_path).read_text())
-    result["summary"] = summarise(result["runs"], result["config"]["n_test"])
-    _report.write_report(Path(json_path).parent, "multiclass", result, *report(result), figure=plot, echo=False)
+    return common.run_arguments(p, quick_help="subsampled smoke run (a few minutes)").parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    if args.render is not None:
-        render(args.render)
-        return {}
     start_all = time.perf_counter()
-    common.configure_torch(args.threads)
-    machine = common.machine_info()
+    machine = common.start_run(args.threads, args.seed)
     quick = args.quick
-    data = load_keel("satimage", seed=0, max_train=800 if quick else None)
+    data = load_keel("satimage", seed=args.seed, max_train=800 if quick else None)
     x, y, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
     if quick:  # a seeded subset of the test set too: the tracking evaluations dominate a smoke run
-        keep = torch.randperm(x_test.shape[0], generator=torch.Generator().manual_seed(0))[:400]
+        keep = torch.randperm(x_test.shape[0], generator=torch.Generator().manual_seed(args.seed))[:400]
         x_test, y_test = x_test[keep], y_test[keep]
     K = data.num_classes
     M = 30 if quick else 100
-    Z = common.kmeans_inducing_points(x, M, seed=0)
+    Z = common.kmeans_inducing_points(x, M, seed=args.seed)
     specs = default_methods(quick)
     hypers: dict[str, dict[str, Any]] = {}
     for spec in specs:  # one fit per distinct model, by the same procedure (untimed for the runs)
@@ -749,7 +666,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             fit_spec = spec if spec.hyper_key != "softmax" else MethodConfig("softmax", "adam")
             hypers[spec.hyper_key] = choose_hyperparameters(
                 fit_spec, x, y, Z, K, subset=min(2000, x.shape[0]), iterations=40 if quick else HYPER_ITERATIONS,
-                checkpoint=20 if quick else HYPER_CHECKPOINT,
+                seed=args.seed, checkpoint=20 if quick else HYPER_CHECKPOINT,
             )
             h = hypers[spec.hyper_key]
             print(
@@ -757,12 +674,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{h['subset_elbo_per_datum']:.4f}, outputscales {[round(v, 2) for v in h['outputscale']]}",
                 flush=True,
             )
-    rule = common.StoppingRule(
-        patience=20, min_improvement=5e-4, min_window_iterations=50, max_iter=5000,
-        max_time=args.max_time or (15.0 if quick else 300.0),
-    )
+    rule = common.StoppingRule(patience=20, min_improvement=5e-4, min_window_iterations=50, max_iter=5000,
+                               max_time=15.0 if quick else 300.0).capped(args.max_time, args.max_iter)  # fmt: skip
     schedule = common.EvalSchedule(dense_until=60, every=5, sparse_from=1000, sparse_every=10)
-    eps = torch.randn(TRACKING_DRAWS, 1, K, generator=torch.Generator().manual_seed(1))
+    eps = torch.randn(TRACKING_DRAWS, 1, K, generator=torch.Generator().manual_seed(args.seed + 1))
     common.warm_up(build(spec, x, y, Z, K, hypers[spec.hyper_key]).step for spec in specs)
     built = {spec.name: build(spec, x, y, Z, K, hypers[spec.hyper_key]) for spec in specs}
     methods = [common.MethodSpec(name, b.step, make_evaluator(b, x_test, y_test, eps)) for name, b in built.items()]
@@ -789,13 +704,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = {
         "quick": quick, "n_train": int(x.shape[0]), "n_test": int(x_test.shape[0]), "num_features": int(x.shape[1]),
         "num_classes": K, "num_inducing": M, "threads": args.threads, "dtype": str(torch.get_default_dtype()),
-        "stopping": asdict(rule), "schedule": asdict(schedule), "tracking_draws": TRACKING_DRAWS,
+        "stopping": asdict(rule), "schedule": asdict(schedule), "tracking_draws": TRACKING_DRAWS, "seed": args.seed,
     }
     result = {
         "config": config, "machine": machine, "hyperparameters": hypers, "runs": runs, "summary": summary,
         "wall_time_total": time.perf_counter() - start_all,
     }
-    out = common.output_dir(args.out, quick)
+    out = common.output_dir(args.output_dir, quick)
     _report.write_report(out, "multiclass", result, *report(result), figure=plot, echo=False)
     return result
 

@@ -1,17 +1,7 @@
-"""Ordinal regression: ``OrdinalLogitLikelihood`` fitted by the one-call CAVI fit against GPyTorch's SVGP trained
-by Adam on the ``VariationalELBO`` with a cumulative-logit likelihood by Gauss--Hermite quadrature (written here as
-the baseline: GPyTorch has no ordinal likelihood).
-
-Data: a synthetic 2-D latent :math:`f(x) = 2.5\\sin(3x_1)\\cos(2x_2) + x_1`, ``K = 5`` classes with cut-points
-:math:`(-2, -0.7, 0.7, 2)`, labels drawn from the model; ``N`` training and 2,000 test points; ``M = 64`` inducing
-inputs (k-means++) shared by both; both learn the kernel, the cut-points and (the baseline) :math:`q(u)` by
-gradient. The baseline's learning rate is chosen from a declared grid on a pilot seed, and it stops by a plateau rule
-on its training objective. Measured over several seeds: wall time of each fit under its own stopping rule,
-held-out negative log predictive probability (NLL) and accuracy, and the baseline's time to first reach the
-augmented fit's NLL + 0.01 (evaluated every 25 Adam steps, evaluation time excluded).
-
-Run ``python benchmarks/ordinal.py`` (N = 2,000 and 10,000, 3 seeds) or ``--quick`` (N = 1,000, one seed). Results go to
-``results/ordinal.{json,md}`` (``--quick``: to ``$TMPDIR/gpytorch_augment_benchmarks/``).
+"""Ordinal regression: ``OrdinalLogitLikelihood`` fitted by the one-call CAVI fit against GPyTorch's SVGP + Adam
+with a cumulative-logit likelihood by Gauss--Hermite quadrature (:class:`QuadratureOrdinal`: GPyTorch has none), on
+a synthetic 2-D latent with ``K = 5`` classes; the baseline's learning rate from :data:`ADAM_LRS` on a pilot seed,
+stopped by a plateau rule. Set-up and how to read ``results/ordinal.{json,md}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -83,15 +73,9 @@ class QuadratureOrdinal(gpytorch.likelihoods.Likelihood):
         return Categorical(probs=(weights.unsqueeze(-1) * self._log_probs(nodes).exp()).sum(0))
 
 
-class SVGP(gpytorch.models.ApproximateGP):
-    def __init__(self, Z: Tensor, strategy_cls: type) -> None:
-        q_u = gpytorch.variational.CholeskyVariationalDistribution(Z.shape[-2])
-        super().__init__(strategy_cls(self, Z, q_u, learn_inducing_locations=False))
-        self.mean_module = gpytorch.means.ZeroMean()  # a constant mean is confounded with the first cut-point
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=2))
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+def SVGP(Z: Tensor, strategy_cls: type) -> common.SparseGP:
+    """The model of both: zero mean (a constant mean is confounded with the first cut-point), ARD RBF kernel."""
+    return common.SparseGP(Z, strategy_cls=strategy_cls, frozen=False, zero_mean=True)
 
 
 def held_out(model: Any, likelihood: Any, x: Tensor, y: Tensor) -> dict[str, float]:
@@ -183,13 +167,12 @@ def run(n: int, seed: int, lr: float, max_steps: int) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 1,000 only, one seed, at most 600 Adam steps")
+def main(argv: list[str] | None = None) -> None:
+    parser = common.run_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
+                                  "N = 1,000 only, one seed, at most 600 Adam steps", caps=False)  # fmt: skip
     parser.add_argument("--seeds", type=int, default=None, help="seeds per N (default 3; --quick: 1)")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    machine = common.start_run(threads=args.threads, seed=0)
+    args = parser.parse_args(argv)
+    machine = common.start_run(args.threads, args.seed)
     sizes, max_steps = ([1000], 600) if args.quick else ([2000, 10000], 3000)
     seeds = args.seeds or (1 if args.quick else 3)
     rows, lrs = [], {}
@@ -220,7 +203,8 @@ def main() -> None:
                 "test points": 2000, "baseline lr grid": ", ".join(map(str, ADAM_LRS)),
                 "baseline stopping rule": f"plateau: < {PLATEAU_TOL} relative over {PLATEAU_EVALS} evaluations "
                 f"every {EVAL_EVERY} steps, cap {max_steps}", **_report.machine_settings(machine)}  # fmt: skip
-    _report.write_report(common.output_dir(None, args.quick), "ordinal", {"rows": rows, "lrs": lrs, "machine": machine},
+    _report.write_report(common.output_dir(args.output_dir, args.quick), "ordinal",
+                         {"rows": rows, "lrs": lrs, "machine": machine},
                          "Ordinal regression: augmented CAVI against SVGP + Adam", settings, [speed, table])
 
 

@@ -1,38 +1,9 @@
-"""Preference learning: ``PairwiseAugmentedGP`` (CAVI on the Pólya-Gamma augmentation) against BoTorch's
-``PairwiseGP`` (Laplace approximation, probit and logit links, ``fit_gpytorch_mll``).
-
-For each synthetic utility and number of comparisons ``m``: ``n = m // 4 + 10`` points drawn uniformly in the unit
-square, ``m`` random pairs of them, outcomes drawn from the logit model :math:`p(a \\succ b) = \\sigma(u(a) - u(b))`
-(winner first, BoTorch's convention). Every model learns its kernel hyper-parameters. Measured: the wall time of the
-fit, the log-loss and accuracy of held-out comparisons (500 fresh pairs of 100 fresh points, outcomes drawn from the
-same model), and the calibration of the utility's uncertainty: the fraction of held-out true differences
-:math:`u(a) - u(b)` inside the model's central 90% interval of :math:`f(a) - f(b)` (the logit model's scale; the
-probit link's latent is on a scale about 1.7 times smaller). For the smaller sizes the exact posterior at the
-augmented model's hyper-parameters (Gibbs, ``GibbsSampler``) is the reference: its coverage, and the mean absolute
-difference between its posterior mean of the held-out differences and each model's, in units of its posterior sd.
-
-``PairwiseAugmentedGP`` runs its default exact path (no inducing points; CAVI on the tilts accelerated by SQUAREM
-inside each L-BFGS evaluation of the kernel hyper-parameters) with the same default kernel and priors as
-``PairwiseGP``.
-
-Two protocols, the methods interleaved on the same data in one process, one thread:
-
-1. **cold fits**: each model built and fitted from scratch on each (utility, m, seed);
-2. **BO-loop refits (warm start)**: one model per method carried along a growing data set, as a BO loop does it:
-   m = 50, 100, 200, 400, 1000 comparisons (each step adds ``(m_new - m_old) // 4`` fresh points and the new
-   comparisons, random pairs of all points so far); at each step ``set_train_data`` then the fit
-   (``PairwiseAugmentedGP.fit()`` from the last kernel and tilts; ``PairwiseGP`` with ``fit_gpytorch_mll`` from its
-   last kernel), timed together, and the held-out log-loss.
-
-Every method is fitted once on a 20-comparison problem before the timed runs (so the first timed fit does not pay
-the process's one-off costs); the speed tables give mean ± sd over the seeds of the ratio
-``PairwiseGP time / PairwiseAugmentedGP time`` (above 1: ours is faster).
-
-Grid (declared before running): utilities quadratic, sines, branin; cold fits at m ∈ {50, 200, 1000}; the BO loop
-50 → 1000 as above; 3 seeds each; Gibbs reference for m ≤ 200 of the cold fits. Run
-``python benchmarks/preference.py`` (about 10 minutes on one thread) or ``--quick`` (one utility, 50 and 200
-comparisons, one seed). Results go to ``results/preference.{json,md}`` (``--quick``: to
-``$TMPDIR/gpytorch_augment_benchmarks/``).
+r"""Preference learning: ``PairwiseAugmentedGP`` (its default exact path: CAVI on the Pólya-Gamma tilts) against
+BoTorch's ``PairwiseGP`` (Laplace, probit and logit links, ``fit_gpytorch_mll``), every model learning its kernel, on
+three synthetic utilities: cold fits at m comparisons of ``m // 4 + 10`` points and BO-loop refits along
+:data:`LOOP_SIZES` (warm starts), the methods interleaved on the same data. Held out: log-loss, accuracy, 90%
+coverage of the true differences; for m ≤ 200 the exact posterior (Gibbs) as reference. Grid, protocols and how to
+read ``results/preference.{json,md}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -262,13 +233,12 @@ def ratio_table(title: str, rows: list[dict[str, Any]], utilities: list[str], si
                                  "log-loss difference (ours - baseline)"], speed)  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one utility, 50 and 200 comparisons")
-    parser.add_argument("--threads", type=int, default=1)
+def main(argv: list[str] | None = None) -> None:
+    parser = common.run_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
+                                  "one utility, 50 and 200 comparisons", caps=False)  # fmt: skip
     parser.add_argument("--seeds", type=int, default=None, help="seeds per (utility, m); default 3 (--quick: 1)")
-    args = parser.parse_args()
-    machine = common.start_run(threads=args.threads, seed=0)
+    args = parser.parse_args(argv)
+    machine = common.start_run(args.threads, args.seed)
     utilities = ["quadratic"] if args.quick else list(UTILITIES)
     sizes = [50, 200] if args.quick else [50, 200, 1000]
     seeds = args.seeds or (1 if args.quick else 3)
@@ -301,7 +271,7 @@ def main() -> None:
                 "points n": "m // 4 + 10", "held-out": "500 pairs of 100 points",
                 "augmented model": "exact path (no inducing points), default options",
                 **_report.machine_settings(machine)}
-    _report.write_report(common.output_dir(None, args.quick), "preference",
+    _report.write_report(common.output_dir(args.output_dir, args.quick), "preference",
                          {"rows": rows, "loop_rows": loop_rows, "machine": machine},
                          "Preference learning: PairwiseAugmentedGP against PairwiseGP", settings, tables)  # fmt: skip
 

@@ -1,30 +1,7 @@
-r"""Robust GP regression on MASS ``Boston``: closed-form CAVI with a Student-t likelihood against GPyTorch's
-``StudentTLikelihood`` trained by SVGP + Adam.
-
-The model (identical for every compared method)::
-
-    f ~ GP(c, s^2 k_RBF-ARD),  u = f(Z) with M = 100 fixed k-means inducing inputs Z,
-    q(u) = N(m, S) (whitened, full covariance),  p(y | f) = t_nu(y | f, sigma),  nu = 4, sigma fixed.
-
-The kernel and mean hyper-parameters and sigma are chosen once by a fixed procedure that uses GPyTorch only
-(:func:`choose_hyperparameters`: an exact GP with a Gaussian likelihood for the kernel, then sigma learned by GPyTorch's
-own Student-t SVGP with the kernel frozen), then frozen; only q(u) is optimised, by
-
-* **CAVI** -- ``gpytorch_augment.CAVI`` full-batch steps with ``StudentTLikelihood(df=nu, scale=sigma)`` (Gamma
-  scale-mixture augmentation: closed-form q(omega) and q(u)), ``CAVIVariationalStrategy`` and a
-  ``NaturalVariationalDistribution``;
-* **SVGP+Adam** -- ``VariationalStrategy`` + ``CholeskyVariationalDistribution``, ``VariationalELBO`` with
-  GPyTorch's own ``gpytorch.likelihoods.StudentTLikelihood`` (``deg_free = nu``, ``noise = sigma^2``: GPyTorch's
-  ``noise`` is the *squared* scale, checked by comparing log-densities), full-batch Adam on the variational
-  parameters, lr in {0.01, 0.1}.
-
-One more, informative row: CAVI that also learns sigma by its closed-form update (``learn_scale=True``; a different
-model at the end, so not part of the speed comparison). A second, informative comparison repeats the runs with the
-smaller, moment-matched sigma (``--no-sensitivity`` skips it).
-
-Run ``python benchmarks/regression.py`` (full, a few minutes on 2 shared cores) or ``--quick`` (smoke check).
-``results/regression.md`` holds the tables (written by ``_report.py``), ``results/regression.json`` everything, with
-every trace; what the figures mean is written in ``benchmarks/README.md``.
+r"""Robust GP regression on MASS ``Boston``: closed-form CAVI with a Student-t likelihood (ν = 4, σ fixed) against
+GPyTorch's ``StudentTLikelihood`` SVGP trained by Adam, every method on the same frozen kernel (chosen by GPyTorch
+alone, :func:`choose_hyperparameters`); only q(u) is optimised. An informative row learns σ; ``--no-sensitivity``
+skips the second comparison at the moment-matched σ. What is measured and how to read it: ``benchmarks/README.md``.
 :func:`load_boston` and :func:`choose_hyperparameters` are also used by ``sampling.py``.
 """
 
@@ -48,7 +25,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from gpytorch_augment import CAVI, CAVIVariationalStrategy, StudentTLikelihood  # noqa: E402
+from gpytorch_augment import CAVI, CAVIVariationalStrategy, GPPrior, StudentTLikelihood  # noqa: E402
 from gpytorch_augment.datasets import load_rdataset  # noqa: E402
 from gpytorch_augment.likelihoods.student_t import StudentTPredictive  # noqa: E402
 
@@ -61,11 +38,8 @@ DF = 4.0
 # ---------------------------------------------------------------------------------------------------- data
 @dataclass(frozen=True)
 class RegressionData:
-    """A fixed, standardised train/test split of a regression dataset.
-
-    Features and target are standardised with training statistics; ``y_mean``/``y_std`` undo the target's
-    standardisation (an NLL in original units is the standardised NLL plus ``log(y_std)``).
-    """
+    """A split of a regression data set, standardised with training statistics (``y_mean``, ``y_std`` undo the
+    target's: an NLL in original units is the standardised NLL plus ``log(y_std)``)."""
 
     name: str
     x_train: Tensor
@@ -78,68 +52,26 @@ class RegressionData:
     split: str
 
 
-def load_boston(
-    test_fraction: float = 0.2, seed: int = 0, max_train: int | None = None, dtype: torch.dtype = torch.float64
-) -> RegressionData:
-    """MASS ``Boston`` (506 tracts, 13 features, target ``medv``): a seeded split, standardised with training
-    statistics.
-
-    The permutation is ``numpy.random.RandomState(seed).permutation(506)``; its first ``round(test_fraction * 506)``
-    entries are the test set (as in ``load_keel``). ``max_train`` keeps the first ``max_train`` training points of
-    the permutation (for smoke runs); statistics are computed on the kept training points.
-    """
+def load_boston(test_fraction: float = 0.2, seed: int = 0, max_train: int | None = None) -> RegressionData:
+    """MASS ``Boston`` (506 tracts, 13 features, target ``medv``): :func:`_common.standardised_split` (``max_train``
+    keeps the first training points of the permutation, for smoke runs)."""
     frame = load_rdataset("MASS", "Boston")
     names = [c for c in frame.columns if c not in ("rownames", "medv")]
-    x_all = frame[names].to_numpy(dtype=np.float64)
-    y_all = frame["medv"].to_numpy(dtype=np.float64)
-    perm = np.random.RandomState(seed).permutation(len(y_all))
-    n_test = int(round(test_fraction * len(y_all)))
-    test_idx, train_idx = perm[:n_test], perm[n_test:]
-    if max_train is not None:
-        train_idx = train_idx[:max_train]
-    x_mean, x_std = x_all[train_idx].mean(0), x_all[train_idx].std(0)
-    x_std = np.where(x_std > 0, x_std, 1.0)
-    y_mean, y_std = float(y_all[train_idx].mean()), float(y_all[train_idx].std())
-
-    def t(a: np.ndarray) -> Tensor:
-        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)
-
-    return RegressionData(
-        name="MASS Boston",
-        x_train=t((x_all[train_idx] - x_mean) / x_std),
-        y_train=t((y_all[train_idx] - y_mean) / y_std),
-        x_test=t((x_all[test_idx] - x_mean) / x_std),
-        y_test=t((y_all[test_idx] - y_mean) / y_std),
-        feature_names=names,
-        y_mean=y_mean,
-        y_std=y_std,
-        split=(
-            f"numpy.random.RandomState({seed}).permutation(506): first {n_test} test, the other "
-            f"{len(train_idx)} training{' (truncated by max_train)' if max_train is not None else ''}; features "
-            "and medv standardised with training statistics"
-        ),
-    )
+    d = common.standardised_split(frame[names].to_numpy(dtype=np.float64), frame["medv"].to_numpy(dtype=np.float64),
+                                  seed, True, test_fraction, max_train)  # fmt: skip
+    split = (f"numpy.random.RandomState({seed}).permutation(506): first {len(d['yt'])} test, the other {len(d['y'])} "
+             f"training{' (truncated by max_train)' if max_train is not None else ''}; features and medv standardised "
+             "with training statistics")  # fmt: skip
+    return RegressionData("MASS Boston", d["x"], d["y"], d["xt"], d["yt"], names, d["y_mean"], d["y_std"], split)
 
 
 # ---------------------------------------------------------------------------------------------------- model
-class GPPrior(gpytorch.Module):
-    r"""The prior :math:`f \sim \mathcal{GP}(c, s^2 k_{\mathrm{RBF\text{-}ARD}})` with fixed hyper-parameters.
-
-    ``forward(x)`` returns the prior ``MultivariateNormal`` (what ``GibbsSampler`` needs).
-
-    :param hypers: ``{"lengthscale": [D floats], "outputscale": float, "mean_constant": float}``.
-    """
-
-    def __init__(self, hypers: dict[str, Any]) -> None:
-        super().__init__()
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(
-            gpytorch.kernels.RBFKernel(ard_num_dims=len(hypers["lengthscale"]))
-        )
-        common.set_hyperparameters(self, hypers)
-
-    def forward(self, x: Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+def gp_prior(hypers: dict[str, Any]) -> GPPrior:
+    """The prior GP(c, s² k_RBF-ARD) at the fixed ``hypers`` (:func:`_common.set_hyperparameters`), for the samplers."""
+    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=len(hypers["lengthscale"])))
+    prior = GPPrior(gpytorch.means.ConstantMean(), kernel)
+    common.set_hyperparameters(prior, hypers)
+    return prior
 
 
 class _ExactGaussianGP(gpytorch.models.ExactGP):
@@ -496,7 +428,6 @@ def _speedup_table(title: str, block: dict[str, Any]) -> _report.Table:
 def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Table]]:
     """Title, settings and tables of a result record (what :func:`_report.write_report` renders)."""
     cfg, hyp = result["config"], result["hyperparameters"]
-    rule, sched = cfg["stopping"], cfg["schedule"]
     title = "Student-t GP regression on MASS Boston" + (" (quick smoke run)" if cfg["quick"] else "")
     settings = {
         "command": f"python benchmarks/regression.py{' --quick' if cfg['quick'] else ''}",
@@ -506,10 +437,8 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
         "Student-t ν, σ (fixed)": f"{hyp['df']:g}, {hyp['scale']:.4f}",
         "kernel": f"ScaleKernel(RBF-ARD) + ConstantMean, frozen ({hyp['procedure']})",
         "tolerance (nats)": TOLERANCE,
-        "stopping": f"plateau: ≤ {rule['min_improvement']} over {rule['patience']} evaluations spanning ≥ "
-        f"{rule['min_window_iterations']} iterations; max {rule['max_iter']} iterations, {rule['max_time']:.0f} s",
-        "evaluations": f"every iteration to {sched['dense_until']}, every {sched['every']} to {sched['sparse_from']}, "
-        f"then every {sched['sparse_every']}",
+        "stopping": common.rule_settings(cfg["stopping"]),
+        "evaluations": common.schedule_settings(cfg["schedule"]),
         **{f"GPyTorch StudentT check: {k}": v for k, v in result["parametrisation_check"].items()},
         "whole script (s)": result["wall_time_total"],
         **_report.machine_settings(result["machine"]),

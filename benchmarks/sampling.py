@@ -1,38 +1,9 @@
-r"""Effective samples per second on four GP posteriors: our exact samplers against NumPyro's NUTS (the headline
-peer), NumPyro with a dense mass matrix, and Pyro's NUTS (secondary).
-
-Samplers (all exact; every one targets the same posterior, same :math:`K + \epsilon I`, same :math:`\mu`, same y):
-
-* **HMC (ours)** -- :class:`~gpytorch_augment.HMCSampler`: HMC on the original model in coordinates whitened by the
-  Laplace approximation, random 2-5, 3-7 or 4-10 leapfrog steps or ChEES trajectories (jittered integration time,
-  its length adapted in warm-up across the chains), step size by dual averaging in warm-up, chains vectorised in
-  torch;
-* **Gibbs (ours)** -- :class:`~gpytorch_augment.GibbsSampler` on the augmented model, over-relaxed f-update;
-* **NumPyro NUTS** -- defaults (diagonal mass, target acceptance 0.8, max tree depth 10), ``potential_fn`` on the
-  whitened original model, in its best chain method (declared: ``sequential`` at 4 chains, ``vectorized`` at 16,
-  the faster per effective sample in a quick smoke run on heart: 67 vs 11 worst-ESS/s); **NumPyro dense** -- the
-  same with ``dense_mass=True``, 4 chains only and fewer draws (``dense_draws``; the warm-up is the default's): in a
-  probe on heart (2 chains, 150 warm-up + 100 draws) its trajectories hit the maximum tree depth on every draw (1,023
-  leapfrog steps against 15 for the diagonal mass), so the full schedule would take hours; not run above
-  ``DENSE_MAX_DIM`` latent coordinates (vehicle);
-* **Pyro NUTS** -- 4 chains only, fewer draws (its per-draw overhead makes more unaffordable), secondary.
-
-Figures per sampler and chain count (4 and 16): **steady state** -- ESS per second of a second, timed run of
-``DRAWS`` per chain continuing the first (compiled code and adapted settings reused); **end to end** -- the wall
-time of the first run (setup, compilation, warm-up, ``DRAWS`` per chain from prior draws) and its ESS per second,
-with max R̂ (target < 1.01 on every coordinate). ESS: ArviZ bulk, tail and sd ESS per coordinate (all T·N
-latents); the headline "worst ESS" is the minimum over coordinates of the worst of the three; the median bulk ESS
-is reported too. Agreement with NumPyro default (steady draws): max |z| of the mean differences (MCSE from the sd
-and bulk ESS) and the sd ratios.
-
-Settings are declared below (``GRIDS``) and chosen on pilot runs with ``PILOT_SEED`` (never the reported seed):
-the over-relaxation a of Gibbs and the trajectory of HMC maximising the pilot's worst-ESS per steady second.
-**Best against best** (issue 26): per problem, our best sampler and chain count (≤ 16) against NumPyro's best
-configuration (default at 4 sequential or 16 vectorised chains, dense mass at 4), steady state and end to end.
-Methods run interleaved per problem and chain count in one process, one thread each (``XLA_FLAGS`` and
-``torch.set_num_threads(1)``), float64.
-
-Run ``python benchmarks/sampling.py`` (full, ~20 min on 2 shared cores) or ``--quick`` (smoke, ~3 min).
+r"""Effective samples per second on four GP posteriors (``_sampling_problems.py``): our exact samplers (``HMCSampler``,
+``GibbsSampler``) against NumPyro's NUTS (the headline peer, diagonal and dense mass) and Pyro's NUTS (secondary),
+every sampler on the same posterior (``_sampling_peers.py``), at 4 and 16 chains, steady state and end to end. Our
+settings are chosen from :data:`GRIDS` on pilot runs (:data:`PILOT_SEED`); best against best per problem
+(:func:`best_against_best`). One thread each (``XLA_FLAGS``), float64. What is measured and how to read
+``results/sampling.{json,md}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -137,7 +108,7 @@ def run_round(problem: Any, chains: int, cfg: dict[str, int], seed: int, chosen:
         "gibbs": lambda: run_ours(problem, "gibbs", chains, W, S, seed, **chosen["gibbs"]),
     }
     # the dense mass's trajectories saturate the tree depth: 4 chains, fewer draws, and not above DENSE_MAX_DIM
-    # coordinates (module docstring)
+    # coordinates (benchmarks/README.md)
     if chains == 4 and problem.num_latents * problem.x.shape[0] <= DENSE_MAX_DIM:
         methods["numpyro_dense"] = lambda: run_numpyro(problem, mu, L, chains, W, cfg["dense_draws"], seed, dense=True,
                                                        chain_method=vec)
@@ -243,12 +214,6 @@ def best_against_best(problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    import numpyro
-    import pyro
-
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common.run_arguments(p, "small smoke run", threads_help="torch threads", caps=False)
     p.add_argument("--only", choices=tuple(BUILDERS), default=None)
@@ -260,6 +225,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return merge(args.merge, common.output_dir(args.output_dir, False))
     if args.seed == PILOT_SEED:
         p.error("--seed must differ from PILOT_SEED")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpyro
+    import pyro
+
     wall = time.perf_counter()
     machine = common.start_run(args.threads, args.seed)
     cfg = QUICK if args.quick else FULL

@@ -1,37 +1,8 @@
-r"""Scale and hyper-parameter learning: mini-batch CAVI against GPyTorch's SVGP+Adam and NGD+Adam.
-
-Three measurements, all in one run of the script (``python benchmarks/scale.py``, < 25 min; ``--quick`` < 2 min):
-
-**(a) KEEL ``magic``, hyper-parameters learned.** ``load_keel("magic")`` (15,216 training / 3,804 test points,
-D = 10). Every method fits the same model family -- constant mean, ``ScaleKernel(RBFKernel(ard_num_dims=10))``,
-M = 100 inducing inputs placed once by :func:`gpytorch_augment.kmeans_plus_plus` and kept fixed, whitened
-:math:`q(u)` with a full covariance -- from the same initial hyper-parameters (median-heuristic lengthscales,
-outputscale 1, mean 0), on the same sequence of mini-batches of 100 points, and learns the kernel and mean
-hyper-parameters with Adam:
-
-* **CAVI** -- ``CAVI.step(x_b, y_b, hyper_optimizer=Adam(model.hyperparameters()))``: closed-form Pólya-Gamma local
-  step and natural-gradient global step with the adaptive step size of Ranganath et al. (2013), then one Adam step on
-  the ``AugmentedELBO`` of the batch; ``BernoulliLogitLikelihood``, ``NaturalVariationalDistribution``.
-* **SVGP+Adam** -- GPyTorch's ``VariationalStrategy`` + ``CholeskyVariationalDistribution``, ``VariationalELBO``,
-  ``BernoulliLikelihood``, one Adam over all parameters.
-* **NGD+Adam** -- ``VariationalStrategy`` + ``NaturalVariationalDistribution``, ``VariationalELBO``,
-  ``BernoulliLikelihood``, ``gpytorch.optim.NGD(lr=0.1)`` on q(u) and Adam on the hyper-parameters.
-
-Each method runs with Adam learning rates 0.01, 0.05 and 0.2 (its hyper-parameter optimiser; for SVGP+Adam the one
-optimiser of everything); all runs go round-robin (one step of each in turn, so they share the machine's load) until
-their best test NLL stops improving or a time cap. Reported: the time until the test NLL first comes within 0.005 nats
-of the best any run reaches (each method's own clock: training steps only, evaluation excluded), and the speed-ups of
-the fastest CAVI run over the fastest run of each baseline. Note: GPyTorch's ``BernoulliLikelihood`` is the *probit*
-link, CAVI's the logistic: the models differ slightly (see the README).
-
-**(b) 10^6 synthetic points** (D = 10, M = 200, batches of 1,000, hyper-parameters learned): time per epoch and
-peak resident memory of CAVI and of GPyTorch SVGP+Adam, each in its own subprocess (``resource.getrusage``).
-Both are timed on a stated number of steps and the epoch time (1,000 steps) extrapolated from the median step.
-
-**(c) Per-step time against N** (N = 10^3 ... 10^6, same batch): flat, because a step touches only its batch.
-
-Every process uses ``torch.set_num_threads(1)`` (the machine has 2 cores shared with other jobs: one thread per
-process keeps the methods' timings comparable). Results: ``results/scale.{json,md,png}``.
+r"""Scale and hyper-parameter learning: mini-batch CAVI against GPyTorch's SVGP+Adam and NGD+Adam, in three parts
+(``--skip`` any): (a) KEEL ``magic``, hyper-parameters learned by Adam in every method, round-robin, time to within
+:data:`TOLERANCE` of the best test NLL; (b) 10^6 synthetic points (:func:`synthetic_data`): time per epoch and peak
+RSS, each method in its own subprocess; (c) time per step against N. One torch thread per process. What is measured
+and how to read ``results/scale.{json,md,png}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -40,7 +11,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -76,15 +46,11 @@ def sparse_gp(Z: Tensor, distribution_cls: type, strategy_cls: type, lengthscale
 
 
 def batch_stream(x: Tensor, y: Tensor, batch_size: int, seed: int) -> Callable[[], tuple[Tensor, Tensor]]:
-    """Endless mini-batches from fresh seeded permutations (full batches only): the same sequence for every method."""
-    gen = torch.Generator().manual_seed(seed)
-    state: dict[str, Any] = {"order": torch.empty(0, dtype=torch.long), "pos": 0}
+    """Endless mini-batches of ``(x, y)`` (:func:`_common.index_batches`): the same sequence for every method."""
+    next_index = common.index_batches(y.shape[-1], batch_size, seed)
 
     def next_batch() -> tuple[Tensor, Tensor]:
-        if state["pos"] + batch_size > state["order"].numel():
-            state["order"], state["pos"] = torch.randperm(y.shape[-1], generator=gen), 0
-        idx = state["order"][state["pos"] : state["pos"] + batch_size]
-        state["pos"] += batch_size
+        idx = next_index()
         return x[idx], y[idx]
 
     return next_batch
@@ -170,7 +136,7 @@ def run_magic(args: argparse.Namespace) -> dict[str, Any]:
         patience=args.patience,
         min_improvement=1e-4,
         min_window_iterations=args.patience * EVAL_EVERY,
-        max_iter=10**7,
+        max_iter=args.max_iter or 10**7,
         max_time=args.max_time,
     )
 
@@ -265,37 +231,21 @@ def synthetic_data(n: int, dim: int = 10, seed: int = 0, chunk: int = 100_000) -
     return x, y
 
 
-def peak_rss_mb() -> float:
-    """The process's peak resident set size so far (``resource.getrusage``: ``ru_maxrss``, KiB on Linux), in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def vm_hwm_mb() -> float | None:
-    """The same peak from ``/proc/self/status`` (``VmHWM``), as a cross-check (Linux only)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:  # pragma: no cover - not Linux
-        return None
-    return None
-
-
 def _memory(rss_start: float, rss_data: float) -> dict[str, Any]:
     return {
         "rss_start_mb": rss_start,
         "rss_after_data_mb": rss_data,
-        "peak_rss_mb": peak_rss_mb(),
-        "vm_hwm_mb": vm_hwm_mb(),
+        "peak_rss_mb": common.peak_rss_mb(),
+        "vm_hwm_mb": common.proc_status_mb("VmHWM"),
     }
 
 
 def worker_kmeans(n: int, num_inducing: int, iters: int, z_path: str) -> dict[str, Any]:
     """Subprocess: chunked k-means++ (+ Lloyd) on all ``n`` points; saves Z."""
     common.configure_torch(1, torch.float64)
-    rss_start = peak_rss_mb()
+    rss_start = common.peak_rss_mb()
     x, _ = synthetic_data(n)
-    rss_data = peak_rss_mb()
+    rss_data = common.peak_rss_mb()
     start = time.perf_counter()
     Z = kmeans_plus_plus(x, num_inducing, generator=torch.Generator().manual_seed(0), num_iters=iters)
     elapsed = time.perf_counter() - start
@@ -307,9 +257,9 @@ def worker_fit(engine: str, n: int, steps: int, batch_size: int, z_path: str) ->
     """Subprocess: data, then ``steps`` training steps of ``engine`` (CAVI + Adam on the hyper-parameters, or
     GPyTorch SVGP + Adam), then the test NLL on 10,000 held-out points; times and peak RSS."""
     common.configure_torch(1, torch.float64)
-    rss_start = peak_rss_mb()
+    rss_start = common.peak_rss_mb()
     x, y = synthetic_data(n)
-    rss_data = peak_rss_mb()
+    rss_data = common.peak_rss_mb()
     x_test, y_test = synthetic_data(10_000, seed=123)
     Z = torch.load(z_path)
     lengthscale = torch.full((x.shape[-1],), math.sqrt(x.shape[-1]))
@@ -592,7 +542,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
     return title, settings, tables
 
 
-def figure(result: dict[str, Any], path: Path) -> None:
+def figure(path: Path, result: dict[str, Any]) -> None:
     a, c = result["magic"], result["per_step_vs_n"]
     fig, axes = common.new_figure(2, (12, 4.5))
     colors = {"cavi": "C0", "adam": "C1", "ngd": "C2"}
@@ -636,13 +586,8 @@ def figure(result: dict[str, Any], path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--quick", action="store_true", help="smoke check, < 2 min, writes to $TMPDIR unless --output-dir")
-    p.add_argument("--output-dir", type=Path, default=None)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--max-time", type=float, default=None, help="(a): cap on each run's own clock [s]")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.run_arguments(p, "smoke check, < 2 min", caps=True)  # --max-time, --max-iter: (a)'s caps on each run
     p.add_argument("--patience", type=int, default=None, help="(a): evaluations without improvement before stopping")
     p.add_argument("--lrs", nargs="+", default=None, help="(a): Adam learning rates of the hyper-parameters")
     p.add_argument("--num-inducing", type=int, default=100)
@@ -686,7 +631,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker is not None:
         print(json.dumps(worker_fit(args.worker, args.big_n, args.big_steps, args.big_batch, args.z_path)))
         return
-    common.configure_torch(args.threads, torch.float64)
+    machine = common.start_run(args.threads, args.seed)
     out_dir = common.output_dir(args.output_dir, args.quick)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -694,7 +639,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"scale benchmark ({'quick' if args.quick else 'full'}), {args.threads} thread(s), output {out_dir}", flush=True
     )
-    result: dict[str, Any] = {"quick": args.quick, "machine": common.machine_info(), "load_start": load_start}
+    result: dict[str, Any] = {"quick": args.quick, "machine": machine, "load_start": load_start}
     # (b) first: its workers are started while this process is still small (see run_synthetic)
     result["synthetic"] = run_synthetic(args, out_dir) if "synthetic" not in args.skip else None
     result["magic"] = run_magic(args) if "magic" not in args.skip else None
@@ -702,13 +647,9 @@ def main(argv: list[str] | None = None) -> None:
     result["load_end"] = [round(v, 2) for v in os.getloadavg()]
     result["load_start"] = [round(v, 2) for v in load_start]
     result["wall_time"] = time.perf_counter() - start
-    result["peak_rss_main_process_mb"] = peak_rss_mb()
-    if args.skip:
-        common.write_json(out_dir / "scale.json", result)
-    else:
-        title, settings, tables = report(result)
-        _report.write_report(out_dir, "scale", result, title, settings, tables,
-                             figure=lambda path, res: figure(res, path), echo=False)  # fmt: skip
+    result["peak_rss_main_process_mb"] = common.peak_rss_mb()
+    draw = result["magic"] and result["per_step_vs_n"]  # the figure shows (a) and (c)
+    _report.write_report(out_dir, "scale", result, *report(result), figure=figure if draw else None, echo=False)
     print(f"done in {result['wall_time']:.0f} s -> {out_dir}", flush=True)
 
 

@@ -1,42 +1,8 @@
-r"""The Magic-Telescope study of Galy-Fajou's thesis (2023): sparse sampling (VI-Gibbs) against VI-HMC, standard VI
-and augmented VI.
-
-Problem: KEEL ``magic`` (19,020 points, 10 features, binary), Bernoulli-logit likelihood, :math:`k`-fold
-cross-validation (10 folds; 2 on a 4,000-point subsample with ``--quick``), features standardised with each fold's
-training statistics, :math:`M = 50` inducing inputs by k-means++ (``gpytorch_augment.kmeans_plus_plus``, seeded,
-fixed) and **fixed hyper-parameters** (declared rule, no fitting: constant mean 0, outputscale 2, ARD lengthscales
-by the median heuristic of ``_common.median_heuristic_lengthscales`` on the fold's training inputs).
-
-Methods, all on the same sparse prior, one torch thread each, round-robin (``_common.run_interleaved``), each stopped
-at the same cap on its own clock (``--max-time``, default 6 s; no plateau stop, so every method gets the same
-budget):
-
-* **VI-Gibbs** (:math:`\alpha \in \{0, 0.5, 1\}`): ``GibbsSampler(..., inducing_points=Z, alpha=α)``, one chain, one
-  sweep per step, started from a prior draw; its predictive is the average of :math:`p(y_* \mid u^{(s)})` over the
-  last half of the draws so far (the declared warm-up rule);
-* **VI-HMC** (Hensman, de G. Matthews, Filippone & Ghahramani 2015): HMC on the whitened :math:`v`
-  (:math:`u = \mu_Z + Lv`) with :math:`\log q(v) = \sum_i E_{p(f_i \mid u)}\log\sigma(s_i f_i) - \tfrac12\lVert
-  v\rVert^2` by 20-node Gauss–Hermite quadrature and its analytic gradient, the thesis's settings (step size 0.1,
-  10 leapfrog steps, identity mass), one chain from a prior draw, the same predictive rule;
-* **VI-HMC (dual avg.)**: the same sampler with its step size adapted by dual averaging (Hoffman & Gelman 2014,
-  target acceptance 0.65) over its first ``HMC_ADAPT`` iterations, then frozen — the thesis's fixed step size is
-  far too large here (the whitened posterior is narrow at N ≈ 17,000), so this row is the fair peer; the targets
-  compare against the faster of the two VI-HMC rows;
-* **Std. VI**: GPyTorch SVGP (whitened ``VariationalStrategy``, Cholesky :math:`q(u)`), :math:`q(u)` by L-BFGS
-  (strong-Wolfe line search, one iteration per step) on the true ELBO (the likelihood's Gauss–Hermite
-  ``expected_log_prob``);
-* **Aug. VI**: CAVI on the augmented model (``CAVI.step``, full batch).
-
-Metrics: test NLL and error against each method's own wall time (evaluation excluded). Targets, per fold, with the
-tolerance :math:`\tau = 10^{-3}` nats: :math:`t_{\rm CAVI}` = first time CAVI is within :math:`\tau` of its final
-(converged) NLL; VI-Gibbs reaches that NLL (+τ) within :math:`2t_{\rm CAVI}`; ends no worse than CAVI's final
-NLL + τ; and reaches it at least 10× sooner than VI-HMC (a lower bound where VI-HMC never reaches it).
-
-Quality reference: on a 2,000-point training subset of the first fold (same test set), the exact Gibbs sampler (no
-inducing points) gives the exact-posterior predictive, against which CAVI and VI-Gibbs (same Z, 300 sweeps) are
-compared.
-
-Run ``python benchmarks/sparse_sampling.py`` (full, < 20 min on 2 shared cores) or ``--quick`` (< 2 min).
+r"""The Magic-Telescope study of Galy-Fajou's thesis (2023): sparse sampling (VI-Gibbs, α in :data:`ALPHAS`) against
+VI-HMC (:class:`VIHMC`, fixed and dual-averaged step), standard VI (L-BFGS) and augmented VI (CAVI) on KEEL ``magic``,
+k-fold cross-validation, fixed hyper-parameters and inducing inputs, every method round-robin for the same budget on
+its own clock; targets per fold against CAVI's level (:func:`fold_targets`); an exact-posterior quality reference.
+Set-up, targets and how to read ``results/sparse_sampling.{json,md,png}``: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -298,7 +264,7 @@ def fold_methods(x, y, x_test, y_test, seed: int) -> tuple[list[common.MethodSpe
 
 
 def fold_targets(traces: dict[str, common.Trace]) -> dict[str, Any]:
-    """The three targets of the module docstring, for every VI-Gibbs α, from one fold's traces."""
+    """The three targets (``benchmarks/README.md``), for every VI-Gibbs α, from one fold's traces."""
     cavi = traces["Aug. VI (CAVI)"]
     level = cavi.metrics["test_nll"][-1] + TOLERANCE
     cavi_hit = common.time_to_target(cavi, "test_nll", level)

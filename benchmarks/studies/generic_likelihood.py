@@ -29,8 +29,8 @@ import gpytorch
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
-from _common import close_machine_info, machine_sentence, output_dir, run_arguments, start_run  # noqa: E402
-from _report import Table, write_report  # noqa: E402
+from _common import close_machine_info, output_dir, run_arguments, start_run  # noqa: E402
+from _report import Table, machine_settings, write_report  # noqa: E402
 
 from gpytorch_augment import (  # noqa: E402
     CAVI,
@@ -137,7 +137,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[Table]]:
         "N": result["n"],
         "M (inducing points)": result["num_inducing"],
         "repeats (median)": result["repeats"],
-        "machine": machine_sentence(result["machine"]).removeprefix("* Machine: "),
+        **machine_settings(result["machine"]),
     }
     seconds = Table("Seconds", ["likelihood", "variant", "CAVI step", "local step", "Gibbs sweep"])
     ratios = Table("Generic / hand-written", ["likelihood", "variant", "CAVI step", "local step", "Gibbs sweep"])

@@ -165,12 +165,12 @@ def load(problem: str, seed: int, max_train: int | None, max_test: int | None = 
         data = {"x": d.x_train, "y": d.y_train, "xt": d.x_test, "yt": d.y_test, "K": 1}
     elif source == "mcycle":
         frame = load_rdataset("MASS", "mcycle")
-        data = {**hp._standardised_split(frame[["times"]].to_numpy(float), frame["accel"].to_numpy(float), seed, True),
-                "K": 1}  # fmt: skip
+        x, y = frame[["times"]].to_numpy(float), frame["accel"].to_numpy(float)
+        data = {**common.standardised_split(x, y, seed, True), "K": 1}
     elif source == "quakes":
         frame = load_rdataset("datasets", "quakes")
         x = frame[["lat", "long", "depth", "mag"]].to_numpy(float)
-        data = {**hp._standardised_split(x, frame["stations"].to_numpy(float), seed, False), "K": 1}
+        data = {**common.standardised_split(x, frame["stations"].to_numpy(float), seed, False), "K": 1}
     else:
         d = load_keel(source, seed=seed, max_train=max_train)
         data = {"x": d.x_train, "y": d.y_train, "xt": d.x_test, "yt": d.y_test, "K": d.num_classes}

@@ -112,7 +112,7 @@ def load(name: str, seed: int) -> dict[str, Any]:
         from sklearn.datasets import load_diabetes
 
         bunch = load_diabetes()
-        return {**hp._standardised_split(bunch.data.astype(float), bunch.target.astype(float), seed, True), "K": 1}
+        return {**common.standardised_split(bunch.data.astype(float), bunch.target.astype(float), seed, True), "K": 1}
     return hp.load(name, PILOT_PROBLEMS[name], seed, False)
 
 

@@ -13,7 +13,8 @@ one lengthscale), scikit-learn's breast-cancer data (30 inputs), a digits subset
 ordinal task with ten inputs. Each is split 80/20 (seed 0); inputs standardised on the training part. Reported:
 the fit's status, whether the final predictor is constant, training and test accuracy and test NLL, and the time.
 
-Run ``python benchmarks/collapse_cases.py``; results go to ``results/collapse_cases.{json,md}``.
+Run ``python benchmarks/studies/collapse_cases.py``; results go to ``results/collapse_cases.{json,md}``
+(the committed ``.md`` predates the shared renderer).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the shared modules
 
 import _common as common  # noqa: E402
+import _report  # noqa: E402
 import gpytorch  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
@@ -153,17 +155,16 @@ def run(name: str, case: dict[str, Any], setting: str) -> dict[str, Any]:
 
 def main() -> list[dict[str, Any]]:
     common.configure_torch(threads=1)
+    machine = common.machine_info()
     records = [run(name, case, setting) for name, case in cases().items() for setting in SETTINGS]
-    rows = [[r["case"], r["setting"], r["status"], "yes" if r["constant"] else "no", f"{r['train_accuracy']:.3f}",
-             f"{r['test_accuracy']:.3f}", f"{r['test_nll']:.4f}", f"{r['time']:.1f}"] for r in records]  # fmt: skip
-    table = common.markdown_table(
-        ["case", "fit", "status", "constant", "train accuracy", "test accuracy", "test NLL", "time (s)"], rows
-    )
-    out = Path(__file__).resolve().parent / "results"
-    common.write_json(out / "collapse_cases.json", {"settings": SETTINGS, "records": records,
-                                                    "machine": common.machine_info()})  # fmt: skip
-    common.write_text(out / "collapse_cases.md", "# The collapse cases, before and after\n\n" + __doc__.split(
-        "\n\n")[1] + "\n\n" + table + "\n")  # fmt: skip
+    rows = [[r["case"], r["setting"], r["status"], r["constant"], r["train_accuracy"], r["test_accuracy"],
+             r["test_nll"], r["time"]] for r in records]  # fmt: skip
+    table = _report.Table("Cases", ["case", "fit", "status", "constant", "train accuracy", "test accuracy", "test NLL",
+                                    "time (s)"], rows)  # fmt: skip
+    settings = {"before": str(SETTINGS["before"]), "after": "every default", "inducing points": NUM_INDUCING,
+                **_report.machine_settings(common.close_machine_info(machine))}  # fmt: skip
+    _report.write_report(common.RESULTS_DIR, "collapse_cases", {"settings": SETTINGS, "records": records},
+                         "The collapse cases, before and after", settings, [table])  # fmt: skip
     return records
 
 
