@@ -418,18 +418,17 @@ def count_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
 def sync_part(size: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
     """Host synchronisations per CAVI step (mini-batch, data checked beforehand, as inside ``fit``), per Gibbs
     sweep and per HMC transition (the difference between 11 and 1 steps of ``resume``, over 10)."""
-    from gpytorch_augment._validation import checked_data
-
     x, y = (t.to(device=device, dtype=torch.float64) for t in synthetic_data(2000, seed=3))
     Z = x[:32].clone()
     model = _model(Z, gpytorch.variational.NaturalVariationalDistribution, CAVIVariationalStrategy, False,
                    torch.float64)  # fmt: skip
     cavi = CAVI(model, BernoulliLogitLikelihood().to(device), num_data=y.numel())
-    cavi.step(x[:256], y[:256])
+    data = cavi.check_data(x, y)  # checked once, as CAVI.fit does
+    cavi.step(data.take(slice(0, 256)))
+    batch = data.take(slice(256, 512))
 
     def cavi_step() -> None:
-        with checked_data():
-            cavi._step(x[256:512], y[256:512], {})
+        cavi.step(batch)  # a step on checked data checks nothing
 
     rows = [{"what": "CAVI mini-batch step (256 points, M = 32)", "syncs": count_syncs(cavi_step, device)}]
     xs, ys = x[: size["sampler_n"]], y[: size["sampler_n"]]

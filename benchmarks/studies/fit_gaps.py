@@ -149,7 +149,7 @@ def optima(seed: int) -> dict[str, Any]:
         at.mean_module.constant.copy_(peer.mean_module.constant)
         at_lik.scale = peer_lik.noise.sqrt().reshape(at_lik.scale.shape)  # GPyTorch's noise is the scale squared
     cavi = CAVI(at, at_lik, num_data=n)
-    protocol = NestedProtocol(cavi, data["x"], data["y"], hyperparameters_of(cavi))
+    protocol = NestedProtocol(cavi, cavi.check_data(data["x"], data["y"]), hyperparameters_of(cavi))
     protocol.start()
     protocol.finish()
     out["botorch_theta_objective"] = protocol.objective_value()

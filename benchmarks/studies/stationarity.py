@@ -76,7 +76,7 @@ def measure_fit(problem: str, data: dict[str, Any], Z: torch.Tensor, max_iter: i
     ended = "cap" if capped else ("rule" if by_rule else "stall")
     model.train()
     lik.train()
-    gradient = NestedProtocol(cavi, x, y, hyperparameters_of(cavi), **data["kw"]).stationarity()
+    gradient = NestedProtocol(cavi, cavi.check_data(x, y, data["kw"]), hyperparameters_of(cavi)).stationarity()
     elbo = ns.true_elbo(model, lik, x, y, data["kw"])
     nll = ns.test_nll(model, lik, data["xt"], data["yt"], data["kwt"])
     return {"time": wall, "converged": bool(trace.converged), "ended": ended, "iterations": trace.num_steps,
