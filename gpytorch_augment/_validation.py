@@ -109,6 +109,14 @@ def check_state_fits(name: str, module: torch.nn.Module, state: Mapping[str, Any
         )
 
 
+def fits_batch(shape: torch.Size, batch: torch.Size) -> bool:
+    """Whether ``shape`` broadcasts into the batch shape ``batch`` (without enlarging it)."""
+    try:
+        return torch.broadcast_shapes(shape, batch) == batch
+    except RuntimeError:
+        return False
+
+
 def check_inputs_targets(x: Tensor, y: Tensor, batch_shape: torch.Size | None = None) -> None:
     """Check that inputs ``x`` (``(..., N, D)``) and targets ``y`` (``(..., N)``) are finite and aligned.
 
@@ -134,11 +142,7 @@ def check_inputs_targets(x: Tensor, y: Tensor, batch_shape: torch.Size | None = 
             f"(N = {x.shape[-2]}), y has shape {tuple(y.shape)}{one_hot_hint(y, x.shape[-2])}"
         )
     batch = x.shape[:-2] if batch_shape is None else torch.Size(batch_shape)
-    try:
-        fits = torch.broadcast_shapes(y.shape[:-1], batch) == batch
-    except RuntimeError:
-        fits = False
-    if not fits:
+    if not fits_batch(y.shape[:-1], batch):
         raise ValueError(
             f"y has shape {tuple(y.shape)}: its leading dimensions {tuple(y.shape[:-1])} are not batch dimensions of "
             f"the inputs x of shape {tuple(x.shape)} (batch shape {tuple(batch)}); targets must have shape (N,) "

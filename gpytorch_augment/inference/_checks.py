@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_finite, check_inputs_targets
+from .._validation import check_finite, check_inputs_targets, fits_batch
 from ..likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..variational import CAVIVariationalStrategy, UnwhitenedCAVIVariationalStrategy
 
@@ -78,11 +78,7 @@ def check_model_inputs(
             f"x has dtype {x.dtype} but the model's parameters are {model_dtype}: convert the model "
             f"(model.double() / model.float(), and the likelihood) or the data (x.to({model_dtype}), same for y)"
         )
-    try:
-        ok = torch.broadcast_shapes(x.shape[:-2], batch_shape) == batch_shape
-    except RuntimeError:
-        ok = False
-    if not ok:
+    if not fits_batch(x.shape[:-2], batch_shape):
         raise ValueError(
             f"x has shape {tuple(x.shape)}, whose batch dimensions {tuple(x.shape[:-2])} do not fit the model's "
             f"batch shape {tuple(batch_shape)}: pass x of shape (N, D) or (*batch_shape, N, D)"
