@@ -228,7 +228,8 @@ class WhitenedGaussian(NamedTuple):
 
             >>> import math, torch
             >>> from gpytorch_augment.core import WhitenedGaussian
-            >>> q = WhitenedGaussian(torch.tensor([1.0], dtype=torch.float64), torch.tensor([[2.0]], dtype=torch.float64))
+            >>> t = lambda *v: torch.tensor(v, dtype=torch.float64)
+            >>> q = WhitenedGaussian(t(1.0), t([2.0]))
             >>> # B = 4: log of int N(v|0,1) exp(v - 3 v^2 / 2) dv = 1 / 8 - log 2
             >>> math.isclose(float(q.log_normalizer()), 1 / 8 - math.log(2.0))
             True
