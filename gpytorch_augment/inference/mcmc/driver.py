@@ -208,6 +208,13 @@ class MCMC:
                 "the kind of sampler that drew them (GibbsSampler or HMCSampler), or start a new run with "
                 "sample(..., init=samples.last_state().f)"
             )
+        if (samples.f_update == "hyper") != (self.kernel.name == "hyper"):  # θ in the state, or not
+            drawn, runs = ("with", "without") if samples.f_update == "hyper" else ("without", "with")
+            raise ValueError(
+                f"samples were drawn {drawn} sampled hyper-parameters, but this sampler runs {runs} them: resume "
+                "them with a sampler built with the same sample_hyperparameters, or start a new run with "
+                "sample(..., init=samples.last_state().f)"
+            )
         more = self.sample(
             num_samples,
             warmup=0,
