@@ -58,7 +58,7 @@ from ...core.prior import FactorizationError, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..mcmc.kernel import MCMCKernel
 from ..mcmc.prior_parameters import PriorParameters
-from ..mcmc.slice import MAX_STEPS_OUT, slice_move
+from ..mcmc.slice import MAX_STEPS_OUT, SliceMove, slice_move
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget
 from .kernel import GibbsKernel
@@ -250,6 +250,20 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     @torch.no_grad()
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
         aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
+        move = self.theta_move(chains, h, lam, generator)
+        mean, A, log_prior, theta1, C = move.payload
+        f = self.latent_draw(mean, A, WhitenedGaussian(theta1, C), generator)
+        width, adapted = chains.width, chains.adapted
+        if adapt and self.adapt_width:
+            pooled = (width.mean() * (adapted + 1) + 3.0 * move.t.abs().mean()) / (adapted + 2)
+            width = pooled.clamp(*WIDTH_BOUNDS).expand_as(width).clone()
+            adapted += 1
+        return HyperChains(f, aux, constants, chains.y, move.x, mean, A, log_prior, width, adapted)
+
+    def theta_move(self, chains: HyperChains, h: Tensor, lam: Tensor, generator: torch.Generator | None) -> SliceMove:
+        r"""Step 2: the slice move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` for the tilts ``h``,
+        ``lam`` (C, T, n); its payload holds the prior and :math:`q(v)` at the new :math:`\theta`:
+        ``(mean, A, log_prior, theta1, C)``."""
         log_p0, q0 = self._collapsed(chains.mean, chains.A, chains.log_prior, None, h, lam)
 
         def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
@@ -260,16 +274,13 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         payload0 = (chains.mean, chains.A, chains.log_prior, q0.theta1, q0.C)
         move = slice_move(chains.theta, log_p0, payload0, log_density, chains.width, generator, self.max_steps_out)
         self._evaluations += move.evaluations
-        mean, A, log_prior, theta1, C = move.payload
-        q = WhitenedGaussian(theta1, C)
-        eps = torch.randn(theta1.shape, generator=generator, dtype=theta1.dtype, device=theta1.device)
-        f = mean + (q.draw(eps).unsqueeze(-2) @ A).squeeze(-2)
-        width, adapted = chains.width, chains.adapted
-        if adapt and self.adapt_width:
-            pooled = (width.mean() * (adapted + 1) + 3.0 * move.t.abs().mean()) / (adapted + 2)
-            width = pooled.clamp(*WIDTH_BOUNDS).expand_as(width).clone()
-            adapted += 1
-        return HyperChains(f, aux, constants, chains.y, move.x, mean, A, log_prior, width, adapted)
+        return move
+
+    @staticmethod
+    def latent_draw(mean: Tensor, A: Tensor, q: WhitenedGaussian, generator: torch.Generator | None) -> Tensor:
+        r"""Step 3: :math:`f = \mu + A^\top v`, :math:`v \sim q(v) = \mathcal N(B^{-1}b, B^{-1})` (per chain)."""
+        eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
+        return mean + (q.draw(eps).unsqueeze(-2) @ A).squeeze(-2)
 
     def finish(self, chains: HyperChains, num_kept_iterations: int) -> None:
         total = max(1, chains.adapted + num_kept_iterations)
