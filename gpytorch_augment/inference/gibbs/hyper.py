@@ -155,13 +155,27 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         self.slice_width, self.max_steps_out, self.adapt_width = float(slice_width), max_steps_out, bool(adapt_width)
         #: the Gibbs kernel whose Ω (and constants) step this kernel runs
         self.gibbs = GibbsKernel(target, f_update="whitened")
-        #: the sampled hyper-parameters: coordinates, priors, batched prior evaluation
-        self.hyperparameters = PriorParameters(target)
-        clash = sorted({p.name for p in self.hyperparameters.parameters} & set(target.constants_snapshot({})))
-        if clash:
-            raise ValueError(f"the model and the likelihood both name a parameter {clash}: rename one")
+        self._hyperparameters = self._checked_parameters()
         self.last_run: dict[str, float] = {}
         self._evaluations = 0
+
+    def _checked_parameters(self) -> PriorParameters:
+        target = self.target
+        params = PriorParameters(target)
+        clash = sorted({p.name for p in params.parameters} & set(target.constants_snapshot({})))
+        if clash:
+            raise ValueError(f"the model and the likelihood both name a parameter {clash}: rename one")
+        self._version = target.version
+        return params
+
+    @property
+    def hyperparameters(self) -> PriorParameters:
+        """The sampled hyper-parameters: coordinates, priors, the batched prior
+        (:class:`~gpytorch_augment.inference.mcmc.prior_parameters.PriorParameters`), rebuilt after the target
+        refreshes its prior (a changed model)."""
+        if self._version != self.target.version:
+            self._hyperparameters = self._checked_parameters()
+        return self._hyperparameters
 
     @property
     def samples_constants(self) -> bool:
