@@ -62,7 +62,7 @@ from torch.func import functional_call
 
 from ..default_priors import default_priors
 
-__all__ = ["PriorParameter", "PriorParameters", "model_parameter_names"]
+__all__ = ["PriorParameter", "PriorParameters", "log_derivative", "model_parameter_names"]
 
 
 class PriorParameter(NamedTuple):
@@ -146,6 +146,55 @@ def model_parameter_names(model: Any) -> dict[str, str]:
         _public_name(model, path, param, constraint): path
         for path, param, constraint in _named_parameters_and_constraints(model)
     }
+
+
+def _log_slope(transform: Any, z: Tensor) -> Tensor | None:
+    """:math:`\\log t'(z)` of GPyTorch's usual constraint transforms (softplus, sigmoid, exp), else ``None``."""
+    if isinstance(transform, torch.nn.Softplus):  # (1/beta) log(1 + e^{beta z}), linear above the threshold
+        bz = transform.beta * z
+        return torch.where(bz > transform.threshold, torch.zeros_like(z), torch.nn.functional.logsigmoid(bz))
+    if transform is torch.nn.functional.softplus:
+        return torch.nn.functional.logsigmoid(z)
+    if transform in (torch.sigmoid, torch.nn.functional.sigmoid):
+        return torch.nn.functional.logsigmoid(z) + torch.nn.functional.logsigmoid(-z)
+    if transform is torch.exp:
+        return z
+    return None
+
+
+def log_derivative(constraint: Any, raw: Tensor) -> Tensor:
+    r""":math:`\log\lvert c'(r)\rvert` elementwise for a GPyTorch constraint :math:`c` (``transform``) at raw values
+    ``raw``: in closed form for ``GreaterThan`` / ``Positive`` / ``LessThan`` / ``Interval`` with softplus, sigmoid or
+    exp transforms, by autograd otherwise.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch.constraints import Positive
+        >>> from gpytorch_augment.inference.mcmc.prior_parameters import log_derivative
+        >>> r = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64)
+        >>> torch.allclose(log_derivative(Positive(), r), torch.sigmoid(r).log())   # softplus' = sigmoid
+        True
+    """
+    if not getattr(constraint, "enforced", True):
+        return torch.zeros_like(raw)
+    transform = getattr(constraint, "_transform", None)
+    if isinstance(constraint, gpytorch.constraints.GreaterThan):
+        value = _log_slope(transform, raw)
+    elif isinstance(constraint, gpytorch.constraints.LessThan):
+        value = _log_slope(transform, -raw)
+    elif type(constraint) is gpytorch.constraints.Interval:
+        value = _log_slope(transform, raw)
+        if value is not None:
+            value = value + torch.log(constraint.upper_bound - constraint.lower_bound).to(raw)
+    else:
+        value = None
+    if value is not None:
+        return value
+    with torch.enable_grad():
+        r = raw.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(constraint.transform(r).sum(), r)
+    return grad.abs().log()
 
 
 class PriorParameters:
@@ -316,16 +365,12 @@ class PriorParameters:
 
     def log_jacobian(self, theta: Tensor) -> Tensor:
         r""":math:`\sum_j \log\lvert\partial c_j / \partial\theta_j\rvert` per chain, ``(C,)`` (the constraint maps
-        act elementwise: their Jacobians are diagonal; differentiated by autograd)."""
+        act elementwise: their Jacobians are diagonal; :func:`log_derivative`)."""
         total = theta.new_zeros(theta.shape[0])
         raw = self.unflatten(theta)
         for p in self.parameters:
-            if p.constraint is None:
-                continue
-            with torch.enable_grad():
-                r = raw[p.path].detach().requires_grad_(True)
-                (grad,) = torch.autograd.grad(p.constraint.transform(r).sum(), r)
-            total = total + grad.abs().log().reshape(theta.shape[0], -1).sum(-1)
+            if p.constraint is not None:
+                total = total + log_derivative(p.constraint, raw[p.path]).reshape(theta.shape[0], -1).sum(-1)
         return total
 
     def evaluate(
