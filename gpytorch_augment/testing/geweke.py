@@ -12,7 +12,10 @@ functions :math:`f_i, f_i^2, y_i, f_i y_i` are compared with the reference by
 if every :math:`|z| \le 4.5` (:data:`Z_TOL`).
 
 The simulator reads only the public sampler API: ``GibbsSampler(model, likelihood, x, y, inducing_points=...,
-**kwargs)``, its ``jitter`` and ``sweep(f, y=..., generator=...)``.
+**kwargs)``, its ``jitter`` and ``sweep(f, y=..., generator=...)``. :func:`geweke_z_hyperparameters` is the same test
+for a kernel that samples the prior's hyper-parameters :math:`\theta` too (the reference draws :math:`\theta` from
+its prior; the test functions add :math:`\theta` and its products with :math:`f`); it runs the kernel protocol
+(``init`` / ``step``) directly.
 
 Example::
 

@@ -245,9 +245,10 @@ class MCMC:
         :param y: targets to condition on (default: the training targets); may carry a chain dimension,
             ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
         :param generator: a ``torch.Generator`` for reproducible draws.
-        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
-            previous sweep; default: the likelihood's own values; ignored by a kernel that does not sample them). The
-            likelihood itself is never modified.
+        :param hyper: the chains' current values of the likelihood's sampled constants, and of the prior's
+            hyper-parameters for a kernel that samples them (e.g. ``state.hyper`` of the previous sweep; default: the
+            likelihood's and the model's own values; ignored by a kernel that does not sample them). The likelihood and
+            the model themselves are never modified.
         :return: the kernel's :meth:`~gpytorch_augment.inference.mcmc.MCMCKernel.last_state` (``rng_state`` is
             ``None``; ``hyper`` holds the constants after the transition).
 
