@@ -17,7 +17,13 @@ hyper-parameter objectives do to the latent GP happens here, once:
 
 from .data import ObservedData, check_data
 from .design import LinearObservations
-from .gaussian import NaturalParameters, SufficientStatistics, WhitenedGaussian, natural_gradient
+from .gaussian import (
+    NaturalParameters,
+    SufficientStatistics,
+    WhitenedGaussian,
+    collapsed_log_marginal,
+    natural_gradient,
+)
 from .prior import (
     FactorizationError,
     PriorCache,
@@ -40,6 +46,7 @@ __all__ = [
     "SufficientStatistics",
     "WhitenedGaussian",
     "check_data",
+    "collapsed_log_marginal",
     "linalg_advice",
     "natural_gradient",
     "prior_cholesky",

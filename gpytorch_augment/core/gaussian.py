@@ -31,7 +31,13 @@ from .distributed import all_reduce_sum, is_distributed
 from .linalg import add_to_diagonal, mv, tri_solve, vecmat
 from .prior import PriorTerms
 
-__all__ = ["NaturalParameters", "SufficientStatistics", "WhitenedGaussian", "natural_gradient"]
+__all__ = [
+    "NaturalParameters",
+    "SufficientStatistics",
+    "WhitenedGaussian",
+    "collapsed_log_marginal",
+    "natural_gradient",
+]
 
 
 class SufficientStatistics(NamedTuple):
@@ -205,6 +211,32 @@ class WhitenedGaussian(NamedTuple):
             t = mean_weight * t
         return tri_solve(self.C, t.unsqueeze(-1)).squeeze(-1)
 
+    def log_normalizer(self) -> Tensor:
+        r"""The log normaliser of the tilted standard normal whose natural parameters these are,
+
+        .. math::
+            \log \int \mathcal N(v \mid 0, I)\, e^{\theta_1^\top v - \frac12 v^\top (B - I) v}\, dv
+            = \tfrac12 \theta_1^\top B^{-1} \theta_1 - \tfrac12 \log\lvert B\rvert
+            = \tfrac12 \lVert C^{-\top}\theta_1\rVert^2 - \textstyle\sum_j \log C_{jj},
+
+        :math:`B = C^\top C` (complete the square: the integrand is
+        :math:`(2\pi)^{-M/2} e^{-\frac12 v^\top B v + \theta_1^\top v}`, whose integral is
+        :math:`\lvert B\rvert^{-1/2} e^{\frac12 \theta_1^\top B^{-1}\theta_1}`). One triangular solve; shape
+        ``(*b)``. :func:`collapsed_log_marginal` adds the data's terms to it.
+
+        Example::
+
+            >>> import math, torch
+            >>> from gpytorch_augment.core import WhitenedGaussian
+            >>> t = lambda *v: torch.tensor(v, dtype=torch.float64)
+            >>> q = WhitenedGaussian(t(1.0), t([2.0]))
+            >>> # B = 4: log of int N(v|0,1) exp(v - 3 v^2 / 2) dv = 1 / 8 - log 2
+            >>> math.isclose(float(q.log_normalizer()), 1 / 8 - math.log(2.0))
+            True
+        """
+        t = tri_solve(self.C.mT, self.theta1.unsqueeze(-1), upper=True).squeeze(-1)
+        return 0.5 * t.square().sum(-1) - self.C.diagonal(dim1=-1, dim2=-2).abs().log().sum(-1)
+
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """One draw of :math:`v` per batch entry."""
         eps = torch.randn(self.theta1.shape, generator=generator, dtype=self.theta1.dtype, device=self.theta1.device)
@@ -226,3 +258,48 @@ class WhitenedGaussian(NamedTuple):
         CA_sq = CA.square() if CA.requires_grad else CA.square_()  # CA is ours: square in place unless differentiated
         var = terms.k_diag - terms.a_sq + CA_sq.sum(-2)
         return mean, var.clamp_min(0)
+
+
+def collapsed_log_marginal(A: Tensor, mu: Tensor, h: Tensor, lam: Tensor) -> tuple[Tensor, WhitenedGaussian]:
+    r"""The Gaussian integral of a batch of tilts and the whitened posterior it leaves.
+
+    For the Gaussian :math:`g = \mu + A^\top v`, :math:`v \sim \mathcal N(0, I)` (the exact prior with
+    :math:`A = L^\top`, :math:`K = LL^\top`; linear observations :math:`g = Df` with :math:`(AD^\top, D\mu)`) and
+    tilts :math:`e^{h_i g_i - \frac12 \lambda_i g_i^2}`:
+
+    .. math::
+        \log Z = \log \int \mathcal N(v \mid 0, I) \prod_i e^{h_i g_i - \frac12\lambda_i g_i^2}\, dv
+        = \sum_i \big(h_i\mu_i - \tfrac12\lambda_i\mu_i^2\big)
+          + \tfrac12 \lVert C^{-\top} b\rVert^2 - \textstyle\sum_j \log C_{jj},
+
+    with :math:`b = A(h - \lambda\odot\mu)` and :math:`B = I + A\Lambda A^\top = C^\top C`: expanding
+    :math:`h_i g_i - \frac12\lambda_i g_i^2` at :math:`g = \mu + A^\top v` gives the constant
+    :math:`h_i\mu_i - \frac12\lambda_i\mu_i^2`, the linear term :math:`b^\top v` and the quadratic
+    :math:`-\frac12 v^\top A\Lambda A^\top v`, whose integral against :math:`\mathcal N(0, I)` is
+    :meth:`WhitenedGaussian.log_normalizer`. The tilted density normalised is
+    :math:`q(v) = \mathcal N(B^{-1}b, B^{-1})`, returned as well (the Gibbs draw of :math:`v` given the tilts).
+
+    Given the auxiliary variables :math:`\Omega` of an augmented likelihood, :math:`\log Z` is
+    :math:`\log p(y, \Omega \mid \theta)` up to terms free of the prior's hyper-parameters :math:`\theta`: the
+    collapsed marginal the hyper-parameter move of :class:`~gpytorch_augment.GibbsSampler` targets.
+
+    :param A: ``(*b, M, N)``; :param mu: ``(*b, N)``; :param h, lam: potentials and precisions ``(*b, N)``.
+    :return: ``(log_z, q)``, ``log_z`` of shape ``(*b)`` and ``q`` the :class:`WhitenedGaussian` of
+        :math:`(b, C)`. A non-finite ``A`` gives a non-finite ``log_z`` (never an error).
+
+    Example::
+
+        >>> import math, torch
+        >>> from gpytorch_augment.core import collapsed_log_marginal
+        >>> A, mu = torch.tensor([[2.0]], dtype=torch.float64), torch.tensor([0.5], dtype=torch.float64)
+        >>> h, lam = torch.tensor([1.0], dtype=torch.float64), torch.tensor([0.5], dtype=torch.float64)
+        >>> log_z, q = collapsed_log_marginal(A, mu, h, lam)
+        >>> # g ~ N(0.5, 4): E exp(g - g^2 / 4) = exp(13 / 16) / sqrt(3) in closed form
+        >>> math.isclose(float(log_z), 13 / 16 - 0.5 * math.log(3.0)), q.mean.shape
+        (True, torch.Size([1]))
+    """
+    dtype = A.dtype
+    mu, h, lam = mu.to(dtype), h.to(dtype), lam.to(dtype)
+    q = WhitenedGaussian.optimal(SufficientStatistics.from_batch(A, mu, h, lam))
+    offset = (h * mu - 0.5 * lam * mu.square()).sum(-1)
+    return offset + q.log_normalizer(), q

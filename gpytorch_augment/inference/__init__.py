@@ -4,7 +4,7 @@ criteria), and the samplers -- kernels (blocked Gibbs, Laplace-preconditioned HM
 
 from .cavi import CAVI
 from .convergence import CAVITrace, Convergence, HeldOut, RelativeChange
-from .gibbs import GibbsKernel, GibbsSampler
+from .gibbs import GibbsKernel, GibbsSampler, HyperparameterGibbsKernel
 from .hmc import HMCKernel, HMCSampler
 from .mcmc import MCMC, ChainState, MCMCKernel, PosteriorPrediction, PosteriorSamples, PosteriorSummary, PosteriorTarget
 from .sampler_choice import posterior_sampler
@@ -22,6 +22,7 @@ __all__ = [
     "HMCKernel",
     "HMCSampler",
     "HeldOut",
+    "HyperparameterGibbsKernel",
     "MCMC",
     "MCMCKernel",
     "PosteriorPrediction",

@@ -44,7 +44,8 @@ Modules:
   CAVI model the GP-level checks use;
 * :mod:`~gpytorch_augment.testing.identities`: the ``violation_*`` checks (a)-(f), (h) and
   :func:`check_shapes_and_dtypes`;
-* :mod:`~gpytorch_augment.testing.geweke`: the Geweke simulator (g), :func:`geweke_z`;
+* :mod:`~gpytorch_augment.testing.geweke`: the Geweke simulator (g), :func:`geweke_z`, and
+  :func:`geweke_z_hyperparameters` for a kernel that samples the prior's hyper-parameters too;
 * :mod:`~gpytorch_augment.testing.gpytorch_base`: GPyTorch's ``BaseLikelihoodTestCase`` for a case;
 * :mod:`~gpytorch_augment.testing.suite`: :class:`AugmentedLikelihoodTestCase`.
 """
@@ -59,7 +60,14 @@ from gpytorch_augment.testing.case import (
     real_targets,
 )
 from gpytorch_augment.testing.data import function_dist, gp_data, latent_shape, protocol_data, to_latent_major
-from gpytorch_augment.testing.geweke import Z_TOL, ExplicitPrior, geweke_z, tiny_prior, violation_geweke
+from gpytorch_augment.testing.geweke import (
+    Z_TOL,
+    ExplicitPrior,
+    geweke_z,
+    geweke_z_hyperparameters,
+    tiny_prior,
+    violation_geweke,
+)
 from gpytorch_augment.testing.gpytorch_base import (
     GPYTORCH_LIKELIHOOD_TESTS,
     GPyTorchLikelihoodTestCase,
@@ -97,6 +105,7 @@ __all__ = [
     "function_dist",
     "gauss_hermite_expected_log_lik",
     "geweke_z",
+    "geweke_z_hyperparameters",
     "gp_data",
     "gpytorch_test_case",
     "latent_shape",

@@ -12,7 +12,10 @@ functions :math:`f_i, f_i^2, y_i, f_i y_i` are compared with the reference by
 if every :math:`|z| \le 4.5` (:data:`Z_TOL`).
 
 The simulator reads only the public sampler API: ``GibbsSampler(model, likelihood, x, y, inducing_points=...,
-**kwargs)``, its ``jitter`` and ``sweep(f, y=..., generator=...)``.
+**kwargs)``, its ``jitter`` and ``sweep(f, y=..., generator=...)``. :func:`geweke_z_hyperparameters` is the same test
+for a kernel that samples the prior's hyper-parameters :math:`\theta` too (the reference draws :math:`\theta` from
+its prior; the test functions add :math:`\theta` and its products with :math:`f`); it runs the kernel protocol
+(``init`` / ``step``) directly.
 
 Example::
 
@@ -39,7 +42,10 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from gpytorch_augment.inference import GibbsSampler
+from gpytorch_augment.inference.gibbs import HyperparameterGibbsKernel
+from gpytorch_augment.inference.mcmc import ChainState, MCMCKernel, PosteriorTarget
 from gpytorch_augment.likelihoods import AugmentedLikelihood
+from gpytorch_augment.models import GPPrior
 from gpytorch_augment.testing.case import LikelihoodCase
 
 #: the threshold on every :math:`|z|`
@@ -233,3 +239,133 @@ def violation_geweke(case: LikelihoodCase, z_tol: float = Z_TOL, **kwargs) -> di
     """
     z = geweke_z(case.make(), case.sample_targets, make_kwargs=case.make_kwargs, **kwargs)
     return {"max |z|": float(z.abs().max()) / z_tol}
+
+
+#: inputs of the tiny model whose hyper-parameters are sampled (:func:`geweke_z_hyperparameters`)
+HYPER_INPUTS = (0.0, 0.5, 1.2)
+#: its priors: ``{constrained name: (kind, loc, scale)}``, ``"normal"`` on the value or ``"lognormal"``
+HYPER_PRIORS: dict[str, tuple[str, float, float]] = {
+    "mean_module.constant": ("normal", 0.0, 1.0),
+    "covar_module.outputscale": ("lognormal", 0.0, 0.5),
+    "covar_module.base_kernel.lengthscale": ("lognormal", 0.0, 0.5),
+}
+
+
+def hyper_prior_model(priors: dict[str, tuple[str, float, float]] | None = None) -> GPPrior:
+    """The tiny model of :func:`geweke_z_hyperparameters`: a constant mean and a scaled RBF kernel, each parameter
+    under the prior of :data:`HYPER_PRIORS` (float64).
+
+    Example::
+
+        >>> from gpytorch_augment.testing.geweke import hyper_prior_model
+        >>> sorted(name for name, *_ in hyper_prior_model().named_priors())
+        ['covar_module.base_kernel.lengthscale_prior', 'covar_module.outputscale_prior', 'mean_module.mean_prior']
+    """
+    priors = HYPER_PRIORS if priors is None else priors
+
+    def make(name: str) -> gpytorch.priors.Prior:
+        kind, loc, scale = priors[name]
+        cls = gpytorch.priors.NormalPrior if kind == "normal" else gpytorch.priors.LogNormalPrior
+        return cls(loc, scale)
+
+    mean = gpytorch.means.ConstantMean(constant_prior=make("mean_module.constant"))
+    base = gpytorch.kernels.RBFKernel(lengthscale_prior=make("covar_module.base_kernel.lengthscale"))
+    kernel = gpytorch.kernels.ScaleKernel(base, outputscale_prior=make("covar_module.outputscale"))
+    return GPPrior(mean, kernel).double()
+
+
+def _prior_draws(n: int, generator: torch.Generator, priors: dict[str, tuple[str, float, float]]) -> dict[str, Tensor]:
+    out = {}
+    for name, (kind, loc, scale) in priors.items():
+        z = loc + scale * torch.randn(n, generator=generator, dtype=torch.float64)
+        value = z if kind == "normal" else z.exp()
+        out[name] = value.reshape((n, 1, 1) if name.endswith("lengthscale") else (n,))
+    return out
+
+
+def geweke_z_hyperparameters(
+    likelihood: AugmentedLikelihood,
+    sample_targets: Callable[..., Tensor],
+    kernel_cls: Callable[[PosteriorTarget], MCMCKernel] = HyperparameterGibbsKernel,
+    num_chains: int = 4_000,
+    num_sweeps: int = 300,
+    burn_in: int = 50,
+    seed: int = 0,
+    num_reference: int = NUM_REFERENCE,
+) -> Tensor:
+    r"""Geweke's joint test of a kernel that samples the prior's hyper-parameters :math:`\theta` too
+    (:class:`~gpytorch_augment.inference.gibbs.HyperparameterGibbsKernel`), on the tiny model
+    :func:`hyper_prior_model` at :data:`HYPER_INPUTS` (one latent, :math:`N = 3`).
+
+    * marginal-conditional (the reference): :math:`\theta \sim p(\theta)` (:data:`HYPER_PRIORS`),
+      :math:`f \sim \mathcal N(\mu_\theta, K_\theta + \epsilon I)`, :math:`y \sim p(y \mid f)`;
+    * successive-conditional: from reference draws, repeat "one transition of the kernel given the current
+      :math:`y`, then :math:`y \sim p(y \mid f)`" in ``num_chains`` vectorised chains (the kernel's ``init`` /
+      ``step`` protocol, no warm-up: nothing adapts), dropping ``burn_in`` transitions.
+
+    The test functions are :math:`f_i, f_i^2, y_i, f_i y_i` and, for every raw coordinate :math:`\theta_j`,
+    :math:`\theta_j, \theta_j^2, \theta_j f_i` (the last tie :math:`\theta` to the latents: a kernel that leaves the
+    old :math:`f` with a new :math:`\theta` fails on them).
+
+    :param kernel_cls: builds the kernel from the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (e.g. a
+        deliberately broken subclass).
+    :return: one z-score per test function (as :func:`geweke_z`).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.testing.geweke import geweke_z_hyperparameters
+        >>> from gpytorch_augment.testing.examples import BERNOULLI_CASE as case
+        >>> z = geweke_z_hyperparameters(case.make(), case.sample_targets, num_chains=200, num_sweeps=20,
+        ...                              burn_in=5, num_reference=5_000)
+        >>> z.shape, bool(z.abs().max() <= 4.5)           # 12 for f, y; 3 x (2 + 3) for theta
+        (torch.Size([27]), True)
+    """
+    if likelihood.num_latents != 1:
+        raise ValueError("geweke_z_hyperparameters runs the one-latent tiny model")
+    g = torch.Generator().manual_seed(seed)
+    x = torch.tensor(HYPER_INPUTS, dtype=torch.float64).unsqueeze(-1)
+
+    def targets(f: Tensor) -> Tensor:
+        return sample_targets(f, g)
+
+    model = hyper_prior_model()
+    probe_y = targets(torch.zeros(1, x.shape[0], dtype=torch.float64))[0]
+    target = PosteriorTarget(model, likelihood, x, probe_y, caller="geweke_z_hyperparameters")
+    kernel = kernel_cls(target)
+    params = kernel.hyperparameters
+    jitter = target.jitter
+
+    def joint_draws(n: int) -> tuple[Tensor, Tensor, Tensor]:
+        theta = params.from_constrained(_prior_draws(n, g, HYPER_PRIORS), n)
+        mean, covar, _ = params.evaluate(theta, log_prior=False)
+        eye = torch.eye(covar.shape[-1], dtype=covar.dtype)
+        L = torch.linalg.cholesky((covar + covar.mT) / 2 + jitter * eye)
+        eps = torch.randn(mean.shape, generator=g, dtype=mean.dtype)
+        f = (mean + (L @ eps.unsqueeze(-1)).squeeze(-1))[:, 0]  # (n, N)
+        return theta, f, targets(f)
+
+    def test_functions(theta: Tensor, f: Tensor, y: Tensor) -> Tensor:
+        y = y.to(f.dtype)
+        cross = (theta.unsqueeze(-1) * f.unsqueeze(-2)).flatten(-2)
+        return torch.cat([f, f**2, y, f * y, theta, theta**2, cross], -1)
+
+    theta, f, y = joint_draws(num_reference)
+    ref = test_functions(theta, f, y)
+    ref_mean, ref_se = ref.mean(0), ref.std(0) / math.sqrt(ref.shape[0])
+
+    theta, f, y = joint_draws(num_chains)
+    state = ChainState(f=f, hyper=params.constrained(theta), coordinates=theta.unsqueeze(0))
+    chains = kernel.end_warmup(kernel.init(target.from_storage(f, None), target.checked_targets(y), state, 0))
+    total = torch.zeros_like(ref_mean.expand(num_chains, -1))
+    for sweep in range(num_sweeps):
+        chains = kernel.step(chains, g, adapt=False)
+        f = target.to_storage(chains.f)
+        y = targets(f)
+        chains = chains._replace(y=target.checked_targets(y))
+        if sweep >= burn_in:
+            total += test_functions(chains.theta, f, y)
+    chain_means = total / (num_sweeps - burn_in)
+    sc_mean, sc_se = chain_means.mean(0), chain_means.std(0) / math.sqrt(num_chains)
+    diff, se = sc_mean - ref_mean, (sc_se**2 + ref_se**2).sqrt()
+    return torch.where(se > 0, diff / se, torch.where(diff == 0, 0.0, math.inf))

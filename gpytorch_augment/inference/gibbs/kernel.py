@@ -377,6 +377,32 @@ class GibbsKernel(MCMCKernel[GibbsChains]):
         return f, v
 
     # ------------------------------------------------------------------ one sweep
+    def conditional_tilts(
+        self, f: Tensor, y: Tensor, generator: torch.Generator | None, constants: dict[str, Tensor]
+    ) -> tuple[AuxDict, dict[str, Tensor], Tensor, Tensor]:
+        r"""The first half of a sweep at the internal latents ``f`` (C, T, N): :math:`\Omega \sim p(\Omega \mid y, f)`,
+        then the likelihood's sampled constants given :math:`(\Omega, f)` (where it samples them; a fresh
+        :math:`\Omega` it returns replaces the first), and the tilts they give.
+
+        :return: ``(aux, constants, h, lam)``: the :math:`\Omega` draw, the chains' constants after it, and the
+            potentials and precisions in the internal layout ``(C, T, n)`` (``n`` the observations) in
+            ``linalg_dtype``. The latents' own draw given them is the caller's (the sweep's :math:`f`-step, or the
+            hyper-parameter kernel's :math:`\theta`- and :math:`f`-steps)."""
+        target = self.target
+        likelihood = target.likelihood
+        f_lik = target.observed(target.to_likelihood(f))
+        with target.constants(constants):
+            aux = likelihood.sample_aux(y, f_lik, generator=generator)
+            if self.samples_constants:
+                new, fresh = likelihood.sample_hyperparameters(y, aux, f_lik, generator=generator)
+                constants = {**constants, **new}
+                if fresh is not None:  # Ω redrawn under the new constants
+                    aux = fresh
+        with target.constants(constants):
+            h, lam = likelihood.potential_and_precision(y, aux, f_lik)
+        shape = f.shape if target.design is None else f.shape[:-1] + (target.num_observations,)
+        return aux, constants, target.from_likelihood(h, shape), target.from_likelihood(lam, shape)
+
     def _sweep(
         self, f: Tensor, y: Tensor, generator: torch.Generator | None, constants: dict[str, Tensor]
     ) -> tuple[Tensor, AuxDict, Tensor | None, dict[str, Tensor]]:
@@ -384,22 +410,10 @@ class GibbsKernel(MCMCKernel[GibbsChains]):
         | Ω, f) and f | Ω, y. ``constants`` are the per-chain values of the likelihood's sampled constants: they
         live in the chain state and are handed to the likelihood for each call, never written into it."""
         target = self.target
-        likelihood = target.likelihood
         blocks = target.blocks or [None]
         v_all = None
         for block in blocks:
-            f_lik = target.observed(target.to_likelihood(f))
-            with self.target.constants(constants):
-                aux = likelihood.sample_aux(y, f_lik, generator=generator)
-                if self.samples_constants:
-                    new, fresh = likelihood.sample_hyperparameters(y, aux, f_lik, generator=generator)
-                    constants = {**constants, **new}
-                    if fresh is not None:  # Ω redrawn under the new constants
-                        aux = fresh
-            with self.target.constants(constants):
-                h, lam = likelihood.potential_and_precision(y, aux, f_lik)
-            shape = f.shape if target.design is None else f.shape[:-1] + (target.num_observations,)
-            h, lam = target.from_likelihood(h, shape), target.from_likelihood(lam, shape)
+            aux, constants, h, lam = self.conditional_tilts(f, y, generator, constants)
             if block is None:
                 f, v_all = self._latent_draw(h, lam, generator, f_old=f)
             else:

@@ -12,6 +12,7 @@ from torch import Tensor
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..mcmc.driver import MCMC
 from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
+from .hyper import HyperparameterGibbsKernel
 from .kernel import GibbsKernel
 
 __all__ = ["GibbsSampler"]
@@ -44,6 +45,19 @@ class GibbsSampler(MCMC):
       ``likelihood.sample_hyperparameters(y, Ω, f, generator)`` (a no-op by default); a likelihood that samples
       them keeps one value per chain, recorded in :attr:`PosteriorSamples.hyper` (constrained values, ``raw_``
       stripped); a returned :math:`\Omega` replaces the old one for the :math:`f`-step and in the record.
+
+    **Sampled hyper-parameters** (``sample_hyperparameters=True``, exact model): the chains also sample the
+    prior's hyper-parameters :math:`\theta` -- every parameter of the model's mean and kernel that requires grad,
+    under its registered GPyTorch prior or, for a lengthscale or outputscale without one, the one-call fit's default
+    prior -- by the blocked scheme :math:`\Omega \mid f, y` (and the likelihood's constants), then
+    :math:`\theta \mid \Omega, y` with :math:`f` integrated out (slice sampling in the raw coordinates), then
+    :math:`f \mid \theta, \Omega, y`
+    (:class:`~gpytorch_augment.inference.gibbs.HyperparameterGibbsKernel`, whose docstring has the maths). The draws
+    of :math:`\theta` are recorded in :attr:`PosteriorSamples.hyper` under the model's names of the constrained
+    values (e.g. ``covar_module.base_kernel.lengthscale``, ``(chains, draws, *shape)``); ``predict`` integrates over
+    them. A parameter that shapes the prior and requires grad without a prior raises ``ValueError`` naming it
+    (register a prior, or ``requires_grad_(False)`` to keep it fixed). Not with ``inducing_points``,
+    ``overrelaxation`` or a likelihood with ``latent_blocks`` (``ValueError``).
 
     **Structure.** ``GibbsSampler(...)`` only constructs: it is the driver
     :class:`~gpytorch_augment.inference.mcmc.MCMC` (``sample``, ``resume``, ``sweep``) composed with a
@@ -79,6 +93,8 @@ class GibbsSampler(MCMC):
         float64 then). Where it is finer than the model's or the inputs' dtype, ``model.forward`` is evaluated with
         the inputs and the model's parameters cast up (the model is not modified); the draws come back in the
         inputs' dtype.
+    :param sample_hyperparameters: sample the prior's hyper-parameters too (see above; default ``False``: they stay
+        at the model's values).
     :param kwargs: per-datum keyword data of the likelihood (e.g. binomial ``trials``), passed to
         ``likelihood.check_targets``; the engine works with the canonical targets it returns.
 
@@ -113,9 +129,23 @@ class GibbsSampler(MCMC):
         overrelaxation: float = 0.0,
         alpha: float = 0.0,
         linalg_dtype: torch.dtype = LINALG_DTYPE,
+        sample_hyperparameters: bool = False,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(sample_hyperparameters, bool):
+            raise ValueError(f"sample_hyperparameters must be True or False, got {sample_hyperparameters!r}")
+        if sample_hyperparameters and inducing_points is not None:
+            raise ValueError(
+                "sample_hyperparameters=True is implemented for the exact model only: drop inducing_points (the "
+                "inducing-point sampler keeps its hyper-parameters fixed)"
+            )
+        if sample_hyperparameters and overrelaxation != 0.0:
+            raise ValueError(
+                "sample_hyperparameters=True draws f afresh at every new θ; over-relaxation around the conditional "
+                "mean needs the current f at the same θ: use overrelaxation=0"
+            )
         target = PosteriorTarget(
             model, likelihood, x, y, inducing_points, jitter, linalg_dtype, caller=type(self).__name__, **kwargs
         )
-        super().__init__(GibbsKernel(target, f_update=f_update, overrelaxation=overrelaxation, alpha=alpha))
+        kernel = GibbsKernel(target, f_update=f_update, overrelaxation=overrelaxation, alpha=alpha)
+        super().__init__(HyperparameterGibbsKernel(target) if sample_hyperparameters else kernel)

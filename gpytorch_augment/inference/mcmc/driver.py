@@ -208,6 +208,13 @@ class MCMC:
                 "the kind of sampler that drew them (GibbsSampler or HMCSampler), or start a new run with "
                 "sample(..., init=samples.last_state().f)"
             )
+        if (samples.f_update == "hyper") != (self.kernel.name == "hyper"):  # θ in the state, or not
+            drawn, runs = ("with", "without") if samples.f_update == "hyper" else ("without", "with")
+            raise ValueError(
+                f"samples were drawn {drawn} sampled hyper-parameters, but this sampler runs {runs} them: resume "
+                "them with a sampler built with the same sample_hyperparameters, or start a new run with "
+                "sample(..., init=samples.last_state().f)"
+            )
         more = self.sample(
             num_samples,
             warmup=0,
@@ -238,9 +245,10 @@ class MCMC:
         :param y: targets to condition on (default: the training targets); may carry a chain dimension,
             ``(chains, N)``, e.g. for the successive-conditional simulator of a Geweke test.
         :param generator: a ``torch.Generator`` for reproducible draws.
-        :param hyper: the chains' current values of the likelihood's sampled constants (e.g. ``state.hyper`` of the
-            previous sweep; default: the likelihood's own values; ignored by a kernel that does not sample them). The
-            likelihood itself is never modified.
+        :param hyper: the chains' current values of the likelihood's sampled constants, and of the prior's
+            hyper-parameters for a kernel that samples them (e.g. ``state.hyper`` of the previous sweep; default: the
+            likelihood's and the model's own values; ignored by a kernel that does not sample them). The likelihood and
+            the model themselves are never modified.
         :return: the kernel's :meth:`~gpytorch_augment.inference.mcmc.MCMCKernel.last_state` (``rng_state`` is
             ``None``; ``hyper`` holds the constants after the transition).
 

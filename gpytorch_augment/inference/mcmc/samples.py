@@ -18,10 +18,11 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from ..._validation import check_finite, check_finite_state, check_state_keys, check_target_keywords
-from ...core.linalg import add_to_diagonal, vecmat
+from ...core.linalg import add_to_diagonal, tri_solve, vecmat
 from ...core.prior import linalg_advice, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..diagnostics import bulk_ess, rank_normalized_rhat, sd_ess, tail_ess
+from .prior_parameters import PriorParameters, model_parameter_names
 from .state import ChainState
 from .target import PosteriorTarget
 
@@ -329,7 +330,14 @@ class PosteriorSamples:
                 u=torch.cat([r.last.u for r in runs]) if first.last.u is not None else None,
                 rng_state=None,
                 num_sweeps=first.last.num_sweeps,
-                hyper={},
+                hyper={  # per-chain values (sampled constants and hyper-parameters) join; shared ones do not
+                    k: torch.cat([r.last.hyper[k] for r in runs])
+                    for k in first.last.hyper
+                    if all(
+                        k in r.last.hyper and r.last.hyper[k].dim() >= 1 and r.last.hyper[k].shape[0] == r.num_chains
+                        for r in runs
+                    )
+                },
                 step_size=(
                     torch.cat([r.last.step_size for r in runs])
                     if all(r.last.step_size is not None for r in runs)
@@ -443,6 +451,10 @@ class PosteriorSamples:
 
         Exact model: :math:`\frac1S\sum_s \mathcal N\big(f_* \mid \mu_* + K_{*X}K^{-1}(f^{(s)} - \mu_0),\
         K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (:doc:`/maths/engines`).
+        Draws of the prior's hyper-parameters (``sample_hyperparameters=True``, recorded in :attr:`hyper` under the
+        model's names) are integrated over: draw :math:`s` conditions at its own :math:`\theta_s`, with
+        :math:`\mu_*, K_{*X}, K, K_{**}` evaluated at :math:`\theta_s` (batched over draws, in chunks of about
+        :math:`2^{22}` kernel entries).
         :math:`y_*` is predicted with the **original** likelihood: ``likelihood.marginal`` of each conditional,
         averaged over draws (not for a likelihood with linear observations, e.g. comparisons, whose targets read
         several points: ``y_mean`` and ``y_probs`` are then ``None``; use ``f_draws``).
@@ -467,6 +479,9 @@ class PosteriorSamples:
         ):
             raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
         check_target_keywords(target.likelihood, kwargs, "predict")
+        sampled = self.prior_parameter_names()
+        if sampled:
+            return self._predict_over_hyperparameters(x_new, sampled, generator, joint, chunk_size, kwargs)
         mu_new, P, cov, var = target.conditional_terms(x_new.to(target.x.dtype))
         w = target.conditioning_values(self.f.flatten(0, 1), None if self.u is None else self.u.flatten(0, 1))
         means = mu_new + (w.unsqueeze(-2) @ P).squeeze(-2)  # the conditional means, (chains * draws, T, N*)
@@ -490,6 +505,76 @@ class PosteriorSamples:
             f_mean=shaped(f_mean),
             f_var=shaped(f_var),
             f_draws=shaped(f_draws).reshape((self.num_chains, self.num_draws) + shaped(f_mean).shape),
+            y_mean=y_mean,
+            y_probs=y_probs,
+        )
+
+    def prior_parameter_names(self) -> list[str]:
+        """The names in :attr:`hyper` that are the prior's hyper-parameters (the model's parameters, sampled with
+        ``sample_hyperparameters=True``), not the likelihood's constants; empty without a target."""
+        if self.target is None or not self.hyper:
+            return []
+        names = model_parameter_names(self.target.evaluation_model)
+        return [name for name in self.hyper if name in names]
+
+    def _predict_over_hyperparameters(
+        self,
+        x_new: Tensor,
+        sampled: list[str],
+        generator: torch.Generator | None,
+        joint: bool,
+        chunk_size: int | None,
+        kwargs: Mapping[str, Any],
+    ) -> PosteriorPrediction:
+        """:meth:`predict` with draws of the prior's hyper-parameters: each draw's conditional at its own
+        :math:`\\theta_s`, the prior evaluated at a chunk of draws at once."""
+        target = self.target
+        dt, T, jitter = target.linalg_dtype, target.num_latents, target.jitter
+        params = PriorParameters(target, names=sampled)
+        n_draws = self.num_chains * self.num_draws
+        theta = params.from_constrained({k: self.hyper[k].flatten(0, 1) for k in sampled}, n_draws)
+        x, x_new = target.x, x_new.to(target.x.dtype)
+        if x.shape[:-2] != x_new.shape[:-2]:
+            batch = torch.broadcast_shapes(x.shape[:-2], x_new.shape[:-2])
+            x, x_new = x.expand(*batch, *x.shape[-2:]), x_new.expand(*batch, *x_new.shape[-2:])
+        n, n_new = x.shape[-2], x_new.shape[-2]
+        x_all = torch.cat([x, x_new], dim=-2)
+        f = self.f.flatten(0, 1).to(dt).reshape(n_draws, T, n)
+        eps = torch.randn((n_draws, T, n_new), generator=generator, dtype=dt, device=f.device)
+        step = max(1, (1 << 22) // (T * (n + n_new) ** 2))
+        means, variances, f_draws = [], [], []
+        for start in range(0, n_draws, step):
+            mean, covar, _ = params.evaluate(theta[start : start + step], x_all, log_prior=False)
+            K = add_to_diagonal((covar[..., :n, :n] + covar[..., :n, :n].mT) / 2, jitter)
+            L = psd_safe_cholesky(K)
+            W = tri_solve(L, covar[..., :n, n:])  # L^{-1} K_{X,new}
+            cov = covar[..., n:, n:] - W.mT @ W
+            P = tri_solve(L.mT, W, upper=True)  # K^{-1} K_{X,new}
+            m = mean[..., n:] + ((f[start : start + step] - mean[..., :n]).unsqueeze(-2) @ P).squeeze(-2)
+            var = cov.diagonal(dim1=-1, dim2=-2).clamp_min(0)
+            e = eps[start : start + step]
+            if joint:
+                advice = "the joint draws of predict (joint=False draws f_* per point and factorises nothing)"
+                with warnings.catch_warnings(), linalg_advice(advice):
+                    warnings.simplefilter("ignore", NumericalWarning)
+                    Lc = psd_safe_cholesky(add_to_diagonal(cov.clone(), jitter))
+                f_draws.append(m + (e.unsqueeze(-2) @ Lc.mT).squeeze(-2))
+            else:
+                f_draws.append(m + var.sqrt() * e)
+            means.append(m)
+            variances.append(var)
+        means_all, var_all = torch.cat(means), torch.cat(variances)
+        f_mean = means_all.mean(0)
+        f_var = var_all.mean(0) + means_all.var(0, unbiased=False)
+        y_mean, y_probs = self._averaged_marginal(means_all, var_all, chunk_size, kwargs)
+
+        def shaped(t: Tensor) -> Tensor:
+            return target.to_storage(t).to(target.dtype)
+
+        return PosteriorPrediction(
+            f_mean=shaped(f_mean),
+            f_var=shaped(f_var),
+            f_draws=shaped(torch.cat(f_draws)).reshape((self.num_chains, self.num_draws) + shaped(f_mean).shape),
             y_mean=y_mean,
             y_probs=y_probs,
         )
@@ -519,18 +604,23 @@ class PosteriorSamples:
 
         With sampled likelihood constants (:attr:`hyper`, ``(C, S, *shape)``) every draw is paired with its own
         values, one draw at a time, because a likelihood's marginal need not broadcast a batch of constants against
-        a batch of predictive distributions."""
+        a batch of predictive distributions. ``var`` is shared by the draws ``(T, n)`` or per draw (sampled prior
+        hyper-parameters, ``(draws, T, n)``)."""
         target = self.target
         if target.likelihood.linear_observations:  # an observation reads several points: no per-point predictive
             return None, None
         n_draws, n_new = means.shape[0], means.shape[-1]
-        chunk = 1 if self.hyper else chunk_size or max(1, (1 << 20) // max(1, n_new * target.num_latents))
+        prior_names = set(self.prior_parameter_names())
+        constants = {k: v for k, v in self.hyper.items() if k not in prior_names}
+        chunk = 1 if constants else chunk_size or max(1, (1 << 20) // max(1, n_new * target.num_latents))
         y_mean_sum, y_probs_sum, has_mean = None, None, True
-        hyper = {k: v.reshape((n_draws,) + tuple(v.shape[2:])) for k, v in self.hyper.items()}
+        constants = {k: v.reshape((n_draws,) + tuple(v.shape[2:])) for k, v in constants.items()}
+        per_draw = var.dim() == means.dim()
         for start in range(0, n_draws, chunk):
-            with target.constants({k: v[start] for k, v in hyper.items()}):
+            var_chunk = var[start : start + chunk] if per_draw else var
+            with target.constants({k: v[start] for k, v in constants.items()}):
                 y_mean_sum, y_probs_sum, has_mean = self._accumulate_marginal(
-                    means[start : start + chunk], var, kwargs, y_mean_sum, y_probs_sum, has_mean
+                    means[start : start + chunk], var_chunk, kwargs, y_mean_sum, y_probs_sum, has_mean
                 )
         y_mean = y_mean_sum / n_draws if has_mean and y_mean_sum is not None else None
         y_probs = y_probs_sum / n_draws if y_probs_sum is not None else None

@@ -232,6 +232,14 @@ class PosteriorTarget:
         model = self._forward_model
         return (model if model is not None else self.model).forward(x)
 
+    @property
+    def evaluation_model(self) -> Any:
+        """The module whose ``forward`` gives the prior: the model, or its copy in ``linalg_dtype`` (see
+        :meth:`_forward`); what a batched evaluation at other hyper-parameters (``torch.func.functional_call``)
+        runs on, so that the model itself is never touched."""
+        model = self._forward_model
+        return model if model is not None else self.model
+
     def _cast_model(self) -> Any:
         """A copy of the model in ``linalg_dtype`` if some floating parameter or buffer of it is coarser, else
         ``None`` (the model is used as it is)."""

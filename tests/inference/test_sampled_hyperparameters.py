@@ -1,0 +1,443 @@
+r"""Sampled hyper-parameters (issue #40, exact model, Gibbs): ``GibbsSampler(..., sample_hyperparameters=True)``.
+
+* (a) the collapsed marginal :func:`~gpytorch_augment.core.collapsed_log_marginal` against brute-force Gauss-Hermite
+  integration, and the batched prior of :class:`PriorParameters` against per-chain evaluation;
+* (b) Geweke's joint test of the transition with :math:`\theta` drawn from its prior (Bernoulli, Student-t), and the
+  variant that keeps the :math:`f` drawn at the old :math:`\theta` (no redraw after the :math:`\theta` move), which
+  must fail it (slow tier);
+* (c) the posterior of the lengthscale on a three-point problem by brute force -- a grid over
+  :math:`\log\ell` times Laplace-centred Gauss-Hermite quadrature over :math:`f` -- against the sampler's posterior
+  mean of :math:`\log\ell` and a tail probability, within :math:`4.5` Monte Carlo standard errors (from the chains'
+  effective sample sizes), for the binary, a count (Poisson) and the Student-t likelihoods; each data set moves the
+  posterior away from the prior by many such errors, so a sampler that ignored the data would fail;
+* (d) the refusals (a parameter without a prior, inducing points, latent blocks, over-relaxation, HMC);
+* (e) draws, ``summary``, ``resume`` (bit for bit), ArviZ, ``state_dict``, and ``predict``, which at a constant
+  :math:`\theta` equals the fixed-:math:`\theta` prediction.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import gpytorch
+import numpy as np
+import pytest
+import torch
+
+from gpytorch_augment import (
+    BernoulliLogitLikelihood,
+    GibbsSampler,
+    GPPrior,
+    PoissonLogitLikelihood,
+    StudentTLikelihood,
+    posterior_sampler,
+)
+from gpytorch_augment.core import WhitenedGaussian, collapsed_log_marginal
+from gpytorch_augment.inference.diagnostics import bulk_ess
+from gpytorch_augment.inference.gibbs import HyperparameterGibbsKernel
+from gpytorch_augment.inference.mcmc import PosteriorSamples, PosteriorTarget
+from gpytorch_augment.inference.mcmc.prior_parameters import PriorParameters
+from gpytorch_augment.likelihoods import (
+    HeteroscedasticGaussianLikelihood,
+    LogisticSoftmaxLikelihood,
+    PairwiseLogitLikelihood,
+)
+from gpytorch_augment.testing.examples import BERNOULLI_CASE
+from gpytorch_augment.testing.geweke import Z_TOL, geweke_z_hyperparameters
+from tests.likelihoods.cases_robust import STUDENT_T
+
+LENGTHSCALE = "covar_module.base_kernel.lengthscale"
+OUTPUTSCALE = "covar_module.outputscale"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _data(n: int = 20, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.linspace(-3, 3, n, dtype=torch.float64).unsqueeze(-1)
+    y = torch.bernoulli(torch.sigmoid(3 * torch.sin(2 * x.squeeze(-1))), generator=g)
+    return x, y
+
+
+def _scaled_rbf_prior() -> GPPrior:
+    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+    return GPPrior(gpytorch.means.ZeroMean(), kernel).double()
+
+
+# ---------------------------------------------------------------------------------------------- (a) the maths
+def _gauss_hermite_2d(num: int) -> tuple[torch.Tensor, torch.Tensor]:
+    t, w = np.polynomial.hermite.hermgauss(num)
+    nodes = torch.cartesian_prod(torch.tensor(t), torch.tensor(t)) * math.sqrt(2.0)  # v ~ N(0, I)
+    weights = torch.cartesian_prod(torch.tensor(w), torch.tensor(w)).prod(-1) / math.pi
+    return nodes, weights
+
+
+@pytest.mark.parametrize("num_data", [2, 3])
+def test_collapsed_log_marginal_against_brute_force(num_data):
+    """log Z = log ∫ N(v | 0, I) Π exp(h_i g_i - λ_i g_i² / 2) dv with g = μ + Aᵀ v, by 2-D Gauss-Hermite
+    quadrature (120² nodes), for a square and a non-square A, a zero precision and a batch of two; q(v)'s mean and
+    covariance against the tilted density's moments."""
+    g = torch.Generator().manual_seed(num_data)
+    A = 0.8 * torch.randn(2, 2, num_data, generator=g, dtype=torch.float64)
+    mu = torch.randn(2, num_data, generator=g, dtype=torch.float64)
+    h = torch.randn(2, num_data, generator=g, dtype=torch.float64)
+    lam = torch.rand(2, num_data, generator=g, dtype=torch.float64)
+    lam[0, 0] = 0.0
+    log_z, q = collapsed_log_marginal(A, mu, h, lam)
+    nodes, weights = _gauss_hermite_2d(120)
+    for b in range(2):
+        g_nodes = mu[b] + nodes @ A[b]  # (Q², N)
+        log_tilt = (h[b] * g_nodes - 0.5 * lam[b] * g_nodes.square()).sum(-1)
+        tilted = weights * log_tilt.exp()
+        Z = tilted.sum()
+        assert math.isclose(float(log_z[b]), float(Z.log()), rel_tol=0, abs_tol=1e-10)
+        mean = (tilted.unsqueeze(-1) * nodes).sum(0) / Z
+        cov = (tilted.unsqueeze(-1).unsqueeze(-1) * torch.einsum("ki,kj->kij", nodes, nodes)).sum(0) / Z
+        cov = cov - torch.outer(mean, mean)
+        assert torch.allclose(q.mean[b], mean, atol=1e-10)
+        R = q.chol_covariance[b]
+        assert torch.allclose(R @ R.mT, cov, atol=1e-10)
+    # the normaliser alone: B = I, theta1 = 0 gives log 1
+    assert float(WhitenedGaussian(torch.zeros(2).double(), torch.eye(2).double()).log_normalizer()) == 0.0
+
+
+def _prior_model(batch_shape: torch.Size = torch.Size()) -> GPPrior:
+    mean = gpytorch.means.ConstantMean(constant_prior=gpytorch.priors.NormalPrior(0.0, 1.0), batch_shape=batch_shape)
+    base = gpytorch.kernels.RBFKernel(
+        ard_num_dims=2, batch_shape=batch_shape, lengthscale_prior=gpytorch.priors.LogNormalPrior(0.0, 0.5)
+    )
+    kernel = gpytorch.kernels.ScaleKernel(
+        base, batch_shape=batch_shape, outputscale_prior=gpytorch.priors.GammaPrior(2.0, 1.0)
+    )
+    return GPPrior(mean, kernel).double()
+
+
+@pytest.mark.parametrize("num_latents", [1, 2])
+def test_batched_prior_equals_per_chain_evaluation(num_latents):
+    """PriorParameters.evaluate at three chains' θ (ARD lengthscales, outputscale, constant mean; a batch of two
+    latent priors) equals model.forward(x) with each chain's parameters set, and log p(θ) equals the priors' log
+    densities at the constrained values plus log|d softplus| of the positive ones."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(7, 2, generator=g, dtype=torch.float64)
+    batch = torch.Size([num_latents]) if num_latents > 1 else torch.Size()
+    model = _prior_model(batch)
+    likelihood = BernoulliLogitLikelihood() if num_latents == 1 else LogisticSoftmaxLikelihood(num_classes=2)
+    y = torch.zeros(7, dtype=torch.float64)
+    params = PriorParameters(PosteriorTarget(model, likelihood, x, y))
+    theta = params.initial(3) + 0.3 * torch.randn(3, params.size, generator=g, dtype=torch.float64)
+    mean, covar, log_prior = params.evaluate(theta)
+    assert mean.shape == (3, num_latents, 7) and covar.shape == (3, num_latents, 7, 7)
+    for c in range(3):
+        copied = copy.deepcopy(model)
+        with torch.no_grad():
+            for path, value in params.unflatten(theta[c : c + 1]).items():
+                copied.get_parameter(path).copy_(value[0])
+        prior = copied.forward(x)
+        expected_mean = prior.mean.reshape(num_latents, 7)
+        expected_covar = prior.covariance_matrix.reshape(num_latents, 7, 7)
+        assert torch.allclose(mean[c], expected_mean, atol=1e-12)
+        assert torch.allclose(covar[c], expected_covar, atol=1e-12)
+        expected = sum(float(p.log_prob(closure(m)).sum()) for _, m, p, closure, _ in copied.named_priors())
+        for raw in (copied.covar_module.raw_outputscale, copied.covar_module.base_kernel.raw_lengthscale):
+            expected += float(torch.nn.functional.logsigmoid(raw).sum())  # d softplus(r) / dr = sigmoid(r)
+        assert math.isclose(float(log_prior[c]), expected, rel_tol=1e-12, abs_tol=1e-12)
+
+
+def test_default_priors_are_used_and_not_registered():
+    """Without priors of the user's, the lengthscale and the outputscale get the one-call fit's default priors,
+    held by the sampler, not registered on the model."""
+    x, y = _data()
+    model = _scaled_rbf_prior()
+    sampler = GibbsSampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+    priors = sampler.kernel.hyperparameters.priors
+    assert sorted(priors) == [
+        "covar_module.base_kernel.lengthscale_prior (default)",
+        "covar_module.outputscale_prior (default)",
+    ]
+    assert list(model.named_priors()) == []
+    assert isinstance(sampler.kernel, HyperparameterGibbsKernel) and sampler.kernel.name == "hyper"
+
+
+# ---------------------------------------------------------------------------------------------- (b) Geweke
+class FRedrawSkipped(HyperparameterGibbsKernel):
+    """A deliberately wrong transition: f drawn given the *old* θ, then the θ move, and that f kept."""
+
+    def step(self, chains, generator, adapt):
+        aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
+        _, q_old = self._collapsed(chains.mean, chains.A, chains.log_prior, None, h, lam)
+        f = self.latent_draw(chains.mean, chains.A, q_old, generator)
+        move = self.theta_move(chains, h, lam, generator)
+        mean, A, log_prior, *_ = move.payload
+        return chains._replace(f=f, aux=aux, constants=constants, theta=move.x, mean=mean, A=A, log_prior=log_prior)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [BERNOULLI_CASE, STUDENT_T], ids=lambda case: case.name)
+def test_geweke_sampled_hyperparameters(case):
+    """Joint test of (θ, f, y) with θ from its prior (constant mean, outputscale, lengthscale), 4000 chains x 300
+    transitions: every |z| <= 4.5."""
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets)
+    assert z.abs().max() <= Z_TOL, z
+
+
+@pytest.mark.slow
+def test_geweke_detects_the_missing_f_redraw():
+    """The variant without the f redraw after the θ move fails far beyond the threshold, with half the chains and a
+    third of the transitions."""
+    z = geweke_z_hyperparameters(
+        BERNOULLI_CASE.make(), BERNOULLI_CASE.sample_targets, kernel_cls=FRedrawSkipped, num_chains=2_000,
+        num_sweeps=100, burn_in=20,
+    )  # fmt: skip
+    assert z.abs().max() > 3 * Z_TOL, z
+
+
+def test_geweke_quick():
+    """A small Geweke run in the fast tier (400 chains x 60 transitions): the exact kernel passes, the broken one
+    already fails."""
+    case = BERNOULLI_CASE
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, num_chains=400, num_sweeps=60, burn_in=10,
+                                 num_reference=20_000)  # fmt: skip
+    assert z.abs().max() <= Z_TOL, z
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, kernel_cls=FRedrawSkipped, num_chains=400,
+                                        num_sweeps=60, burn_in=10, num_reference=20_000)  # fmt: skip
+    assert z_broken.abs().max() > Z_TOL, z_broken
+
+
+# ---------------------------------------------------------------------------------------------- (c) brute force
+BF_X = torch.tensor([[0.0], [0.6], [1.2]], dtype=torch.float64)
+BF_LOC, BF_SCALE = 0.0, 0.7  # log lengthscale ~ N(loc, scale²)
+BF_CASES = {
+    "bernoulli": (lambda: BernoulliLogitLikelihood().double(), (1.0, 0.0, 1.0), 16.0),
+    "poisson": (lambda: PoissonLogitLikelihood(rate_scale=20.0).double(), (17.0, 2.0, 18.0), 4.0),
+    "student_t": (lambda: StudentTLikelihood(df=4.0, scale=0.5).double(), (1.5, -1.5, 1.5), 2.0),
+}
+
+
+def _lengthscale_only_prior(outputscale: float) -> GPPrior:
+    prior = gpytorch.priors.LogNormalPrior(BF_LOC, BF_SCALE)
+    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(lengthscale_prior=prior))
+    kernel.outputscale = outputscale
+    kernel.raw_outputscale.requires_grad_(False)
+    return GPPrior(gpytorch.means.ZeroMean(), kernel).double()
+
+
+def _brute_force_log_lengthscale(likelihood, y, outputscale, jitter, grid=241, nodes=30):
+    r"""The posterior density of :math:`u = \log\ell` on a grid: :math:`p(u \mid y) \propto \mathcal N(u \mid
+    \text{loc}, \text{scale}^2) \int \mathcal N(f \mid 0, K_\ell + \epsilon I) \prod_i p(y_i \mid f_i)\, df`, the
+    integral by Gauss-Hermite quadrature (``nodes``³) centred and scaled at the Laplace approximation of each
+    integrand (Newton's method on :math:`f`). Returns the grid and the normalised density."""
+    u = torch.linspace(BF_LOC - 6 * BF_SCALE, BF_LOC + 6 * BF_SCALE, grid, dtype=torch.float64)
+    d2 = (BF_X - BF_X.T).square()
+    K = outputscale * torch.exp(-0.5 * d2 / u.exp().view(-1, 1, 1).square()) + jitter * torch.eye(3).double()
+    K_inv = torch.linalg.inv(K)
+    f = torch.zeros(grid, 3, dtype=torch.float64)
+    for _ in range(50):
+        with torch.enable_grad():
+            f_ = f.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(likelihood.log_prob_at(y, f_).sum(), f_, create_graph=True)
+            (curv,) = torch.autograd.grad(grad.sum(), f_)
+        H = K_inv + torch.diag_embed((-curv).clamp_min(1e-3))
+        step = grad.detach() - (K_inv @ f.unsqueeze(-1)).squeeze(-1)
+        f = f + torch.linalg.solve(H, step.unsqueeze(-1)).squeeze(-1)
+    R = torch.linalg.cholesky(torch.linalg.inv(H))
+    t, w = (torch.tensor(a) for a in np.polynomial.hermite.hermgauss(nodes))
+    T = torch.cartesian_prod(t, t, t)
+    log_w = torch.cartesian_prod(w, w, w).log().sum(-1)
+    f_nodes = f.unsqueeze(1) + math.sqrt(2.0) * (T @ R.mT)  # (grid, nodes³, 3)
+    prior = torch.distributions.MultivariateNormal(torch.zeros(3, dtype=torch.float64), K.unsqueeze(1))
+    log_integrand = prior.log_prob(f_nodes) + likelihood.log_prob_at(y, f_nodes).sum(-1)
+    log_I = torch.logsumexp(log_integrand + log_w + T.square().sum(-1), dim=1)
+    log_I = log_I + 1.5 * math.log(2.0) + R.diagonal(dim1=-1, dim2=-2).log().sum(-1)
+    log_post = -0.5 * ((u - BF_LOC) / BF_SCALE).square() + log_I
+    density = (log_post - log_post.max()).exp()
+    return u, density / torch.trapezoid(density, u)
+
+
+@pytest.mark.parametrize("name", list(BF_CASES))
+def test_lengthscale_posterior_against_brute_force(name):
+    make, y, outputscale = BF_CASES[name]
+    likelihood, y = make(), torch.tensor(y, dtype=torch.float64)
+    sampler = GibbsSampler(_lengthscale_only_prior(outputscale), likelihood, BF_X, y, sample_hyperparameters=True)
+    assert [p.name for p in sampler.kernel.hyperparameters.parameters] == [LENGTHSCALE]
+    u, density = _brute_force_log_lengthscale(likelihood, y, outputscale, sampler.target.jitter)
+    true_mean = float(torch.trapezoid(density * u, u))
+    cut = BF_LOC - 0.5 * BF_SCALE  # a grid point: the tail integral has no half cell
+    above = u >= cut - 1e-12
+    true_tail = float(torch.trapezoid(density[above], u[above]))
+
+    C, S = 64, 300
+    samples = sampler.sample(S, warmup=100, num_chains=C, seed=0, progress=False)
+    log_ell = samples.hyper[LENGTHSCALE].reshape(C, S).log()
+    mean, sd = float(log_ell.mean()), float(log_ell.std())
+    ess = float(bulk_ess(log_ell.numpy()[..., None])[0])
+    tolerance = 4.5 * sd / math.sqrt(ess)
+    assert abs(mean - true_mean) <= tolerance, (mean, true_mean, tolerance)
+    assert abs(true_mean - BF_LOC) > 3 * tolerance  # the data move the posterior: the test could fail
+    indicator = (log_ell >= cut).double()
+    ess_tail = float(bulk_ess(indicator.numpy()[..., None])[0])  # ESS is affine-invariant: the indicator's own
+    tail_tolerance = 4.5 * math.sqrt(true_tail * (1 - true_tail) / ess_tail)
+    assert abs(float(indicator.mean()) - true_tail) <= tail_tolerance, (float(indicator.mean()), true_tail)
+
+
+# ---------------------------------------------------------------------------------------------- (d) refusals
+def test_parameter_without_prior_is_refused():
+    x, y = _data()
+    model = GPPrior(gpytorch.means.ConstantMean(), gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()))
+    with pytest.raises(ValueError, match=r"'mean_module.constant'.*requires_grad_\(False\)"):
+        GibbsSampler(model.double(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+    model.mean_module.raw_constant.requires_grad_(False)  # fixed: accepted, and not sampled
+    sampler = GibbsSampler(model.double(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+    assert [p.name for p in sampler.kernel.hyperparameters.parameters] == [OUTPUTSCALE, LENGTHSCALE]
+
+
+class _PriorWithUnusedParameter(GPPrior):
+    def __init__(self) -> None:
+        super().__init__(gpytorch.means.ZeroMean(), gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()))
+        self.unused = torch.nn.Parameter(torch.zeros(3))
+
+
+def test_parameter_read_by_nothing_is_left_fixed():
+    """A parameter that requires grad but that neither forward(x) nor a prior reads (e.g. an ApproximateGP's
+    variational parameters) is not a hyper-parameter: left as it is."""
+    x, y = _data()
+    sampler = GibbsSampler(_PriorWithUnusedParameter().double(), BernoulliLogitLikelihood(), x, y,
+                           sample_hyperparameters=True)  # fmt: skip
+    assert "unused" not in [p.name for p in sampler.kernel.hyperparameters.parameters]
+
+
+def test_no_free_parameter_is_refused():
+    x, y = _data()
+    model = _scaled_rbf_prior().requires_grad_(False)
+    with pytest.raises(ValueError, match="nothing to sample"):
+        GibbsSampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+
+
+def test_unsupported_options_are_refused():
+    x, y = _data()
+    model = _scaled_rbf_prior()
+    with pytest.raises(ValueError, match="inducing_points"):
+        GibbsSampler(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4], sample_hyperparameters=True)
+    with pytest.raises(ValueError, match="overrelaxation"):
+        GibbsSampler(model, BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5, sample_hyperparameters=True)
+    with pytest.raises(ValueError, match="sample_hyperparameters.*latent_blocks"):
+        batched = GPPrior(
+            gpytorch.means.ZeroMean(batch_shape=torch.Size([2])),
+            gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(batch_shape=torch.Size([2])), batch_shape=torch.Size([2])
+            ),
+        ).double()
+        GibbsSampler(batched, HeteroscedasticGaussianLikelihood(), x, torch.sin(x.squeeze(-1)),
+                     sample_hyperparameters=True)  # fmt: skip
+    with pytest.raises(ValueError, match="sample_hyperparameters.*method='gibbs'"):
+        posterior_sampler(model, BernoulliLogitLikelihood(), x, y, method="hmc", sample_hyperparameters=True)
+    with pytest.raises(ValueError, match="sample_hyperparameters must be True or False"):
+        GibbsSampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=1)
+    sampler = posterior_sampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+    assert isinstance(sampler, GibbsSampler) and isinstance(sampler.kernel, HyperparameterGibbsKernel)
+
+
+# ---------------------------------------------------------------------------------------------- (e) the draws
+@pytest.fixture(scope="module")
+def run():
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        x, y = _data()
+        sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+        samples = sampler.sample(30, warmup=20, num_chains=3, seed=0, progress=False)
+    return sampler, samples
+
+
+def test_draws_shapes_and_summary(run):
+    sampler, samples = run
+    assert samples.f.shape == (3, 30, 20) and samples.f_update == "hyper"
+    assert samples.hyper[LENGTHSCALE].shape == (3, 30, 1, 1) and samples.hyper[OUTPUTSCALE].shape == (3, 30)
+    assert samples.prior_parameter_names() == [OUTPUTSCALE, LENGTHSCALE]
+    assert bool((samples.hyper[LENGTHSCALE] > 0).all())
+    summary = samples.summary(LENGTHSCALE)
+    assert summary.rhat.shape == (1, 1) and bool(torch.isfinite(summary.ess_bulk).all())
+    assert "covar_module.base_kernel.lengthscale[0, 0]" in repr(summary)
+    assert sampler.kernel.last_run["evaluations_per_step"] >= 2
+    last = samples.last_state()
+    assert last.coordinates.shape == (1, 3, 2) and last.step_size.shape == (3,)
+    # the chains move θ: not all draws equal
+    assert float(samples.hyper[OUTPUTSCALE].std()) > 0
+
+
+def test_resume_continues_bit_for_bit(run):
+    sampler, samples = run
+    more = sampler.resume(samples, 10, progress=False)
+    whole = sampler.sample(40, warmup=20, num_chains=3, seed=0, progress=False)
+    assert torch.equal(more.f, whole.f)
+    assert all(torch.equal(more.hyper[k], whole.hyper[k]) for k in whole.hyper)
+    restored = PosteriorSamples.from_state_dict(samples.state_dict(), sampler=sampler)
+    assert torch.equal(sampler.resume(restored, 10, progress=False).f, whole.f)
+    joined = PosteriorSamples.cat([samples, samples], dim="chain")
+    assert joined.last_state().hyper[LENGTHSCALE].shape == (6, 1, 1)
+
+
+def test_resume_by_the_other_kind_is_refused(run):
+    sampler, samples = run
+    fixed = GibbsSampler(sampler.target.model, BernoulliLogitLikelihood(), sampler.target.x, sampler.target.y)
+    with pytest.raises(ValueError, match="sampled hyper-parameters"):
+        fixed.resume(samples, 5, progress=False)
+
+
+def test_arviz_export_includes_the_hyperparameters(run):
+    pytest.importorskip("arviz")
+    _, samples = run
+    posterior = samples.to_arviz().posterior
+    assert LENGTHSCALE in posterior and OUTPUTSCALE in posterior
+    assert posterior[OUTPUTSCALE].shape == (3, 30)
+
+
+def test_predict_integrates_over_the_draws(run):
+    sampler, samples = run
+    x_new = torch.linspace(-4, 4, 5, dtype=torch.float64).unsqueeze(-1)
+    pred = samples.predict(x_new, generator=torch.Generator().manual_seed(0))
+    assert pred.f_mean.shape == (5,) and pred.f_draws.shape == (3, 30, 5) and pred.y_probs.shape == (5,)
+    assert bool(((pred.y_probs > 0) & (pred.y_probs < 1)).all())
+    # chunked (one draw per kernel evaluation) gives the same
+    at_own = samples.predict(x_new, generator=torch.Generator().manual_seed(0), joint=False)
+    assert torch.allclose(at_own.f_mean, pred.f_mean, atol=1e-12)
+
+
+def test_predict_at_constant_theta_equals_fixed_theta_predict(run):
+    """Every draw at the model's own θ: predict over θ gives the fixed-θ prediction (the same conditionals and the
+    same random stream)."""
+    sampler, samples = run
+    params = sampler.kernel.hyperparameters
+    at_model = params.constrained(params.initial(1))
+    constant = {k: at_model[k][0].to(v).expand_as(v).clone() for k, v in samples.hyper.items()}
+    x_new = torch.linspace(-4, 4, 6, dtype=torch.float64).unsqueeze(-1)
+    over_theta = dataclasses.replace(samples, hyper=constant).predict(x_new, generator=torch.Generator().manual_seed(3))
+    fixed = dataclasses.replace(samples, hyper={}).predict(x_new, generator=torch.Generator().manual_seed(3))
+    for field in ("f_mean", "f_var", "f_draws", "y_probs"):
+        assert torch.allclose(getattr(over_theta, field), getattr(fixed, field), atol=1e-9), field
+
+
+def test_multi_latent_and_linear_observations_run():
+    """T = 2 independent priors (a batched model; the θ of both latents sampled) and pairwise comparisons (linear
+    observations) run, record and predict."""
+    x, y = _data(12)
+    batched = _prior_model(torch.Size([2]))
+    x2 = torch.cat([x, 0.5 * x], -1)
+    sampler = GibbsSampler(batched, LogisticSoftmaxLikelihood(num_classes=2), x2, y, sample_hyperparameters=True)
+    samples = sampler.sample(5, warmup=3, num_chains=3, seed=0, progress=False)
+    assert samples.f.shape == (3, 5, 2, 12) and samples.hyper[LENGTHSCALE].shape == (3, 5, 2, 1, 2)
+    assert samples.hyper["mean_module.constant"].shape == (3, 5, 2)
+    assert samples.predict(x2[:3]).f_mean.shape == (2, 3)
+    pairs = torch.tensor([[0, 1], [2, 3], [4, 1], [5, 6], [7, 8], [9, 10], [11, 0]])
+    outcome = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    sampler = GibbsSampler(_scaled_rbf_prior(), PairwiseLogitLikelihood(), x, outcome, comparisons=pairs,
+                           sample_hyperparameters=True)  # fmt: skip
+    samples = sampler.sample(5, warmup=3, num_chains=2, seed=0, progress=False)
+    assert samples.f.shape == (2, 5, 12) and samples.hyper[OUTPUTSCALE].shape == (2, 5)
+    assert samples.predict(x[:4]).f_draws.shape == (2, 5, 4)
