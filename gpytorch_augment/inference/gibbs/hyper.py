@@ -248,7 +248,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         if isinstance(coords, Tensor) and coords.dim() == 3 and coords.shape[0] == 1:
             if coords.shape[1] in (1, num_chains) and coords.shape[2] == hp.size:
                 exact = coords[0].to(theta).expand(num_chains, -1).clone()
-                recorded = {k: torch.as_tensor(v) for k, v in values.items()}
+                recorded = {k: torch.as_tensor(v, device=self.target.device) for k, v in values.items()}
                 same = all(
                     torch.equal(
                         value.to(recorded[name]),

@@ -283,7 +283,7 @@ class PriorParameters:
         params = [param for _, param, _ in free]
         with torch.enable_grad():
             mean, covar, log_probs = self._evaluator(x)
-            log_prior = sum((lp.sum() for lp in log_probs), torch.zeros((), dtype=mean.dtype))
+            log_prior = sum((lp.sum() for lp in log_probs), mean.new_zeros(()))
             by_prior = (
                 torch.autograd.grad(log_prior, params, allow_unused=True, retain_graph=True)
                 if log_prior.requires_grad
@@ -344,7 +344,7 @@ class PriorParameters:
         for p in self.parameters:
             if p.name not in values:
                 raise ValueError(f"the state holds no value of the sampled hyper-parameter {p.name!r}")
-            value = torch.as_tensor(values[p.name]).to(dtype=self.dtype, device=self.target.device)
+            value = torch.as_tensor(values[p.name], dtype=self.dtype, device=self.target.device)
             if value.shape == p.shape:
                 value = value.unsqueeze(0)
             if value.dim() != len(p.shape) + 1 or value.shape[1:] != p.shape or value.shape[0] not in (1, num_chains):
