@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gpytorch_augment.inference.mcmc.samples import SUMMARY_ROWS, PosteriorSummary
+from gpytorch_augment.inference.mcmc.summary import SUMMARY_ROWS, PosteriorSummary
 
 
 def _summary(shape: tuple[int, ...], name: str = "f") -> PosteriorSummary:

@@ -17,8 +17,10 @@ r"""The sampler framework, split as NumPyro splits MCMC:
 
 from .driver import MCMC, rank_seed
 from .kernel import Draws, MCMCKernel
-from .samples import PosteriorPrediction, PosteriorSamples, PosteriorSummary
+from .prediction import PosteriorPrediction
+from .samples import PosteriorSamples
 from .state import ChainState
+from .summary import PosteriorSummary
 from .target import LINALG_DTYPE, PosteriorTarget, TargetPriorTerms
 
 __all__ = [

@@ -3,11 +3,10 @@ prediction through the public interface of the :class:`~gpytorch_augment.inferen
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,151 +21,13 @@ from ...core.linalg import add_to_diagonal, tri_solve, vecmat
 from ...core.prior import linalg_advice, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..diagnostics import bulk_ess, rank_normalized_rhat, sd_ess, tail_ess
+from .prediction import PosteriorPrediction
 from .prior_parameters import PriorParameters, model_parameter_names
 from .state import ChainState
+from .summary import PosteriorSummary
 from .target import PosteriorTarget
 
-__all__ = ["PosteriorPrediction", "PosteriorSamples", "PosteriorSummary"]
-
-
-class PosteriorPrediction(NamedTuple):
-    r"""Posterior predictive at new inputs, from :meth:`PosteriorSamples.predict`.
-
-    The latent predictive is the mixture :math:`\frac1S\sum_s p(f_* \mid f^{(s)})` of GP conditionals.
-
-    :ivar f_mean: mixture mean of :math:`f_*`, ``(N*,)`` / ``(T, N*)`` (latent-major, as :attr:`PosteriorSamples.f`;
-        :meth:`to_multitask` gives GPyTorch's multitask layout ``(N*, T)``).
-    :ivar f_var: mixture variance (conditional variance plus the spread of the conditional means).
-    :ivar f_draws: one draw of :math:`f_*` per stored draw, ``(chains, draws, N*)`` / ``(chains, draws, T, N*)``.
-    :ivar y_mean: predictive mean of :math:`y_*`, the average over draws of ``likelihood.marginal(...).mean``
-        (``None`` if the marginal distribution has no mean).
-    :ivar y_probs: the average over draws of ``likelihood.marginal(...).probs`` where the distribution has
-        ``probs`` (e.g. :math:`p(y_*=1)` for Bernoulli), else ``None``.
-
-    Example::
-
-        >>> import gpytorch, torch
-        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
-        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
-        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
-        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
-        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
-        >>> pred = samples.predict(torch.zeros(3, 1, dtype=torch.float64))
-        >>> pred.f_mean.shape, pred.f_draws.shape, pred.y_probs.shape
-        (torch.Size([3]), torch.Size([2, 20, 3]), torch.Size([3]))
-    """
-
-    f_mean: Tensor
-    f_var: Tensor
-    f_draws: Tensor
-    y_mean: Tensor | None
-    y_probs: Tensor | None
-
-    def to_multitask(self) -> PosteriorPrediction:
-        r"""The latent fields in GPyTorch's multitask layout: ``f_mean``, ``f_var`` of shape ``(N*, T)`` and
-        ``f_draws`` of shape ``(chains, draws, N*, T)`` (as a ``MultitaskMultivariateNormal``'s mean); ``y_mean`` and
-        ``y_probs`` are unchanged. The fields of :meth:`PosteriorSamples.predict` itself stay latent-major, ``(T, N*)``,
-        the layout of :attr:`PosteriorSamples.f`. A single-latent prediction is returned as it is.
-
-        Example::
-
-            >>> import torch
-            >>> from gpytorch_augment.inference.mcmc.samples import PosteriorPrediction
-            >>> p = PosteriorPrediction(torch.zeros(2, 5), torch.ones(2, 5), torch.zeros(1, 3, 2, 5), None, None)
-            >>> p.to_multitask().f_mean.shape, p.to_multitask().f_draws.shape
-            (torch.Size([5, 2]), torch.Size([1, 3, 5, 2]))
-        """
-        if self.f_draws.dim() < 4:
-            return self
-        return self._replace(f_mean=self.f_mean.mT, f_var=self.f_var.mT, f_draws=self.f_draws.mT)
-
-
-class PosteriorSummary(NamedTuple):
-    """Per-coordinate posterior summary and convergence diagnostics (Vehtari et al., 2021).
-
-    Example::
-
-        >>> import gpytorch, torch
-        >>> from gpytorch_augment import BernoulliLogitLikelihood, GibbsSampler, GPPrior
-        >>> x = torch.linspace(-2, 2, 8, dtype=torch.float64).unsqueeze(-1)
-        >>> prior = GPPrior(gpytorch.means.ZeroMean(), gpytorch.kernels.RBFKernel())
-        >>> sampler = GibbsSampler(prior, BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
-        >>> samples = sampler.sample(20, warmup=10, num_chains=2, seed=0, progress=False)
-        >>> summary = samples.summary()
-        >>> summary.mean.shape, summary.rhat.shape
-        (torch.Size([8]), torch.Size([8]))
-        >>> repr(summary).splitlines()[0].split()
-        ['mean', 'sd', 'q05', 'q95', 'ess_bulk', 'ess_tail', 'ess_sd', 'rhat']
-
-    Printed, it is a table with one row per coordinate, as ArviZ's ``summary``, whose column headers are the
-    attribute names (``summary.q05`` is the column ``q05``); above :data:`SUMMARY_ROWS` rows the rest is counted,
-    not printed. Choose a sampler on the worst of ``ess_bulk``, ``ess_tail`` and ``ess_sd``.
-    """
-
-    mean: Tensor
-    sd: Tensor
-    rhat: Tensor  #: rank-normalised split-:math:`\hat R` (max of bulk and folded/tail)
-    ess_bulk: Tensor  #: bulk effective sample size (rank-normalised split chains)
-    q05: Tensor | None = None  #: 5 % quantile over all draws
-    q95: Tensor | None = None  #: 95 % quantile over all draws
-    name: str = "f"  #: the variable summarised (the row labels)
-    #: coordinates whose draws are all equal (e.g. an auxiliary variable fixed at 0 where its factor is absent):
-    #: their R-hat and ESS are undefined (NaN), and the printed table marks them with ``*`` and a note
-    constant: Tensor | None = None
-    ess_tail: Tensor | None = None  #: tail effective sample size (5 % and 95 % quantile indicators)
-    ess_sd: Tensor | None = None  #: effective sample size of the posterior sd
-
-    def __repr__(self) -> str:
-        columns = {"mean": self.mean, "sd": self.sd, "q05": self.q05, "q95": self.q95, "ess_bulk": self.ess_bulk,
-                   "ess_tail": self.ess_tail, "ess_sd": self.ess_sd, "rhat": self.rhat}  # fmt: skip
-        columns = {k: v.detach().reshape(-1).tolist() for k, v in columns.items() if v is not None}
-        shape = tuple(self.mean.shape)
-        total = self.mean.numel()
-        shown = total if total <= SUMMARY_ROWS else SUMMARY_ROWS
-        labels = [_row_label(self.name, shape, k) for k in range(shown)]
-        constant = [] if self.constant is None else self.constant.reshape(-1).tolist()
-        if any(constant):
-            labels = [label + (" *" if constant[k] else "") for k, label in enumerate(labels)]
-        cells = {k: [_format_cell(k, v) for v in values[:shown]] for k, values in columns.items()}
-        label_width = max([len(label) for label in labels] + [0])
-        widths = {k: max([len(k)] + [len(c) for c in cells[k]]) for k in cells}
-        lines = [" " * label_width + "".join("  " + k.rjust(widths[k]) for k in cells)]
-        for row, label in enumerate(labels):
-            lines.append(label.ljust(label_width) + "".join("  " + cells[k][row].rjust(widths[k]) for k in cells))
-        if shown < total:
-            lines.append(f"... {total - shown} more rows")
-        if any(constant):
-            lines.append(
-                f"* constant over every draw ({sum(constant)} of {total}; e.g. an auxiliary variable fixed at 0 where "
-                "its factor is absent): r_hat and ess_bulk are undefined (nan)"
-            )
-        return "\n".join(lines)
-
-    __str__ = __repr__
-
-
-#: the rows a printed :class:`PosteriorSummary` shows before it counts the rest
-SUMMARY_ROWS = 20
-
-
-def _row_label(name: str, shape: tuple[int, ...], k: int) -> str:
-    if not shape:
-        return name
-    index = []
-    for size in reversed(shape):
-        index.append(k % size)
-        k //= size
-    return f"{name}[{', '.join(str(i) for i in reversed(index))}]"
-
-
-def _format_cell(column: str, value: float) -> str:
-    if not math.isfinite(value):
-        return str(value)
-    if column.startswith("ess_"):
-        return f"{value:.0f}"
-    if column == "rhat":
-        return f"{value:.2f}"
-    return f"{value:.3f}" if abs(value) < 1e4 else f"{value:.3e}"
+__all__ = ["PosteriorSamples"]
 
 
 @dataclass
