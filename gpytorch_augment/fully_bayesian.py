@@ -56,20 +56,20 @@ from typing import Any
 
 import gpytorch
 import torch
+from gpytorch.distributions import MultivariateNormal
+from linear_operator.operators import DiagLinearOperator
+from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
+from torch.func import functional_call
 
 try:
     from botorch.models.model import Model
     from botorch.posteriors.fully_bayesian import MCMC_DIM, GaussianMixturePosterior
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "gpytorch_augment.fully_bayesian needs BoTorch: pip install 'gpytorch-augment[botorch]' (or pip install botorch)"
+        "gpytorch_augment.fully_bayesian needs BoTorch: pip install 'gpytorch-augment[botorch]' "
+        "(or pip install botorch)"
     ) from err
-
-from gpytorch.distributions import MultivariateNormal
-from linear_operator.utils.cholesky import psd_safe_cholesky
-from linear_operator.operators import DiagLinearOperator
-from torch.func import functional_call
 
 from ._validation import check_finite, check_points
 from .core import LinearObservations
@@ -552,8 +552,7 @@ def fit_fully_bayesian_model_gibbs(
     """
     if not isinstance(model, _FullyBayesianAugmentedModel):
         raise ValueError(
-            "model must be a FullyBayesianAugmentedClassifier or FullyBayesianPairwiseGP, got "
-            f"{type(model).__name__}"
+            f"model must be a FullyBayesianAugmentedClassifier or FullyBayesianPairwiseGP, got {type(model).__name__}"
         )
     for name, value, low in (("num_samples", num_samples, 1), ("warmup", warmup, 0), ("thinning", thinning, 1),
                              ("num_chains", num_chains, 1)):  # fmt: skip
@@ -567,4 +566,3 @@ def fit_fully_bayesian_model_gibbs(
     )
     model.load_mcmc_samples(samples)
     model.eval()
-
