@@ -242,6 +242,13 @@ class _FullyBayesianAugmentedModel(Model):
             )
         return self._draws
 
+    def _set_transformed_inputs(self) -> None:
+        """Nothing to do: the model applies its input transform to the training inputs itself when it samples
+        (:meth:`transformed_train_inputs`), so BoTorch's ``eval()`` hook has no ``train_inputs`` to replace."""
+
+    def _revert_to_original_inputs(self) -> None:
+        """Nothing to do (see :meth:`_set_transformed_inputs`)."""
+
     # ------------------------------------------------------------------ sampling
     def transformed_train_inputs(self) -> Tensor:
         """The training inputs after the input transform (which learns its coefficients here, as in training)."""
