@@ -82,6 +82,7 @@ from .preference import default_covar_module
 
 __all__ = [
     "FullyBayesianAugmentedClassifier",
+    "FullyBayesianAugmentedModel",
     "FullyBayesianPairwiseGP",
     "default_classifier_covar_module",
     "default_classifier_mean_module",
@@ -171,9 +172,20 @@ class _CrossEvaluator(torch.nn.Module):
         return mean, k_cross, k_self
 
 
-class _FullyBayesianAugmentedModel(Model):
-    """The shared part: the prior, the training inputs, the loaded draws and the mixture posterior. Subclasses
-    define the likelihood and the targets (:meth:`_sampler_data`)."""
+class FullyBayesianAugmentedModel(Model):
+    r"""The base of the fully Bayesian models (module docstring): the prior :math:`\mathcal{GP}(\mu_\theta,
+    k_\theta)` as a :class:`~gpytorch_augment.GPPrior` (``model.prior``; its parameters are where the chains start),
+    the training inputs, the loaded draws and the mixture posterior. A subclass defines the likelihood and the
+    targets (``_sampler_data``); use :class:`FullyBayesianAugmentedClassifier` or :class:`FullyBayesianPairwiseGP`.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.fully_bayesian import FullyBayesianAugmentedModel, FullyBayesianPairwiseGP
+        >>> X = torch.linspace(0, 1, 4, dtype=torch.float64).unsqueeze(-1)
+        >>> isinstance(FullyBayesianPairwiseGP(X, torch.tensor([[1, 0], [2, 3]])), FullyBayesianAugmentedModel)
+        True
+    """
 
     _is_fully_bayesian = True
     _is_ensemble = True
@@ -360,7 +372,7 @@ class _FullyBayesianAugmentedModel(Model):
         return posterior if posterior_transform is None else posterior_transform(posterior)
 
 
-class FullyBayesianAugmentedClassifier(_FullyBayesianAugmentedModel):
+class FullyBayesianAugmentedClassifier(FullyBayesianAugmentedModel):
     r"""A fully Bayesian GP classifier as a BoTorch model: :math:`p(y = 1 \mid f) = \sigma(f(x))`,
     :math:`f \sim \mathcal{GP}(\mu_\theta, k_\theta)`, with the hyper-parameters :math:`\theta` (mean and kernel)
     under their priors and sampled with :math:`f` by the Pólya-Gamma Gibbs sampler
@@ -448,7 +460,7 @@ class FullyBayesianAugmentedClassifier(_FullyBayesianAugmentedModel):
         return marginal.probs.mean(MCMC_DIM + 1)
 
 
-class FullyBayesianPairwiseGP(_FullyBayesianAugmentedModel):
+class FullyBayesianPairwiseGP(FullyBayesianAugmentedModel):
     r"""A fully Bayesian GP preference model as a BoTorch model: :math:`p(x_a \succ x_b \mid f) =
     \sigma(f(x_a) - f(x_b))`, :math:`f \sim \mathcal{GP}(0, k_\theta)` with the kernel's hyper-parameters
     :math:`\theta` under their priors and sampled with :math:`f` by the Pólya-Gamma Gibbs sampler (comparisons are
@@ -528,7 +540,7 @@ class FullyBayesianPairwiseGP(_FullyBayesianAugmentedModel):
 
 
 def fit_fully_bayesian_model_gibbs(
-    model: _FullyBayesianAugmentedModel,
+    model: FullyBayesianAugmentedModel,
     num_samples: int = 256,
     warmup: int = 256,
     thinning: int = 16,
@@ -537,7 +549,7 @@ def fit_fully_bayesian_model_gibbs(
     progress: bool = False,
 ) -> None:
     r"""Fit a fully Bayesian augmented model, as BoTorch's ``fit_fully_bayesian_model_nuts`` fits its models: run
-    the model's Gibbs sampler with sampled hyper-parameters (:meth:`~_FullyBayesianAugmentedModel.gibbs_sampler`:
+    the model's Gibbs sampler with sampled hyper-parameters (:meth:`FullyBayesianAugmentedModel.gibbs_sampler`:
     :math:`\Omega \mid f, y`, then :math:`\theta \mid \Omega, y` with :math:`f` integrated out, then
     :math:`f \mid \theta, \Omega, y`) for ``warmup`` transitions and ``num_samples`` more per chain, keep every
     ``thinning``-th, and load the kept draws of all chains, :math:`S = \text{num\_chains} \times
@@ -557,7 +569,7 @@ def fit_fully_bayesian_model_gibbs(
     :raises ValueError: naming the argument, for a model of another kind or counts that are not positive integers
         (``num_samples`` at least ``thinning``; ``warmup`` may be 0).
     """
-    if not isinstance(model, _FullyBayesianAugmentedModel):
+    if not isinstance(model, FullyBayesianAugmentedModel):
         raise ValueError(
             f"model must be a FullyBayesianAugmentedClassifier or FullyBayesianPairwiseGP, got {type(model).__name__}"
         )
