@@ -155,8 +155,9 @@ def gp_prior(p: Problem, mean: list[float], start: dict[str, np.ndarray]) -> GPP
                                           batch_shape=batch)  # fmt: skip
     prior = GPPrior(gpytorch.means.ConstantMean(batch_shape=batch), kernel).double()
     with torch.no_grad():
-        prior.mean_module.constant.copy_(torch.tensor(mean, dtype=torch.float64).reshape(prior.mean_module.constant.shape))
-        kernel.base_kernel.lengthscale = torch.as_tensor(start["lengthscale"]).reshape(kernel.base_kernel.lengthscale.shape)
+        constant, ls = prior.mean_module.constant, kernel.base_kernel.lengthscale
+        constant.copy_(torch.tensor(mean, dtype=torch.float64).reshape(constant.shape))
+        kernel.base_kernel.lengthscale = torch.as_tensor(start["lengthscale"]).reshape(ls.shape)
         kernel.outputscale = torch.as_tensor(start["outputscale"]).reshape(kernel.outputscale.shape)
     prior.mean_module.constant.requires_grad_(False)
     return prior
@@ -441,9 +442,11 @@ def run_case(key: str, n: int, seed: int, cfg: dict[str, int]) -> dict[str, Any]
     print(f"{key} N = {n} (D = {p.x.shape[-1]}, T = {p.T}, n* = {p.yt.shape[-1]}): MAP {fit['time']:.1f} s, NLL "
           f"{fit['nll']:.4f}; JAX check {check:.1e}", flush=True)  # fmt: skip
     W, S = cfg["warmup"], cfg["draws"]
-    methods = {"ours": lambda: run_ours(p, lik, fit["mean"], W, S, seed),
-               "numpyro_sequential": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "sequential"),
-               "numpyro_vectorized": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "vectorized")}
+    methods = {
+        "ours": lambda: run_ours(p, lik, fit["mean"], W, S, seed),
+        "numpyro_sequential": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "sequential"),
+        "numpyro_vectorized": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "vectorized"),
+    }
     runs = {}
     for name, fn in methods.items():
         runs[name] = summarise(fn(), p, lik, fit["mean"], cfg["predict_draws"])
@@ -465,14 +468,21 @@ def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for phase in ("e2e", "steady"):
         peer = max(PEERS, key=lambda k: runs[k][phase]["ess_per_s_worst"])
         ours, ref = runs["ours"][phase], runs[peer][phase]
-        out[phase] = {"peer": peer, "ratio": ours["ess_per_s_worst"] / ref["ess_per_s_worst"],
-                      "ess_ratio": ours["ess_worst"] / ref["ess_worst"], "wall_ratio": ref["wall"] / ours["wall"]}
+        out[phase] = {
+            "peer": peer,
+            "ratio": ours["ess_per_s_worst"] / ref["ess_per_s_worst"],
+            "ess_ratio": ours["ess_worst"] / ref["ess_worst"],
+            "wall_ratio": ref["wall"] / ours["wall"],
+        }
     return out
 
 
 # ---------------------------------------------------------------------------------------------------- report
-LABELS = {"ours": "Gibbs + slice θ (ours)", "numpyro_sequential": "NumPyro NUTS [sequential]",
-          "numpyro_vectorized": "NumPyro NUTS [vectorized]"}
+LABELS = {
+    "ours": "Gibbs + slice θ (ours)",
+    "numpyro_sequential": "NumPyro NUTS [sequential]",
+    "numpyro_vectorized": "NumPyro NUTS [vectorized]",
+}
 
 
 def verdicts(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -496,7 +506,8 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
     """Title, settings and tables of a result record (rendered by :func:`_report.write_report`)."""
     cfg, v = result["config"], result["versions"]
     title = "Fully Bayesian GPs: Gibbs with sampled hyper-parameters vs NumPyro NUTS" + (
-        " (quick)" if cfg["quick"] else "")
+        " (quick)" if cfg["quick"] else ""
+    )
     settings = {
         "command": result.get("command", "python benchmarks/fully_bayesian.py"),
         "versions": f"jax {v['jax']}, numpyro {v['numpyro']}, torch {v['torch']}",
@@ -555,8 +566,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", choices=tuple(PROBLEMS), nargs="+", default=None)
     parser.add_argument("--sizes", type=int, nargs="+", default=None, help="sizes to run (default: SIZES)")
     parser.add_argument("--pilot", action="store_true", help="pilot run: PILOT_SEED, output to $TMPDIR")
-    parser.add_argument("--merge", type=Path, nargs="+", default=None,
-                        help="only merge the fully_bayesian.json of these directories into one report")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="only merge the fully_bayesian.json of these directories into one report",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args.merge, common.output_dir(args.output_dir, False))
