@@ -207,7 +207,7 @@ def check_log_lik(p: Problem, lik: Any, log_lik: Any) -> float:
 
     f = np.random.default_rng(0).standard_normal((p.T, p.y.shape[-1]))
     arg = torch.as_tensor(f[0]) if p.T == 1 else torch.as_tensor(f.T)
-    ref = float(lik.log_prob_at(p.y, arg).sum())
+    ref = float(lik.log_prob_at(p.y, arg).sum().detach())
     diff = abs(float(log_lik(jnp.asarray(f))) - ref)
     if diff > 1e-7 * max(1.0, abs(ref)):
         raise RuntimeError(f"{p.key}: JAX log-likelihood {diff:g} away from log_prob_at")
@@ -290,8 +290,7 @@ def _ours_arrays(samples: Any, T: int) -> tuple[np.ndarray, np.ndarray]:
     C, S = samples.f.shape[:2]
     ls = samples.hyper[LENGTHSCALE].detach().numpy().reshape(C, S, -1)
     os_ = samples.hyper[OUTPUTSCALE].detach().numpy().reshape(C, S, -1)
-    f = samples.f.detach().numpy()
-    f = f.reshape(C, S, -1) if T == 1 else np.swapaxes(f.reshape(C, S, -1, T), -1, -2).reshape(C, S, -1)
+    f = samples.f.detach().numpy().reshape(C, S, -1)  # (C, S, T, N) stored: latent-major, as NumPyro's
     return np.concatenate([ls, os_], -1), f
 
 
