@@ -15,6 +15,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -453,7 +454,7 @@ def run_case(key: str, n: int, seed: int, cfg: dict[str, int]) -> dict[str, Any]
         print(f"  {name:>19}: e2e {e['wall']:.1f} s, worst ESS {e['ess_worst']:.0f} (θ {e['theta_ess_worst']:.0f}, "
               f"f {e['f_ess_worst']:.0f}), R̂ {e['rhat_max']:.3f}; steady {s['wall']:.1f} s, worst ESS "
               f"{s['ess_worst']:.0f}; NLL {runs[name]['nll']:.4f}", flush=True)  # fmt: skip
-    return {"key": key, "kind": p.kind, "n": n, "d": int(p.x.shape[-1]), "num_latents": p.T,
+    return {"key": key, "kind": p.kind, "n": n, "warmup": W, "draws": S, "d": int(p.x.shape[-1]), "num_latents": p.T,
             "n_test": int(p.yt.shape[-1]), "seed": seed, "map": fit, "jax_check": check, "runs": runs,
             "ratios": ratios(runs)}  # fmt: skip
 
@@ -564,6 +565,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     common.run_arguments(parser, "tiny smoke run (N = 40, short chains)", threads_help="torch threads", caps=False)
     parser.add_argument("--only", choices=tuple(PROBLEMS), nargs="+", default=None)
     parser.add_argument("--sizes", type=int, nargs="+", default=None, help="sizes to run (default: SIZES)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up per chain (default: FULL's)")
+    parser.add_argument("--draws", type=int, default=None, help="draws per chain and phase (default: FULL's)")
     parser.add_argument("--pilot", action="store_true", help="pilot run: PILOT_SEED, output to $TMPDIR")
     parser.add_argument(
         "--merge",
@@ -585,13 +588,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     wall = time.perf_counter()
     machine = common.start_run(args.threads, seed)
-    cfg = QUICK if args.quick else FULL
+    cfg = dict(QUICK if args.quick else FULL)
+    for name in ("warmup", "draws"):
+        if getattr(args, name) is not None:
+            cfg[name] = getattr(args, name)
     sizes = tuple(args.sizes) if args.sizes else (QUICK_SIZES if args.quick else SIZES)
     cases, failures, not_run = [], {}, {}
     for n in sizes:
         for key in args.only or list(PROBLEMS):
             try:
                 cases.append(run_case(key, n, seed, cfg))
+                part = common.output_dir(args.output_dir, args.quick or args.pilot) / "fully_bayesian_cases"
+                part.mkdir(parents=True, exist_ok=True)  # every finished case at once: a cut run keeps them
+                (part / f"{key}_{n}.json").write_text(json.dumps(_report._jsonable(cases[-1])) + "\n")
             except ValueError as err:
                 not_run[f"{key} N={n}"] = str(err)
                 print(f"{key} N = {n}: not run ({err})", flush=True)
@@ -617,8 +626,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def merge(directories: list[Path], out: Path) -> dict[str, Any]:
     """Join the ``fully_bayesian.json`` of several runs (same settings) into one result and report."""
-    import json
-
     parts = [json.loads((d / "fully_bayesian.json").read_text()) for d in directories]
     result = {k: v for k, v in parts[0].items() if k != "report"}
     order = {k: i for i, k in enumerate(PROBLEMS)}
