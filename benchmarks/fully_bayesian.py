@@ -490,7 +490,9 @@ def verdicts(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for c in cases:
         r, ours = c["ratios"], c["runs"]["ours"]
         nll_gap = ours["nll"] - c["map"]["nll"]
-        out.append({"problem": c["key"], "n": c["n"], "e2e": r["e2e"]["ratio"], "steady": r["steady"]["ratio"],
+        schedule = f"{c['warmup']} + {c['draws']}" if "warmup" in c else None
+        out.append({"problem": c["key"], "n": c["n"], "schedule": schedule, "e2e": r["e2e"]["ratio"],
+                    "steady": r["steady"]["ratio"],
                     "e2e_met": r["e2e"]["ratio"] >= TARGET_RATIO, "steady_met": r["steady"]["ratio"] >= TARGET_RATIO,
                     "nll_ours": ours["nll"], "nll_map": c["map"]["nll"], "nll_gap": nll_gap,
                     "nll_target": c["n"] <= NLL_TARGET_MAX_N, "nll_met": nll_gap <= NLL_TOL,
@@ -526,7 +528,7 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
         "whole script (s)": result["wall_time_total"],
         **_report.machine_settings(result["machine"]),
     }  # fmt: skip
-    vrows = [[x["problem"], x["n"], x["e2e"], _verdict(x["e2e_met"], x["e2e"]), x["steady"],
+    vrows = [[x["problem"], x["n"], x.get("schedule"), x["e2e"], _verdict(x["e2e_met"], x["e2e"]), x["steady"],
               _verdict(x["steady_met"], x["steady"]), x["rhat_ours"], x["nll_ours"], x["nll_map"], x["nll_gap"],
               ("met" if x["nll_met"] else "missed") if x["nll_target"] else "(N > 300: no target)"]
              for x in result["verdicts"]]  # fmt: skip
@@ -546,8 +548,8 @@ def report(result: dict[str, Any]) -> tuple[str, dict[str, Any], list[_report.Ta
     tables = [
         _report.Table("Targets (ours ÷ NumPyro's best of sequential and vectorised, worst-ESS/s over θ and f; "
                       "held-out NLL, ours vs the MAP model)",
-                      ["problem", "N", "end to end", "≥ 5×", "steady state", "≥ 5×", "our max R̂", "NLL ours",
-                       "NLL MAP", "ours − MAP", "NLL target (N ≤ 300)"], vrows),
+                      ["problem", "N", "warm-up + draws", "end to end", "≥ 5×", "steady state", "≥ 5×", "our max R̂",
+                       "NLL ours", "NLL MAP", "ours − MAP", "NLL target (N ≤ 300)"], vrows),
         _report.Table("Ratios (ours ÷ NumPyro's best per phase)",
                       ["problem", "N", "phase", "NumPyro's best", "worst-ESS/s ratio", "worst-ESS ratio",
                        "wall peer ÷ ours"], rrows),
@@ -626,10 +628,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def merge(directories: list[Path], out: Path) -> dict[str, Any]:
     """Join the ``fully_bayesian.json`` of several runs (same settings) into one result and report."""
-    parts = [json.loads((d / "fully_bayesian.json").read_text()) for d in directories]
+    parts = [json.loads((d / "fully_bayesian.json").read_text()) for d in directories
+             if (d / "fully_bayesian.json").exists()]  # fmt: skip
+    if not parts:
+        raise ValueError("--merge needs at least one finished run (a fully_bayesian.json)")
     result = {k: v for k, v in parts[0].items() if k != "report"}
     order = {k: i for i, k in enumerate(PROBLEMS)}
-    result["cases"] = sorted((c for part in parts for c in part["cases"]), key=lambda c: (c["n"], order[c["key"]]))
+    cases = {(c["key"], c["n"]): c for part in parts for c in part["cases"]}
+    cut = []  # cases of a run stopped before its report (fully_bayesian_cases/)
+    for d in directories:
+        for path in sorted((d / "fully_bayesian_cases").glob("*.json")):
+            c = json.loads(path.read_text())
+            if (c["key"], c["n"]) not in cases:
+                cases[c["key"], c["n"]] = c
+                cut.append(str(path))
+    result["cases"] = sorted(cases.values(), key=lambda c: (c["n"], order[c["key"]]))
+    result["cases_of_cut_runs"] = cut
     for name in ("failures", "not_run"):
         result[name] = {k: v for part in parts for k, v in part.get(name, {}).items()}
     result["config"]["sizes_run"] = sorted({n for part in parts for n in part["config"]["sizes_run"]})
