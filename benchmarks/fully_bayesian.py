@@ -289,8 +289,8 @@ class Run:
 
 def _ours_arrays(samples: Any, T: int) -> tuple[np.ndarray, np.ndarray]:
     C, S = samples.f.shape[:2]
-    ls = samples.hyper[LENGTHSCALE].detach().numpy().reshape(C, S, -1)
-    os_ = samples.hyper[OUTPUTSCALE].detach().numpy().reshape(C, S, -1)
+    ls = samples.hyperparameters[LENGTHSCALE].detach().numpy().reshape(C, S, -1)
+    os_ = samples.hyperparameters[OUTPUTSCALE].detach().numpy().reshape(C, S, -1)
     f = samples.f.detach().numpy().reshape(C, S, -1)  # (C, S, T, N) stored: latent-major, as NumPyro's
     return np.concatenate([ls, os_], -1), f
 

@@ -308,7 +308,7 @@ class FullyBayesianAugmentedModel(Model):
         raw: dict[str, Tensor] = {}
         if names:
             params = PriorParameters(target, names=names)
-            theta = params.from_constrained({k: samples.hyper[k].flatten(0, 1) for k in names}, S)
+            theta = params.from_constrained({k: samples.hyperparameters[k].flatten(0, 1) for k in names}, S)
             raw = {p: v.to(DTYPE) for p, v in params.unflatten(theta).items()}
         self._draws = {"raw": raw, "samples": samples, "jitter": float(target.jitter)}
         mean, _, K = self._evaluate(x.expand(S, *x.shape), None)

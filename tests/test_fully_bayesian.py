@@ -71,7 +71,7 @@ def test_batch_of_draws_as_botorch_exposes_it(classifier):
     assert classifier.batch_shape == torch.Size([S]) and classifier.num_mcmc_samples == S
     assert classifier._is_fully_bayesian and is_ensemble(classifier) and classifier.num_outputs == 1
     samples = classifier.samples
-    assert samples.hyper["covar_module.base_kernel.lengthscale"].shape == (3, 8, 1, 2)
+    assert samples.hyperparameters["covar_module.base_kernel.lengthscale"].shape == (3, 8, 1, 2)
     assert sorted(samples.prior_parameter_names()) == [
         "covar_module.base_kernel.lengthscale", "covar_module.outputscale", "mean_module.constant",
     ]  # fmt: skip
@@ -201,7 +201,7 @@ def preference_model() -> FullyBayesianPairwiseGP:
 def test_preference_model_under_eubo_and_qeubo(preference_model):
     model = preference_model
     assert model.batch_shape == torch.Size([16]) and model.n == 10 and model.dim == 2 and model.m > 20
-    assert model.samples.hyper["covar_module.outputscale"].shape == (2, 8)
+    assert model.samples.hyperparameters["covar_module.outputscale"].shape == (2, 8)
     pairs = torch.rand(5, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
     eubo = AnalyticExpectedUtilityOfBestOption(pref_model=model)
     assert eubo(pairs).shape == (5,)

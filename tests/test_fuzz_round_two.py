@@ -209,14 +209,15 @@ def test_gibbs_predict_pairs_each_draw_with_its_sampled_class_scales():
     y = (torch.arange(18) % 3).double()
     likelihood = ga.LogisticSoftmaxLikelihood(3, learn_class_scales=True, class_scale_prior=(2.0, 2.0))
     samples = ga.GibbsSampler(_gp_prior(3), likelihood, x, y).sample(6, warmup=4, num_chains=2, seed=0, progress=False)
-    theta = samples.hyper["class_scales"]
+    theta = samples.hyperparameters["class_scales"]
     assert theta.shape == (2, 6, 3) and not torch.allclose(theta[0, 0], theta[1, -1])  # sampled, per chain and draw
     x_new = torch.tensor([[-1.0], [0.5]], dtype=torch.float64)
     probs = samples.predict(x_new).y_probs
     assert probs.shape == (2, 3) and torch.isfinite(probs).all()
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, dtype=torch.float64))
     # each draw's own scales: drawn scales that favour class 1 a hundredfold move every prediction to class 1
-    favour = dataclasses.replace(samples, hyper={"class_scales": theta * torch.tensor([1.0, 100.0, 1.0]).double()})
+    favoured = {"class_scales": theta * torch.tensor([1.0, 100.0, 1.0]).double()}
+    favour = dataclasses.replace(samples, hyperparameters=favoured)
     assert (favour.predict(x_new).y_probs.argmax(-1) == 1).all()
     assert likelihood.class_scales.shape == (3,)  # the likelihood's own parameter is left as it was
 

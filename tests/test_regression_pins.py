@@ -159,7 +159,7 @@ def _gibbs_run(case, sampler_class=GibbsSampler, **sampler_kwargs) -> dict[str, 
         out["u"] = samples.u.clone()
     for name, value in samples.aux.items():
         out[f"aux.{name}"] = value.to(torch.float64).clone()
-    for name, value in samples.hyper.items():
+    for name, value in samples.hyperparameters.items():
         out[f"hyper.{name}"] = value.to(torch.float64).clone()
     return out
 

@@ -261,7 +261,8 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
         except RuntimeError as err:
             raise ValueError(
                 f"the class scales hold one row per Gibbs chain (shape {tuple(self.class_scales.shape)}); set "
-                "likelihood.class_scales to one value per class (e.g. samples.hyper['class_scales'].mean((0, 1))) "
+                "likelihood.class_scales to one value per class (e.g. "
+                "samples.hyperparameters['class_scales'].mean((0, 1))) "
                 "before predicting"
             ) from err
         return mean, var

@@ -311,14 +311,14 @@ def test_predict_bernoulli_averages_per_draw_probabilities():
 def test_predict_pairs_each_draw_with_its_sampled_likelihood_constant():
     """With a likelihood constant sampled per chain (Poisson rate scale under a Gamma prior: the likelihood holds
     shape (chains, 1)), predict averages ``likelihood.marginal`` with each draw's own constant from
-    ``samples.hyper`` (it used to fail to broadcast (chains, 1) against the draws), and leaves the likelihood's
-    state as it was: the per-chain values live in the sampler's state, never in the likelihood."""
+    ``samples.hyperparameters`` (it used to fail to broadcast (chains, 1) against the draws), and leaves the
+    likelihood's state as it was: the per-chain values live in the sampler's state, never in the likelihood."""
     x, _ = classification_data(15, seed=4)
     y = torch.poisson(3.0 * torch.sigmoid(torch.sin(2 * x[:, 0])), generator=torch.Generator().manual_seed(4))
     likelihood = PoissonLogitLikelihood(rate_scale=3.0, rate_scale_prior=(2.0, 0.5))
     sampler = GibbsSampler(PlainGP(), likelihood, x, y)
     samples = sampler.sample(6, warmup=5, num_chains=3, seed=1, progress=False)
-    xi = samples.hyper["rate_scale"]
+    xi = samples.hyperparameters["rate_scale"]
     assert xi.shape == (3, 6, 1) and xi.std() > 0.05  # one value per chain and draw
     state = likelihood.rate_scale.clone()
     assert state.shape == PoissonLogitLikelihood(rate_scale=3.0).rate_scale.shape and float(state) == 3.0
@@ -653,17 +653,18 @@ def test_likelihood_hyperparameters_are_sampled_recorded_and_resumed():
     likelihood = make_unknown_precision_likelihood()
     sampler = GibbsSampler(PlainGP(), likelihood, x, y)
     full = sampler.sample(12, warmup=3, num_chains=3, seed=0, progress=False)
-    assert full.hyper["precision"].shape == (3, 12, 1)
-    assert not torch.allclose(full.hyper["precision"][0], full.hyper["precision"][1])  # one value per chain
-    assert torch.equal(full.last.hyper["precision"], full.hyper["precision"][:, -1])
+    assert full.hyperparameters["precision"].shape == (3, 12, 1)
+    precision = full.hyperparameters["precision"]
+    assert not torch.allclose(precision[0], precision[1])  # one value per chain
+    assert torch.equal(full.last.hyper["precision"], full.hyperparameters["precision"][:, -1])
     first = sampler.sample(5, warmup=3, num_chains=3, seed=0, progress=False)
     with torch.no_grad():  # clobber the likelihood's state: resuming continues from the stored chain state
         likelihood.raw_precision.data = torch.zeros(1)
     resumed = sampler.resume(first, 7, progress=False)
-    assert torch.equal(resumed.f, full.f) and torch.equal(resumed.hyper["precision"], full.hyper["precision"])
+    assert torch.equal(resumed.f, full.f) and torch.equal(resumed.hyperparameters["precision"], precision)
     assert resumed.summary("precision").rhat.shape == (1,)
     # the noise precision is learnt: the data were generated with noise sd 0.2 (precision 25)
-    assert 5 < full.hyper["precision"].mean() < 80
+    assert 5 < full.hyperparameters["precision"].mean() < 80
 
 
 # ---------------------------------------------------------------------------------------------- over-relaxation
@@ -814,7 +815,7 @@ def test_a_likelihood_used_by_the_sampler_keeps_its_shapes_and_works_as_a_gpytor
     likelihood = PoissonLogitLikelihood(rate_scale=3.0, rate_scale_prior=(2.0, 0.5))
     before = {k: v.clone() for k, v in likelihood.state_dict().items()}
     samples = GibbsSampler(PlainGP(), likelihood, x, y).sample(4, warmup=2, num_chains=3, seed=1, progress=False)
-    assert samples.hyper["rate_scale"].shape == (3, 4, 1)
+    assert samples.hyperparameters["rate_scale"].shape == (3, 4, 1)
     for name, value in likelihood.state_dict().items():
         assert torch.equal(value, before[name]), name
     likelihood.load_state_dict(PoissonLogitLikelihood(rate_scale=2.0).state_dict())

@@ -275,7 +275,7 @@ def test_lengthscale_posterior_against_brute_force(name):
 
     C, S = 64, 300
     samples = sampler.sample(S, warmup=100, num_chains=C, seed=0, progress=False)
-    log_ell = samples.hyper[LENGTHSCALE].reshape(C, S).log()
+    log_ell = samples.hyperparameters[LENGTHSCALE].reshape(C, S).log()
     mean, sd = float(log_ell.mean()), float(log_ell.std())
     ess = float(bulk_ess(log_ell.numpy()[..., None])[0])
     tolerance = 4.5 * sd / math.sqrt(ess)
@@ -358,9 +358,10 @@ def run():
 def test_draws_shapes_and_summary(run):
     sampler, samples = run
     assert samples.f.shape == (3, 30, 20) and samples.f_update == "hyper"
-    assert samples.hyper[LENGTHSCALE].shape == (3, 30, 1, 1) and samples.hyper[OUTPUTSCALE].shape == (3, 30)
+    draws = samples.hyperparameters
+    assert draws[LENGTHSCALE].shape == (3, 30, 1, 1) and draws[OUTPUTSCALE].shape == (3, 30)
     assert samples.prior_parameter_names() == [OUTPUTSCALE, LENGTHSCALE]
-    assert bool((samples.hyper[LENGTHSCALE] > 0).all())
+    assert bool((samples.hyperparameters[LENGTHSCALE] > 0).all())
     summary = samples.summary(LENGTHSCALE)
     assert summary.rhat.shape == (1, 1) and bool(torch.isfinite(summary.ess_bulk).all())
     assert "covar_module.base_kernel.lengthscale[0, 0]" in repr(summary)
@@ -368,7 +369,7 @@ def test_draws_shapes_and_summary(run):
     last = samples.last_state()
     assert last.coordinates.shape == (1, 3, 2) and last.step_size.shape == (3,)
     # the chains move θ: not all draws equal
-    assert float(samples.hyper[OUTPUTSCALE].std()) > 0
+    assert float(samples.hyperparameters[OUTPUTSCALE].std()) > 0
 
 
 def test_resume_continues_bit_for_bit(run):
@@ -376,7 +377,7 @@ def test_resume_continues_bit_for_bit(run):
     more = sampler.resume(samples, 10, progress=False)
     whole = sampler.sample(40, warmup=20, num_chains=3, seed=0, progress=False)
     assert torch.equal(more.f, whole.f)
-    assert all(torch.equal(more.hyper[k], whole.hyper[k]) for k in whole.hyper)
+    assert all(torch.equal(more.hyperparameters[k], whole.hyperparameters[k]) for k in whole.hyperparameters)
     restored = PosteriorSamples.from_state_dict(samples.state_dict(), sampler=sampler)
     assert torch.equal(sampler.resume(restored, 10, progress=False).f, whole.f)
     joined = PosteriorSamples.cat([samples, samples], dim="chain")
@@ -415,10 +416,11 @@ def test_predict_at_constant_theta_equals_fixed_theta_predict(run):
     sampler, samples = run
     params = sampler.kernel.hyperparameters
     at_model = params.constrained(params.initial(1))
-    constant = {k: at_model[k][0].to(v).expand_as(v).clone() for k, v in samples.hyper.items()}
+    constant = {k: at_model[k][0].to(v).expand_as(v).clone() for k, v in samples.hyperparameters.items()}
     x_new = torch.linspace(-4, 4, 6, dtype=torch.float64).unsqueeze(-1)
-    over_theta = dataclasses.replace(samples, hyper=constant).predict(x_new, generator=torch.Generator().manual_seed(3))
-    fixed = dataclasses.replace(samples, hyper={}).predict(x_new, generator=torch.Generator().manual_seed(3))
+    at_constant = dataclasses.replace(samples, hyperparameters=constant)
+    over_theta = at_constant.predict(x_new, generator=torch.Generator().manual_seed(3))
+    fixed = dataclasses.replace(samples, hyperparameters={}).predict(x_new, generator=torch.Generator().manual_seed(3))
     for field in ("f_mean", "f_var", "f_draws", "y_probs"):
         assert torch.allclose(getattr(over_theta, field), getattr(fixed, field), atol=1e-9), field
 
@@ -431,13 +433,26 @@ def test_multi_latent_and_linear_observations_run():
     x2 = torch.cat([x, 0.5 * x], -1)
     sampler = GibbsSampler(batched, LogisticSoftmaxLikelihood(num_classes=2), x2, y, sample_hyperparameters=True)
     samples = sampler.sample(5, warmup=3, num_chains=3, seed=0, progress=False)
-    assert samples.f.shape == (3, 5, 2, 12) and samples.hyper[LENGTHSCALE].shape == (3, 5, 2, 1, 2)
-    assert samples.hyper["mean_module.constant"].shape == (3, 5, 2)
+    assert samples.f.shape == (3, 5, 2, 12) and samples.hyperparameters[LENGTHSCALE].shape == (3, 5, 2, 1, 2)
+    assert samples.hyperparameters["mean_module.constant"].shape == (3, 5, 2)
     assert samples.predict(x2[:3]).f_mean.shape == (2, 3)
     pairs = torch.tensor([[0, 1], [2, 3], [4, 1], [5, 6], [7, 8], [9, 10], [11, 0]])
     outcome = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
     sampler = GibbsSampler(_scaled_rbf_prior(), PairwiseLogitLikelihood(), x, outcome, comparisons=pairs,
                            sample_hyperparameters=True)  # fmt: skip
     samples = sampler.sample(5, warmup=3, num_chains=2, seed=0, progress=False)
-    assert samples.f.shape == (2, 5, 12) and samples.hyper[OUTPUTSCALE].shape == (2, 5)
+    assert samples.f.shape == (2, 5, 12) and samples.hyperparameters[OUTPUTSCALE].shape == (2, 5)
     assert samples.predict(x[:4]).f_draws.shape == (2, 5, 4)
+
+
+def test_hyperparameters_is_the_draws_dict_and_old_states_load():
+    """``samples.hyperparameters`` holds the draws (``hyper`` is its 0.3 name); a state dict saved by 0.3 (key
+    ``"hyper"``) still loads."""
+    x, y = _data()
+    sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+    samples = sampler.sample(4, warmup=2, num_chains=2, seed=0, progress=False)
+    assert samples.hyper is samples.hyperparameters and LENGTHSCALE in samples.hyperparameters
+    state = samples.state_dict()
+    state["hyper"] = state.pop("hyperparameters")
+    restored = PosteriorSamples.from_state_dict(state, sampler=sampler)
+    assert all(torch.equal(restored.hyperparameters[k], v) for k, v in samples.hyperparameters.items())

@@ -252,7 +252,8 @@ def test_every_likelihood_runs_with_alpha(case):
     first = sampler.sample(3, warmup=2, num_chains=2, seed=3, progress=False)
     resumed = sampler.resume(first, 5, progress=False)
     assert torch.equal(resumed.u, full.u) and torch.equal(resumed.f, full.f)
-    if not full.hyper:  # (predict with per-draw logistic-softmax class scales fails for the exact sampler as well)
+    # (predict with per-draw logistic-softmax class scales fails for the exact sampler as well)
+    if not full.hyperparameters:
         new_kwargs = {k: v.to(data.y.dtype) for k, v in case.make_kwargs(torch.Size([3]), data.generator).items()}
         pred = full.predict(torch.linspace(-2, 2, 3, dtype=torch.float64).unsqueeze(-1), **new_kwargs)
         assert torch.isfinite(pred.f_mean).all()

@@ -121,7 +121,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         >>> target = PosteriorTarget(prior.double(), BernoulliLogitLikelihood(), x, (x.squeeze(-1) > 0).double())
         >>> samples = MCMC(HyperparameterGibbsKernel(target)).sample(20, warmup=10, num_chains=2, seed=0,
         ...                                                          progress=False)
-        >>> samples.hyper["covar_module.base_kernel.lengthscale"].shape   # (chains, draws, *parameter shape)
+        >>> samples.hyperparameters["covar_module.base_kernel.lengthscale"].shape   # (chains, draws, *parameter shape)
         torch.Size([2, 20, 1, 1])
     """
 

@@ -43,7 +43,7 @@ class GibbsSampler(MCMC):
       with a fresh :math:`\Omega` before each block where the likelihood declares ``latent_blocks``.
     * The likelihood's constants: after every :math:`\Omega` draw the kernel calls
       ``likelihood.sample_hyperparameters(y, Ω, f, generator)`` (a no-op by default); a likelihood that samples
-      them keeps one value per chain, recorded in :attr:`PosteriorSamples.hyper` (constrained values, ``raw_``
+      them keeps one value per chain, recorded in :attr:`PosteriorSamples.hyperparameters` (constrained values, ``raw_``
       stripped); a returned :math:`\Omega` replaces the old one for the :math:`f`-step and in the record.
 
     **Sampled hyper-parameters** (``sample_hyperparameters=True``, exact model): the chains also sample the
@@ -53,10 +53,10 @@ class GibbsSampler(MCMC):
     :math:`\theta \mid \Omega, y` with :math:`f` integrated out (slice sampling in the raw coordinates), then
     :math:`f \mid \theta, \Omega, y`
     (:class:`~gpytorch_augment.inference.gibbs.HyperparameterGibbsKernel`, whose docstring has the maths). The draws
-    of :math:`\theta` are recorded in :attr:`PosteriorSamples.hyper` under the model's names of the constrained
-    values (e.g. ``covar_module.base_kernel.lengthscale``, ``(chains, draws, *shape)``); ``predict`` integrates over
-    them. A parameter that shapes the prior and requires grad without a prior raises ``ValueError`` naming it
-    (register a prior, or ``requires_grad_(False)`` to keep it fixed). Not with ``inducing_points``,
+    of :math:`\theta` are recorded in :attr:`PosteriorSamples.hyperparameters` under the model's names of the
+    constrained values (e.g. ``covar_module.base_kernel.lengthscale``, ``(chains, draws, *shape)``); ``predict``
+    integrates over them. A parameter that shapes the prior and requires grad without a prior raises ``ValueError``
+    naming it (register a prior, or ``requires_grad_(False)`` to keep it fixed). Not with ``inducing_points``,
     ``overrelaxation`` or a likelihood with ``latent_blocks`` (``ValueError``).
 
     **Structure.** ``GibbsSampler(...)`` only constructs: it is the driver

@@ -175,7 +175,7 @@ class MCMC:
             f=draws["f"],
             aux=draws["aux"],
             u=draws["u"],
-            hyper=draws["hyper"],
+            hyperparameters=draws["hyper"],
             f_update=kernel.name,
             jitter=target.jitter,
             seed=seed,

@@ -46,8 +46,10 @@ class PosteriorSamples:
     :ivar last: the :class:`ChainState` after the last transition (see :meth:`last_state`).
     :ivar target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` the draws belong to (``None`` for
         draws restored without it: :meth:`predict` and ``resume`` then need :meth:`from_state_dict` with the sampler).
-    :ivar hyper: draws of the likelihood's sampled hyper-parameters, ``(chains, draws, ...)`` (empty unless the
-        likelihood implements ``sample_hyperparameters``).
+    :ivar hyperparameters: draws of every sampled hyper-parameter, ``(chains, draws, *shape)``, under its
+        constrained name: the prior's (``sample_hyperparameters=True``; the model's names, e.g.
+        ``covar_module.base_kernel.lengthscale``) and the likelihood's constants where its Gibbs sweep samples them
+        (e.g. ``rate_scale``); empty otherwise. (``hyper`` is the same dict under its 0.3 name.)
 
     Example::
 
@@ -75,7 +77,7 @@ class PosteriorSamples:
     elapsed: float
     num_sweeps: int
     last: ChainState
-    hyper: dict[str, Tensor] = field(default_factory=dict)
+    hyperparameters: dict[str, Tensor] = field(default_factory=dict)
     target: PosteriorTarget | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ shape and state
@@ -86,6 +88,11 @@ class PosteriorSamples:
     @property
     def num_draws(self) -> int:
         return int(self.f.shape[1])
+
+    @property
+    def hyper(self) -> dict[str, Tensor]:
+        """:attr:`hyperparameters` under its 0.3 name."""
+        return self.hyperparameters
 
     def last_state(self) -> ChainState:
         """The chain state after the last transition; pass it as ``init`` to continue (see also ``resume``)."""
@@ -105,7 +112,7 @@ class PosteriorSamples:
             "elapsed": self.elapsed,
             "num_sweeps": self.num_sweeps,
             "last": self.last.state_dict(),
-            "hyper": dict(self.hyper),
+            "hyperparameters": dict(self.hyperparameters),
         }
 
     @classmethod
@@ -129,7 +136,7 @@ class PosteriorSamples:
             elapsed=float(state.get("elapsed", 0.0)),
             num_sweeps=int(state.get("num_sweeps", 0)),
             last=ChainState.from_state_dict(state["last"]),
-            hyper=dict(state.get("hyper") or {}),
+            hyperparameters=dict(state.get("hyperparameters", state.get("hyper")) or {}),
             target=getattr(sampler, "target", sampler),
         )
         if samples.target is not None:
@@ -225,7 +232,7 @@ class PosteriorSamples:
             elapsed=sum(r.elapsed for r in runs),
             num_sweeps=sweeps,
             last=last,
-            hyper={k: cat(r.hyper[k] for r in runs) for k in first.hyper},
+            hyperparameters={k: cat(r.hyperparameters[k] for r in runs) for k in first.hyperparameters},
             target=first.target,
         )
 
@@ -239,9 +246,10 @@ class PosteriorSamples:
             return self.u
         if var in self.aux:
             return self.aux[var]
-        if var in self.hyper:
-            return self.hyper[var]
-        raise ValueError(f"unknown variable {var!r}; choose 'f', 'u' or one of {sorted(self.aux) + sorted(self.hyper)}")
+        if var in self.hyperparameters:
+            return self.hyperparameters[var]
+        names = sorted(self.aux) + sorted(self.hyperparameters)
+        raise ValueError(f"unknown variable {var!r}; choose 'f', 'u' or one of {names}")
 
     def summary(self, var: str = "f") -> PosteriorSummary:
         r"""Posterior mean, sd, 5 % and 95 % quantiles, bulk, tail and sd ESS and rank-normalised split-:math:`\hat R`
@@ -287,7 +295,7 @@ class PosteriorSamples:
         if self.u is not None:
             posterior["u"] = to_np(self.u)
             dims["u"] = latent + ["inducing"]
-        for name, value in list(self.aux.items()) + list(self.hyper.items()):
+        for name, value in list(self.aux.items()) + list(self.hyperparameters.items()):
             key = name if name not in posterior else f"aux_{name}"
             posterior[key] = to_np(value)
         attrs = {"warmup": self.warmup, "thin": self.thin, "f_update": self.f_update, "jitter": self.jitter}
@@ -312,8 +320,8 @@ class PosteriorSamples:
 
         Exact model: :math:`\frac1S\sum_s \mathcal N\big(f_* \mid \mu_* + K_{*X}K^{-1}(f^{(s)} - \mu_0),\
         K_{**} - K_{*X}K^{-1}K_{X*}\big)`; sparse model: :math:`f_* \mid u^{(s)}` (:doc:`/maths/engines`).
-        Draws of the prior's hyper-parameters (``sample_hyperparameters=True``, recorded in :attr:`hyper` under the
-        model's names) are integrated over: draw :math:`s` conditions at its own :math:`\theta_s`, with
+        Draws of the prior's hyper-parameters (``sample_hyperparameters=True``, recorded in :attr:`hyperparameters`
+        under the model's names) are integrated over: draw :math:`s` conditions at its own :math:`\theta_s`, with
         :math:`\mu_*, K_{*X}, K, K_{**}` evaluated at :math:`\theta_s` (batched over draws, in chunks of about
         :math:`2^{22}` kernel entries).
         :math:`y_*` is predicted with the **original** likelihood: ``likelihood.marginal`` of each conditional,
@@ -328,7 +336,8 @@ class PosteriorSamples:
             ``y_mean`` and ``y_probs`` are computed from the per-point conditionals either way, so pass
             ``joint=False`` when only they are wanted (cheaper for large :math:`N_*`, and it cannot fail).
         :param chunk_size: draws per call of ``likelihood.marginal`` (default: about :math:`2^{20}/N_*`); one draw
-            per call when the likelihood's constants were sampled (:attr:`hyper`), each draw with its own values.
+            per call when the likelihood's constants were sampled (:attr:`hyperparameters`), each draw with its own
+            values.
         :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
             ``likelihood.marginal``.
         :raises ValueError: for a ``chunk_size`` that is not a positive integer.
@@ -371,12 +380,12 @@ class PosteriorSamples:
         )
 
     def prior_parameter_names(self) -> list[str]:
-        """The names in :attr:`hyper` that are the prior's hyper-parameters (the model's parameters, sampled with
-        ``sample_hyperparameters=True``), not the likelihood's constants; empty without a target."""
-        if self.target is None or not self.hyper:
+        """The names in :attr:`hyperparameters` that are the prior's hyper-parameters (the model's parameters,
+        sampled with ``sample_hyperparameters=True``), not the likelihood's constants; empty without a target."""
+        if self.target is None or not self.hyperparameters:
             return []
         names = model_parameter_names(self.target.evaluation_model)
-        return [name for name in self.hyper if name in names]
+        return [name for name in self.hyperparameters if name in names]
 
     def _predict_over_hyperparameters(
         self,
@@ -393,7 +402,7 @@ class PosteriorSamples:
         dt, T, jitter = target.linalg_dtype, target.num_latents, target.jitter
         params = PriorParameters(target, names=sampled)
         n_draws = self.num_chains * self.num_draws
-        theta = params.from_constrained({k: self.hyper[k].flatten(0, 1) for k in sampled}, n_draws)
+        theta = params.from_constrained({k: self.hyperparameters[k].flatten(0, 1) for k in sampled}, n_draws)
         x, x_new = target.x, x_new.to(target.x.dtype)
         if x.shape[:-2] != x_new.shape[:-2]:
             batch = torch.broadcast_shapes(x.shape[:-2], x_new.shape[:-2])
@@ -463,16 +472,16 @@ class PosteriorSamples:
     ) -> tuple[Tensor | None, Tensor | None]:
         """The mean and probabilities of ``likelihood.marginal`` averaged over the draws, in chunks of draws.
 
-        With sampled likelihood constants (:attr:`hyper`, ``(C, S, *shape)``) every draw is paired with its own
-        values, one draw at a time, because a likelihood's marginal need not broadcast a batch of constants against
-        a batch of predictive distributions. ``var`` is shared by the draws ``(T, n)`` or per draw (sampled prior
-        hyper-parameters, ``(draws, T, n)``)."""
+        With sampled likelihood constants (:attr:`hyperparameters`, ``(C, S, *shape)``) every draw is paired with its
+        own values, one draw at a time, because a likelihood's marginal need not broadcast a batch of constants
+        against a batch of predictive distributions. ``var`` is shared by the draws ``(T, n)`` or per draw (sampled
+        prior hyper-parameters, ``(draws, T, n)``)."""
         target = self.target
         if target.likelihood.linear_observations:  # an observation reads several points: no per-point predictive
             return None, None
         n_draws, n_new = means.shape[0], means.shape[-1]
         prior_names = set(self.prior_parameter_names())
-        constants = {k: v for k, v in self.hyper.items() if k not in prior_names}
+        constants = {k: v for k, v in self.hyperparameters.items() if k not in prior_names}
         chunk = 1 if constants else chunk_size or max(1, (1 << 20) // max(1, n_new * target.num_latents))
         y_mean_sum, y_probs_sum, has_mean = None, None, True
         constants = {k: v.reshape((n_draws,) + tuple(v.shape[2:])) for k, v in constants.items()}
