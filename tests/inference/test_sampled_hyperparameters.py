@@ -124,7 +124,7 @@ def _prior_model(batch_shape: torch.Size = torch.Size()) -> GPPrior:
 def test_batched_prior_equals_per_chain_evaluation(num_latents):
     """PriorParameters.evaluate at three chains' θ (ARD lengthscales, outputscale, constant mean; a batch of two
     latent priors) equals model.forward(x) with each chain's parameters set, and log p(θ) equals the priors' log
-    densities at the constrained values plus log|d softplus| of the positive ones."""
+    densities at the constrained values plus log c of the positive ones (log coordinates)."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(7, 2, generator=g, dtype=torch.float64)
     batch = torch.Size([num_latents]) if num_latents > 1 else torch.Size()
@@ -146,8 +146,8 @@ def test_batched_prior_equals_per_chain_evaluation(num_latents):
         assert torch.allclose(mean[c], expected_mean, atol=1e-12)
         assert torch.allclose(covar[c], expected_covar, atol=1e-12)
         expected = sum(float(p.log_prob(closure(m)).sum()) for _, m, p, closure, _ in copied.named_priors())
-        for raw in (copied.covar_module.raw_outputscale, copied.covar_module.base_kernel.raw_lengthscale):
-            expected += float(torch.nn.functional.logsigmoid(raw).sum())  # d softplus(r) / dr = sigmoid(r)
+        for value in (copied.covar_module.outputscale, copied.covar_module.base_kernel.lengthscale):
+            expected += float(value.log().sum())  # the coordinates are log c: dc / ds = c
         assert math.isclose(float(log_prior[c]), expected, rel_tol=1e-12, abs_tol=1e-12)
 
 

@@ -212,6 +212,7 @@ class PosteriorSamples:
                     else None
                 ),
                 trajectory_length=first.last.trajectory_length,  # one length for the joined chains: the first's
+                scale=first.last.scale,
                 coordinates=(
                     torch.cat([r.last.coordinates for r in runs], dim=1)
                     if all(isinstance(r.last.coordinates, Tensor) for r in runs)
