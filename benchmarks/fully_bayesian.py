@@ -1,6 +1,6 @@
 r"""Fully Bayesian non-Gaussian GPs (issue 40, item 5): our blocked Gibbs sampler with sampled hyper-parameters
 (``GibbsSampler(..., sample_hyperparameters=True)``: :math:`\Omega \mid f`, then :math:`\theta \mid \Omega` with
-:math:`f` integrated out by slice sampling, then :math:`f \mid \theta, \Omega`) against NumPyro's NUTS on
+:math:`f` integrated out by HMC, then :math:`f \mid \theta, \Omega`) against NumPyro's NUTS on
 :math:`(\theta, \text{whitened } f)` with the same priors, on a binary, a Student-t, a count and a multi-class problem
 at the sizes of :data:`SIZES`. Metrics: the worst of bulk / tail / sd ESS over :math:`\theta` and :math:`f` per second,
 end to end and steady state, :math:`\hat R`, and the held-out NLL of the posterior predictive against the one-call
@@ -479,7 +479,7 @@ def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------------- report
 LABELS = {
-    "ours": "Gibbs + slice θ (ours)",
+    "ours": "Gibbs + HMC θ (ours)",
     "numpyro_sequential": "NumPyro NUTS [sequential]",
     "numpyro_vectorized": "NumPyro NUTS [vectorized]",
 }
