@@ -540,3 +540,27 @@ def test_hmc_move_leaves_a_gaussian_invariant(gradient_error):
     z_var = (x.var(0) / sd.square() - 1) / math.sqrt(2 / C)
     assert float(z_mean.abs().max()) <= 4.5 and float(z_var.abs().max()) <= 4.5, (z_mean, z_var)
     assert 0.2 < min(accepted) < 1.0
+
+
+def test_per_class_values_are_not_read_as_per_chain_when_classes_equal_chains():
+    """Three classes and three chains: the class scales (3,) and the per-class mean constants keep their class
+    dimension in the draws, (chains, draws, 3) (a shared value whose first dimension equals the number of chains used
+    to be recorded as one value per chain), and a state holding shared values of the parameters' own shapes starts a
+    run."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(15, 2, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (15,), generator=g).double()
+    batch = torch.Size([3])
+    prior = GPPrior(
+        gpytorch.means.ConstantMean(batch_shape=batch, constant_prior=gpytorch.priors.NormalPrior(0.0, 1.0)),
+        gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(batch_shape=batch), batch_shape=batch),
+    ).double()
+    sampler = GibbsSampler(prior, LogisticSoftmaxLikelihood(num_classes=3).double(), x, y,
+                           sample_hyperparameters=True)  # fmt: skip
+    samples = sampler.sample(4, warmup=2, num_chains=3, seed=0, progress=False)
+    draws = samples.hyperparameters
+    assert draws["class_scales"].shape == (3, 4, 3) and draws["mean_module.constant"].shape == (3, 4, 3)
+    state = samples.last_state()
+    state.hyper = {k: v[0] for k, v in state.hyper.items()}  # shared values of each parameter's own shape
+    more = sampler.sample(2, warmup=0, num_chains=3, init=state, seed=1, progress=False)
+    assert more.hyperparameters["class_scales"].shape == (3, 2, 3)

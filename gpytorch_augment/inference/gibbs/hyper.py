@@ -442,7 +442,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         return ChainState(
             f=target.to_storage(chains.f).to(target.dtype),
             aux={k: target.chain_batched(val, C) for k, val in chains.aux.items()},
-            hyper={**self.gibbs._constants_snapshot(chains.constants), **theta},
+            hyper={**self.gibbs._constants_snapshot(chains.constants, C), **theta},
             step_size=chains.width.clone(),
             trajectory_length=chains.length if self.theta_sampler == "hmc" else None,
             scale=chains.scale.clone() if self.theta_sampler == "hmc" and chains.scale is not None else None,

@@ -149,12 +149,13 @@ class GibbsKernel(MCMCKernel[GibbsChains]):
             f=target.to_storage(chains.f).to(target.dtype),
             aux={k: target.chain_batched(val, C) for k, val in chains.aux.items()},
             u=u,
-            hyper=self._constants_snapshot(chains.constants),
+            hyper=self._constants_snapshot(chains.constants, chains.f.shape[0]),
         )
 
-    def _constants_snapshot(self, constants: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """The likelihood's constants at the chains' values, if the chains sample them (else empty)."""
-        return self.target.constants_snapshot(constants) if self.samples_constants else {}
+    def _constants_snapshot(self, constants: Mapping[str, Tensor], num_chains: int) -> dict[str, Tensor]:
+        """The likelihood's constants at the chains' values, ``(num_chains, *shape)`` each, if the chains sample them
+        (else empty)."""
+        return self.target.constants_snapshot(constants, num_chains) if self.samples_constants else {}
 
     # ------------------------------------------------------------------ public building blocks
     @with_linalg_advice("sampling")
