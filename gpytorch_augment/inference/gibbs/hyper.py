@@ -52,18 +52,18 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ...core import WhitenedGaussian, collapsed_log_marginal
-from ...core.linalg import add_to_diagonal
+from ...core import WhitenedGaussian, collapsed_log_marginal, gaussian_log_density, tilted_conditional
+from ...core.linalg import add_to_diagonal, tri_solve
 from ...core.prior import FactorizationError, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..mcmc.kernel import MCMCKernel
 from ..mcmc.prior_parameters import PriorParameters
-from ..mcmc.slice import MAX_STEPS_OUT, SliceMove, slice_move
+from ..mcmc.slice import MAX_STEPS_OUT, LogDensity, SliceMove, slice_move
 from ..mcmc.state import ChainState
-from ..mcmc.target import PosteriorTarget
+from ..mcmc.target import PosteriorTarget, conditional_variances
 from .kernel import GibbsKernel
 
-__all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel"]
+__all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel", "PriorAt"]
 
 #: the slice width a run starts from (raw coordinates, along a unit direction); warm-up adapts it
 DEFAULT_SLICE_WIDTH = 1.0
@@ -77,7 +77,10 @@ class HyperChains(NamedTuple):
     """The chains of :class:`HyperparameterGibbsKernel` between transitions: latents ``f`` (C, T, N), the last
     :math:`\\Omega` draw ``aux``, the likelihood's sampled ``constants``, the targets ``y``, the coordinates
     ``theta`` (C, P) and the prior at them (``mean`` (C, T, N), ``A`` = :math:`L^\\top` (C, T, N, N),
-    ``log_prior`` (C,)), the slice ``width`` (C,) and the warm-up iterations it has averaged (``adapted``)."""
+    ``log_prior`` (C,)), the slice ``width`` (C,) and the warm-up iterations it has averaged (``adapted``).
+    Inducing-point model: ``A`` = :math:`L_Z^{-1}K_{ZX}` (C, T, M, N), and at the same :math:`\\theta` the
+    variances ``d`` (C, T, N) of :math:`p(f_i \\mid u)`, ``mu_Z`` (C, T, M), ``L`` = chol(K_ZZ + jitter I)
+    (C, T, M, M), with the whitened inducing values ``v`` (C, T, M) of the last draw (``None`` before one)."""
 
     f: Tensor
     aux: AuxDict
@@ -89,6 +92,34 @@ class HyperChains(NamedTuple):
     log_prior: Tensor
     width: Tensor
     adapted: int
+    d: Tensor | None = None
+    mu_Z: Tensor | None = None
+    L: Tensor | None = None
+    v: Tensor | None = None
+
+    @property
+    def prior(self) -> PriorAt:
+        """The prior at the chains' :math:`\\theta` (``ok`` ``None``: it was factorised when accepted)."""
+        return PriorAt(self.mean, self.A, self.log_prior, None, self.d, self.mu_Z, self.L)
+
+
+class PriorAt(NamedTuple):
+    """The prior at a batch of coordinates (n, P): ``mean`` :math:`\\mu_X` (n, T, N), ``A`` (exact:
+    :math:`L^\\top`, (n, T, N, N); inducing points: :math:`L_Z^{-1}K_{ZX}`, (n, T, M, N)), ``log_prior`` (n,),
+    ``ok`` (n,) where every factorisation succeeded (``None``: known to), and for the inducing-point model ``d``,
+    ``mu_Z``, ``L`` (see :class:`HyperChains`)."""
+
+    mean: Tensor
+    A: Tensor
+    log_prior: Tensor
+    ok: Tensor | None
+    d: Tensor | None = None
+    mu_Z: Tensor | None = None
+    L: Tensor | None = None
+
+    def extras(self) -> tuple[Tensor, ...]:
+        """``(d, mu_Z, L)`` of the inducing-point model, else ``()`` (the tail of a slice move's payload)."""
+        return () if self.d is None else (self.d, self.mu_Z, self.L)
 
 
 class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
@@ -134,16 +165,11 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         max_steps_out: int = MAX_STEPS_OUT,
         adapt_width: bool = True,
     ) -> None:
-        likelihood = type(target.likelihood).__name__
-        if target.is_sparse:
+        if target.is_sparse and target.blocks is not None:
             raise ValueError(
-                "sample_hyperparameters=True is implemented for the exact model only: drop inducing_points (the "
-                "inducing-point sampler keeps its hyper-parameters fixed)"
-            )
-        if target.blocks is not None:
-            raise ValueError(
-                f"sample_hyperparameters=True does not support {likelihood}, whose latents are drawn in blocks "
-                "(latent_blocks: its tilts depend on the other block's latents, so f does not integrate out given Ω)"
+                f"sample_hyperparameters=True with inducing_points does not support {type(target.likelihood).__name__}"
+                ", whose latents are drawn in blocks (latent_blocks): the other blocks' prior density at their "
+                "current values has no O(NM^2) form in the inducing-point model; drop inducing_points"
             )
         if isinstance(slice_width, bool) or not isinstance(slice_width, (int, float)) or not (
             math.isfinite(slice_width) and slice_width > 0
@@ -184,26 +210,98 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         return True
 
     # ------------------------------------------------------------------ the prior at a batch of θ
-    def _prior(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``(mean, A, log_prior, ok)`` at coordinates ``theta`` (n, P): ``A = chol(K + jitter I)ᵀ``; ``ok`` marks
-        the chains whose factorisation succeeded."""
+    def _prior(self, theta: Tensor) -> PriorAt:
+        r"""The prior at coordinates ``theta`` (n, P) (:class:`PriorAt`): exact, ``A = chol(K + jitter I)ᵀ``;
+        inducing points, the target's whitened terms at each :math:`\theta` (:math:`L_Z`, :math:`A`, :math:`d` as
+        :meth:`PosteriorTarget.refresh` computes them at the model's). ``ok`` marks the chains whose factorisation
+        succeeded."""
+        target = self.target
+        if target.is_sparse:
+            return self._sparse_prior(theta)
         mean, covar, log_prior = self.hyperparameters.evaluate(theta)
-        K = add_to_diagonal((covar + covar.mT) / 2, self.target.jitter)
+        K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
         L, info = torch.linalg.cholesky_ex(K)
         ok = (info == 0).reshape(theta.shape[0], -1).all(-1)
-        return mean, L.mT, log_prior, ok
+        return PriorAt(mean, L.mT, log_prior, ok)
+
+    def _sparse_prior(self, theta: Tensor) -> PriorAt:
+        target = self.target
+        Z, x = target.inducing_points, target.x
+        if Z.shape[:-2] != x.shape[:-2]:
+            batch = torch.broadcast_shapes(Z.shape[:-2], x.shape[:-2])
+            Z, x = Z.expand(*batch, *Z.shape[-2:]), x.expand(*batch, *x.shape[-2:])
+        M = Z.shape[-2]
+        mean, covar, log_prior = self.hyperparameters.evaluate(theta, torch.cat([Z.to(x), x], dim=-2))
+        K_ZZ = covar[..., :M, :M]
+        L, info = torch.linalg.cholesky_ex(add_to_diagonal((K_ZZ + K_ZZ.mT) / 2, target.jitter))
+        ok = (info == 0).reshape(theta.shape[0], -1).all(-1)
+        A = tri_solve(L, covar[..., :M, M:])
+        k_diag = covar[..., M:, M:].diagonal(dim1=-2, dim2=-1)
+        d = conditional_variances(k_diag, A.square().sum(-2), target.jitter)
+        return PriorAt(mean[..., M:], A, log_prior, ok, d, mean[..., :M], L)
 
     def _collapsed(
-        self, mean: Tensor, A: Tensor, log_prior: Tensor, ok: Tensor | None, h: Tensor, lam: Tensor
+        self,
+        mean: Tensor,
+        A: Tensor,
+        log_prior: Tensor,
+        ok: Tensor | None,
+        h: Tensor,
+        lam: Tensor,
+        d: Tensor | None = None,
+        others: Tensor | None = None,
     ) -> tuple[Tensor, WhitenedGaussian]:
         r""":math:`\log p(\theta) + \log Z(\theta)` per chain (``-inf`` where not ``ok`` or not finite) and
-        :math:`q(v)`."""
+        :math:`q(v)`, for the latents whose prior ``mean``, ``A`` (and variances ``d``, inducing points) are given;
+        ``others`` adds the log prior density of the other latents at their current values (latent blocks)."""
         design = self.target.design
         A_obs, mean_obs = (A, mean) if design is None else (design.apply(A), design.apply(mean))
-        log_z, q = collapsed_log_marginal(A_obs, mean_obs, h, lam)
+        log_z, q = collapsed_log_marginal(A_obs, mean_obs, h, lam, d)
         log_p = log_prior + log_z.sum(-1)
+        if others is not None:
+            log_p = log_p + others
         valid = torch.isfinite(log_p) if ok is None else torch.isfinite(log_p) & ok
         return torch.where(valid, log_p, torch.full_like(log_p, -math.inf)), q
+
+    def collapsed_density(
+        self, chains: HyperChains, h: Tensor, lam: Tensor, block: tuple[int, ...] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...], LogDensity]:
+        r"""What the :math:`\theta` move samples: the log density of :math:`\theta` at the chains' current values,
+        its payload there, and the closure ``log_density(theta, index)`` (:data:`~..mcmc.slice.LogDensity`), whose
+        payload is ``(mean, A, log_prior, theta1, C, *extras)`` (:class:`PriorAt`, the block's :math:`q(v)`).
+
+        Without ``block``: :math:`\log p(\theta) + \log Z(\theta)`, every latent integrated out with the tilts
+        ``h``, ``lam`` (C, T, n) (inducing points: :math:`u` and :math:`f` integrated out, :func:`noisy_tilts
+        <gpytorch_augment.core.noisy_tilts>`). With the latents ``block``: :math:`\log p(\theta) + \log
+        Z_b(\theta) + \sum_{t \notin b} \log \mathcal N(f_t \mid \mu_{\theta,t}, K_{\theta,t})`, ``h``, ``lam``
+        the tilts of all latents (the block's are used)."""
+        picked = list(block) if block is not None else None
+        rest = None
+        if picked is not None:
+            h, lam = h[:, picked], lam[:, picked]
+            others = [t for t in range(self.target.num_latents) if t not in picked]
+            rest = (others, chains.f[:, others]) if others else None
+
+        def density(prior: PriorAt, h: Tensor, lam: Tensor, f_rest: Tensor | None) -> tuple[Tensor, WhitenedGaussian]:
+            mean, A, d = prior.mean, prior.A, prior.d
+            other = None
+            if picked is not None:
+                mean, A, d = mean[:, picked], A[:, picked], None if d is None else d[:, picked]
+                if f_rest is not None:
+                    idx = rest[0]
+                    other = gaussian_log_density(f_rest, prior.mean[:, idx], prior.A[:, idx].mT).sum(-1)
+            return self._collapsed(mean, A, prior.log_prior, prior.ok, h, lam, d, other)
+
+        current = chains.prior
+        log_p0, q0 = density(current, h, lam, None if rest is None else rest[1])
+        payload0 = (current.mean, current.A, current.log_prior, q0.theta1, q0.C, *current.extras())
+
+        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+            prior = self._prior(theta)
+            log_p, q = density(prior, h[index], lam[index], None if rest is None else rest[1][index])
+            return log_p, (prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras())
+
+        return log_p0, payload0, log_density
 
     # ------------------------------------------------------------------ the MCMCKernel protocol
     @with_linalg_advice("sampling the hyper-parameters")
@@ -218,10 +316,12 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             lik = {k: v for k, v in hyper.items() if k not in names}
             constants = target.initial_constants(dataclasses.replace(state, hyper=lik))
         theta = self._initial_theta(theta_values, state, C)
-        mean, A, log_prior, ok = self._prior(theta)
+        prior = self._prior(theta)
+        ok, log_prior = prior.ok, prior.log_prior
         if not bool(ok.all()):
             raise FactorizationError(
-                f"the prior covariance K + jitter I at the starting hyper-parameters of chains "
+                f"the prior covariance K + jitter I (K_ZZ + jitter I with inducing points) at the starting "
+                f"hyper-parameters of chains "
                 f"{torch.nonzero(~ok).flatten().tolist()} is not positive definite: raise the jitter (jitter=) or "
                 "start from other hyper-parameters"
             )
@@ -235,7 +335,9 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         if isinstance(step, Tensor) and step.dim() == 1 and step.shape[0] in (1, C):
             width = step.to(width).expand(C).clone()
         self._evaluations = 0
-        return HyperChains(f, {}, constants, y, theta, mean, A, log_prior, width, 0)
+        return HyperChains(
+            f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, prior.d, prior.mu_Z, prior.L
+        )
 
     def _initial_theta(self, values: dict[str, Tensor], state: ChainState | None, num_chains: int) -> Tensor:
         """The coordinates a run starts from: the state's (its exact raw ``coordinates`` where they give its
@@ -263,29 +365,46 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     @with_linalg_advice("sampling the hyper-parameters")
     @torch.no_grad()
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
-        aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
-        move = self.theta_move(chains, h, lam, generator)
-        mean, A, log_prior, theta1, C = move.payload
-        f = self.latent_draw(mean, A, WhitenedGaussian(theta1, C), generator)
+        moved = []
+        for block in self.target.blocks or [None]:
+            aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
+            move = self.theta_move(chains, h, lam, generator, block=block)
+            mean, A, log_prior, theta1, C, *extras = move.payload
+            prior = PriorAt(mean, A, log_prior, None, *extras)
+            q = WhitenedGaussian(theta1, C)
+            if block is None:
+                f, v = self._latents(prior, q, h, lam, generator)
+            else:
+                picked = list(block)
+                f_b = self.latent_draw(mean[:, picked], A[:, picked], q, generator)
+                f, v = chains.f.clone(), None
+                f[:, picked] = f_b
+            chains = chains._replace(
+                f=f, aux=aux, constants=constants, theta=move.x, mean=mean, A=A, log_prior=log_prior,
+                d=prior.d, mu_Z=prior.mu_Z, L=prior.L, v=v,
+            )  # fmt: skip
+            moved.append(move.t.abs())
         width, adapted = chains.width, chains.adapted
         if adapt and self.adapt_width:
-            pooled = (width.mean() * (adapted + 1) + 3.0 * move.t.abs().mean()) / (adapted + 2)
+            distance = torch.stack(moved).mean()
+            pooled = (width.mean() * (adapted + 1) + 3.0 * distance) / (adapted + 2)
             width = pooled.clamp(*WIDTH_BOUNDS).expand_as(width).clone()
             adapted += 1
-        return HyperChains(f, aux, constants, chains.y, move.x, mean, A, log_prior, width, adapted)
+        return chains._replace(width=width, adapted=adapted)
 
-    def theta_move(self, chains: HyperChains, h: Tensor, lam: Tensor, generator: torch.Generator | None) -> SliceMove:
-        r"""Step 2: the slice move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` for the tilts ``h``,
-        ``lam`` (C, T, n); its payload holds the prior and :math:`q(v)` at the new :math:`\theta`:
-        ``(mean, A, log_prior, theta1, C)``."""
-        log_p0, q0 = self._collapsed(chains.mean, chains.A, chains.log_prior, None, h, lam)
-
-        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
-            mean, A, log_prior, ok = self._prior(theta)
-            log_p, q = self._collapsed(mean, A, log_prior, ok, h[index], lam[index])
-            return log_p, (mean, A, log_prior, q.theta1, q.C)
-
-        payload0 = (chains.mean, chains.A, chains.log_prior, q0.theta1, q0.C)
+    def theta_move(
+        self,
+        chains: HyperChains,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        block: tuple[int, ...] | None = None,
+    ) -> SliceMove:
+        r"""Step 2: the slice move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` (with ``block``:
+        :math:`p(\theta \mid \Omega, f_{-b}, y)`) for the tilts ``h``, ``lam`` (C, T, n); its payload holds the
+        prior and :math:`q(v)` at the new :math:`\theta`: ``(mean, A, log_prior, theta1, C, *extras)``
+        (:meth:`collapsed_density`)."""
+        log_p0, payload0, log_density = self.collapsed_density(chains, h, lam, block)
         move = slice_move(chains.theta, log_p0, payload0, log_density, chains.width, generator, self.max_steps_out)
         self._evaluations += move.evaluations
         return move
@@ -295,6 +414,22 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         r"""Step 3: :math:`f = \mu + A^\top v`, :math:`v \sim q(v) = \mathcal N(B^{-1}b, B^{-1})` (per chain)."""
         eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
         return mean + (q.draw(eps).unsqueeze(-2) @ A).squeeze(-2)
+
+    def _latents(
+        self, prior: PriorAt, q: WhitenedGaussian, h: Tensor, lam: Tensor, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor | None]:
+        r"""Step 3 for all latents: ``(f, None)`` (exact, :meth:`latent_draw`), or with inducing points ``(f, v)``:
+        :math:`v \sim q(v)`, then :math:`f_i \sim p(f_i \mid u, \Omega) \propto \mathcal N(f_i \mid m_i, d_i)\,
+        e^{h_i f_i - \frac12\lambda_i f_i^2}`, :math:`m_i = \mu_i + a_i^\top v` (:func:`tilted_conditional
+        <gpytorch_augment.core.tilted_conditional>`)."""
+        if prior.d is None:
+            return self.latent_draw(prior.mean, prior.A, q, generator), None
+        eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
+        v = q.draw(eps)
+        m = prior.mean + (v.unsqueeze(-2) @ prior.A).squeeze(-2)
+        mean, var = tilted_conditional(m, prior.d, h, lam)
+        eps_f = torch.randn(m.shape, generator=generator, dtype=m.dtype, device=m.device)
+        return mean + var.sqrt() * eps_f, v
 
     def finish(self, chains: HyperChains, num_kept_iterations: int) -> None:
         total = max(1, chains.adapted + num_kept_iterations)
@@ -309,8 +444,12 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         (``coordinates``, ``(1, C, P)``) and the slice widths (``step_size``) let a run continue bit for bit."""
         target, C = self.target, chains.f.shape[0]
         theta = {k: v.to(target.dtype) for k, v in self.hyperparameters.constrained(chains.theta).items()}
+        u = None
+        if chains.v is not None:  # u = mu_Z + L v at the chains' own θ
+            u = target.to_storage(chains.mu_Z + (chains.L @ chains.v.unsqueeze(-1)).squeeze(-1)).to(target.dtype)
         return ChainState(
             f=target.to_storage(chains.f).to(target.dtype),
+            u=u,
             aux={k: target.chain_batched(val, C) for k, val in chains.aux.items()},
             hyper={**self.gibbs._constants_snapshot(chains.constants), **theta},
             step_size=chains.width.clone(),

@@ -134,10 +134,11 @@ class GibbsSampler(MCMC):
     ) -> None:
         if not isinstance(sample_hyperparameters, bool):
             raise ValueError(f"sample_hyperparameters must be True or False, got {sample_hyperparameters!r}")
-        if sample_hyperparameters and inducing_points is not None:
+        if sample_hyperparameters and inducing_points is not None and alpha not in (0, 1):
             raise ValueError(
-                "sample_hyperparameters=True is implemented for the exact model only: drop inducing_points (the "
-                "inducing-point sampler keeps its hyper-parameters fixed)"
+                f"sample_hyperparameters=True with inducing_points samples the inducing-point model exactly (u and "
+                f"f | u, Ω from their conditionals, the Power-EP alpha = 1 form); alpha = {alpha!r} does not apply: "
+                "leave alpha at its default"
             )
         if sample_hyperparameters and overrelaxation != 0.0:
             raise ValueError(
