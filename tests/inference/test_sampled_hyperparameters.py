@@ -372,7 +372,7 @@ def test_unsupported_options_are_refused():
     with pytest.raises(ValueError, match="inducing_points does not support.*latent_blocks"):
         GibbsSampler(batched, HeteroscedasticGaussianLikelihood(), x, torch.sin(x.squeeze(-1)), inducing_points=x[::4],
                      sample_hyperparameters=True)  # fmt: skip
-    # supported since 0.4: inducing points (alpha 0 or 1), and latent blocks on the exact model
+    # supported: inducing points (alpha 0 or 1), and latent blocks on the exact model
     for alpha in (0.0, 1.0):
         sparse = GibbsSampler(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4], alpha=alpha,
                               sample_hyperparameters=True)  # fmt: skip
