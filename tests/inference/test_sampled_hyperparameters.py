@@ -659,7 +659,8 @@ def test_inducing_point_draws_and_predict():
     for field in ("f_mean", "f_var", "f_draws", "y_probs"):
         assert torch.allclose(getattr(over_theta, field), getattr(fixed, field), atol=1e-9), field
     more = sampler.resume(samples, 3, progress=False)
-    assert more.u.shape == (2, 9, 4)
+    whole = sampler.sample(9, warmup=4, num_chains=2, seed=0, progress=False)
+    assert more.u.shape == (2, 9, 4) and torch.equal(more.u, whole.u) and torch.equal(more.f, whole.f)
 
 
 # ---------------------------------------------------------------------------------------------- (b') latent blocks
