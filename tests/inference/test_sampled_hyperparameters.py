@@ -161,6 +161,26 @@ def test_batched_prior_equals_per_chain_evaluation(num_latents):
         assert math.isclose(float(log_prior[c]), expected, rel_tol=1e-12, abs_tol=1e-12)
 
 
+@pytest.mark.parametrize("num_latents", [1, 2])
+def test_evaluate_blocks_equals_the_dense_blocks(num_latents):
+    """PriorParameters.evaluate_blocks (what the inducing-point model evaluates: K_ZZ, K_ZX, diag K_XX from a lazily
+    evaluated kernel) equals the blocks of the dense evaluate at cat[Z, X], with the same mean and log p(θ)."""
+    g = torch.Generator().manual_seed(2)
+    x, Z = (torch.randn(n, 2, generator=g, dtype=torch.float64) for n in (7, 3))
+    batch = torch.Size([num_latents]) if num_latents > 1 else torch.Size()
+    likelihood = BernoulliLogitLikelihood() if num_latents == 1 else LogisticSoftmaxLikelihood(num_classes=2)
+    target = PosteriorTarget(_prior_model(batch), likelihood, x, torch.zeros(7, dtype=torch.float64), inducing_points=Z)
+    params = PriorParameters(target)
+    theta = params.initial(4) + 0.3 * torch.randn(4, params.size, generator=g, dtype=torch.float64)
+    x_all = torch.cat([Z, x])
+    mean, covar, log_prior = params.evaluate(theta, x_all)
+    mean_b, K_ZZ, K_ZX, k_diag, log_prior_b = params.evaluate_blocks(theta, x_all, 3)
+    assert K_ZZ.shape == (4, num_latents, 3, 3) and K_ZX.shape == (4, num_latents, 3, 7)
+    assert torch.equal(mean_b, mean) and torch.equal(log_prior_b, log_prior)
+    assert torch.allclose(K_ZZ, covar[..., :3, :3], atol=1e-14) and torch.allclose(K_ZX, covar[..., :3, 3:], atol=1e-14)
+    assert torch.allclose(k_diag, covar[..., 3:, 3:].diagonal(dim1=-2, dim2=-1), atol=1e-14)
+
+
 def test_default_priors_are_used_and_not_registered():
     """Without priors of the user's, the lengthscale and the outputscale get the one-call fit's default priors,
     held by the sampler, not registered on the model."""

@@ -274,12 +274,12 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             batch = torch.broadcast_shapes(Z.shape[:-2], x.shape[:-2])
             Z, x = Z.expand(*batch, *Z.shape[-2:]), x.expand(*batch, *x.shape[-2:])
         M = Z.shape[-2]
-        mean, covar, log_prior = self.hyperparameters.evaluate(theta, torch.cat([Z.to(x), x], dim=-2))
-        K_ZZ = covar[..., :M, :M]
+        mean, K_ZZ, K_ZX, k_diag, log_prior = self.hyperparameters.evaluate_blocks(
+            theta, torch.cat([Z.to(x), x], dim=-2), M
+        )
         L, info = torch.linalg.cholesky_ex(add_to_diagonal((K_ZZ + K_ZZ.mT) / 2, target.jitter))
         ok = (info == 0).reshape(theta.shape[0], -1).all(-1)
-        A = tri_solve(L, covar[..., :M, M:])
-        k_diag = covar[..., M:, M:].diagonal(dim1=-2, dim2=-1)
+        A = tri_solve(L, K_ZX)
         d = conditional_variances(k_diag, A.square().sum(-2), target.jitter)
         return PriorAt(mean[..., M:], A, log_prior, ok, d, mean[..., :M], L)
 
@@ -310,8 +310,9 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         self, chains: HyperChains, h: Tensor, lam: Tensor, block: tuple[int, ...] | None = None
     ) -> tuple[Tensor, tuple[Tensor, ...], LogDensity]:
         r"""What the :math:`\theta` move samples: the log density of :math:`\theta` at the chains' current values,
-        its payload there, and the closure ``log_density(theta, index)`` (:data:`~..mcmc.slice.LogDensity`), whose
-        payload is ``(mean, A, log_prior, theta1, C, *extras)`` (:class:`PriorAt`, the block's :math:`q(v)`).
+        its payload there, and the closure ``log_density(theta, index)``
+        (:data:`~gpytorch_augment.inference.mcmc.slice.LogDensity`), whose payload is
+        ``(mean, A, log_prior, theta1, C, *extras)`` (:class:`PriorAt`, the block's :math:`q(v)`).
 
         Without ``block``: :math:`\log p(\theta) + \log Z(\theta)`, every latent integrated out with the tilts
         ``h``, ``lam`` (C, T, n) (inducing points: :math:`u` and :math:`f` integrated out, :func:`noisy_tilts
