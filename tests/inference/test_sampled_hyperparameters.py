@@ -21,7 +21,10 @@ r"""Sampled hyper-parameters (issue #40, exact model, Gibbs): ``GibbsSampler(...
 * (d) the refusals (a parameter without a prior, inducing points with latent blocks or with an ``alpha`` other than
   0 or 1, over-relaxation, HMC);
 * (e) draws, ``summary``, ``resume`` (bit for bit), ArviZ, ``state_dict``, and ``predict``, which at a constant
-  :math:`\theta` equals the fixed-:math:`\theta` prediction.
+  :math:`\theta` equals the fixed-:math:`\theta` prediction;
+* (f) the parts of the HMC move of :math:`\theta`: the adjoints of the collapsed marginal against autograd, the
+  logarithmic coordinates of bounded parameters, and the move's invariance for a Gaussian (with an exact and a wrong
+  gradient). (b) and (c) run with θ by HMC (the default) and, in the fast tier, by the slice move too.
 """
 
 from __future__ import annotations
@@ -44,10 +47,12 @@ from gpytorch_augment import (
     posterior_sampler,
 )
 from gpytorch_augment.core import WhitenedGaussian, collapsed_log_marginal
+from gpytorch_augment.core.collapsed import collapsed_marginal_adjoints
 from gpytorch_augment.inference.diagnostics import bulk_ess
 from gpytorch_augment.inference.gibbs import HyperparameterGibbsKernel
 from gpytorch_augment.inference.mcmc import PosteriorSamples, PosteriorTarget
-from gpytorch_augment.inference.mcmc.prior_parameters import PriorParameters
+from gpytorch_augment.inference.mcmc.hmc_move import hmc_move
+from gpytorch_augment.inference.mcmc.prior_parameters import PriorParameter, PriorParameters
 from gpytorch_augment.likelihoods import (
     HeteroscedasticGaussianLikelihood,
     LogisticSoftmaxLikelihood,
@@ -134,7 +139,7 @@ def _prior_model(batch_shape: torch.Size = torch.Size()) -> GPPrior:
 def test_batched_prior_equals_per_chain_evaluation(num_latents):
     """PriorParameters.evaluate at three chains' θ (ARD lengthscales, outputscale, constant mean; a batch of two
     latent priors) equals model.forward(x) with each chain's parameters set, and log p(θ) equals the priors' log
-    densities at the constrained values plus log|d softplus| of the positive ones."""
+    densities at the constrained values plus log c of the positive ones (log coordinates)."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(7, 2, generator=g, dtype=torch.float64)
     batch = torch.Size([num_latents]) if num_latents > 1 else torch.Size()
@@ -156,8 +161,8 @@ def test_batched_prior_equals_per_chain_evaluation(num_latents):
         assert torch.allclose(mean[c], expected_mean, atol=1e-12)
         assert torch.allclose(covar[c], expected_covar, atol=1e-12)
         expected = sum(float(p.log_prob(closure(m)).sum()) for _, m, p, closure, _ in copied.named_priors())
-        for raw in (copied.covar_module.raw_outputscale, copied.covar_module.base_kernel.raw_lengthscale):
-            expected += float(torch.nn.functional.logsigmoid(raw).sum())  # d softplus(r) / dr = sigmoid(r)
+        for value in (copied.covar_module.outputscale, copied.covar_module.base_kernel.lengthscale):
+            expected += float(value.log().sum())  # the coordinates are log c: dc / ds = c
         assert math.isclose(float(log_prior[c]), expected, rel_tol=1e-12, abs_tol=1e-12)
 
 
@@ -229,15 +234,18 @@ def test_geweke_detects_the_missing_f_redraw():
     assert z.abs().max() > 3 * Z_TOL, z
 
 
-def test_geweke_quick():
-    """A small Geweke run in the fast tier (400 chains x 60 transitions): the exact kernel passes, the broken one
-    already fails."""
+@pytest.mark.parametrize("theta_sampler", ["hmc", "slice"])
+def test_geweke_quick(theta_sampler):
+    """A small Geweke run in the fast tier (400 chains x 60 transitions), θ by HMC and by the slice move: the exact
+    kernel passes, the broken one already fails."""
     case = BERNOULLI_CASE
     z = geweke_z_hyperparameters(case.make(), case.sample_targets, num_chains=400, num_sweeps=60, burn_in=10,
-                                 num_reference=20_000)  # fmt: skip
+                                 num_reference=20_000,
+                                 kernel_cls=lambda t: HyperparameterGibbsKernel(t, theta_sampler=theta_sampler))
     assert z.abs().max() <= Z_TOL, z
-    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, kernel_cls=FRedrawSkipped, num_chains=400,
-                                        num_sweeps=60, burn_in=10, num_reference=20_000)  # fmt: skip
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, num_chains=400, num_sweeps=60, burn_in=10,
+                                        num_reference=20_000,
+                                        kernel_cls=lambda t: FRedrawSkipped(t, theta_sampler=theta_sampler))
     assert z_broken.abs().max() > Z_TOL, z_broken
 
 
@@ -316,11 +324,14 @@ def _brute_force_log_lengthscale(likelihood, y, outputscale, jitter, grid=241, n
     return u, density / torch.trapezoid(density, u), f_mean
 
 
-@pytest.mark.parametrize("name", list(BF_CASES))
-def test_lengthscale_posterior_against_brute_force(name):
+@pytest.mark.parametrize(
+    "name, theta_sampler", [*((name, "hmc") for name in BF_CASES), ("bernoulli", "slice")], ids=lambda v: str(v)
+)
+def test_lengthscale_posterior_against_brute_force(name, theta_sampler):
     make, y, outputscale = BF_CASES[name]
     likelihood, y = make(), torch.tensor(y, dtype=torch.float64)
     sampler = GibbsSampler(_lengthscale_only_prior(outputscale), likelihood, BF_X, y, sample_hyperparameters=True)
+    sampler.kernel.theta_sampler = theta_sampler
     assert [p.name for p in sampler.kernel.hyperparameters.parameters] == [LENGTHSCALE]
     u, density, _ = _brute_force_log_lengthscale(likelihood, y, outputscale, sampler.target.jitter)
     true_mean = float(torch.trapezoid(density * u, u))
@@ -404,6 +415,11 @@ def test_unsupported_options_are_refused():
         posterior_sampler(model, BernoulliLogitLikelihood(), x, y, method="hmc", sample_hyperparameters=True)
     with pytest.raises(ValueError, match="sample_hyperparameters must be True or False"):
         GibbsSampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=1)
+    target = PosteriorTarget(model, BernoulliLogitLikelihood(), x, y)
+    with pytest.raises(ValueError, match="theta_sampler must be one of"):
+        HyperparameterGibbsKernel(target, theta_sampler="nuts")
+    with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+        HyperparameterGibbsKernel(target, max_steps=0)
     sampler = posterior_sampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
     assert isinstance(sampler, GibbsSampler) and isinstance(sampler.kernel, HyperparameterGibbsKernel)
 
@@ -432,6 +448,8 @@ def test_draws_shapes_and_summary(run):
     assert sampler.kernel.last_run["evaluations_per_step"] >= 2
     last = samples.last_state()
     assert last.coordinates.shape == (1, 3, 2) and last.step_size.shape == (3,)
+    assert last.scale.shape == (2,) and last.trajectory_length > 0  # HMC's adapted scale and length
+    assert 0 < sampler.kernel.last_run["acceptance"] <= 1
     # the chains move θ: not all draws equal
     assert float(samples.hyperparameters[OUTPUTSCALE].std()) > 0
 
@@ -510,12 +528,12 @@ def test_multi_latent_and_linear_observations_run():
 
 
 def test_hyperparameters_is_the_draws_dict_and_old_states_load():
-    """``samples.hyperparameters`` holds the draws (``hyper`` is its 0.3 name); a state dict saved by 0.3 (key
-    ``"hyper"``) still loads."""
+    """``samples.hyperparameters`` holds the draws; a state dict saved before the rename (key ``"hyper"``) still
+    loads."""
     x, y = _data()
     sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
     samples = sampler.sample(4, warmup=2, num_chains=2, seed=0, progress=False)
-    assert samples.hyper is samples.hyperparameters and LENGTHSCALE in samples.hyperparameters
+    assert LENGTHSCALE in samples.hyperparameters and not hasattr(samples, "hyper")
     state = samples.state_dict()
     state["hyper"] = state.pop("hyperparameters")
     restored = PosteriorSamples.from_state_dict(state, sampler=sampler)
@@ -588,28 +606,39 @@ def test_geweke_inducing_points_and_latent_blocks(case, inducing):
     assert z.abs().max() <= Z_TOL, z
 
 
-def test_geweke_quick_inducing_points():
-    """Inducing points in the fast tier: two inducing inputs (Bernoulli, 400 chains x 60 transitions) and one far
-    from the data, where d carries most of the prior variance (Student-t, 4000 x 150): the kernel passes; the θ
-    density without the noise's constants fails the second."""
-    z = geweke_z_hyperparameters(BERNOULLI_CASE.make(), BERNOULLI_CASE.sample_targets, num_chains=400, num_sweeps=60,
-                                 burn_in=10, num_reference=20_000, inducing_points=(0.3, 1.0))  # fmt: skip
+@pytest.mark.parametrize("theta_sampler", ["hmc", "slice"])
+def test_geweke_quick_inducing_points(theta_sampler):
+    """Inducing points in the fast tier, θ by HMC (its gradient by autograd) and by the slice move: two inducing
+    inputs (Bernoulli, 400 chains x 60 transitions) and one far from the data, where d carries most of the prior
+    variance (Student-t, 4000 x 150): the kernel passes; the θ density without the noise's constants fails the
+    second."""
+    def kernel(cls):
+        return lambda target: cls(target, theta_sampler=theta_sampler)
+
+    case = BERNOULLI_CASE
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, kernel(HyperparameterGibbsKernel), num_chains=400,
+                                 num_sweeps=60, burn_in=10, num_reference=20_000,
+                                 inducing_points=(0.3, 1.0))  # fmt: skip
     assert z.abs().max() <= Z_TOL, z
     kw = {"num_chains": 4_000, "num_sweeps": 150, "burn_in": 10, "num_reference": 20_000, "inducing_points": (3.0,)}
-    z = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, **kw)
+    z = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, kernel(HyperparameterGibbsKernel), **kw)
     assert z.abs().max() <= Z_TOL, z
-    z_broken = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, NoiseConstantsDropped, **kw)
+    z_broken = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, kernel(NoiseConstantsDropped),
+                                        **kw)  # fmt: skip
     assert z_broken.abs().max() > Z_TOL, z_broken
 
 
-def test_geweke_quick_latent_blocks():
-    """Latent blocks in the fast tier (heteroscedastic Gaussian, 400 chains x 60 transitions): the kernel passes; the
-    θ density without the other block's prior density fails."""
+@pytest.mark.parametrize("theta_sampler", ["hmc", "slice"])
+def test_geweke_quick_latent_blocks(theta_sampler):
+    """Latent blocks in the fast tier (heteroscedastic Gaussian, 400 chains x 60 transitions), θ by HMC and by the
+    slice move: the kernel passes; the θ density without the other block's prior density fails."""
     case = HETEROSCEDASTIC_GAUSSIAN
     kw = {"num_chains": 400, "num_sweeps": 60, "burn_in": 10, "num_reference": 20_000}
-    z = geweke_z_hyperparameters(case.make(), case.sample_targets, **kw)
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets,
+                                 lambda target: HyperparameterGibbsKernel(target, theta_sampler=theta_sampler), **kw)
     assert z.abs().max() <= Z_TOL, z
-    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, OtherBlocksIgnored, **kw)
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets,
+                                        lambda target: OtherBlocksIgnored(target, theta_sampler=theta_sampler), **kw)
     assert z_broken.abs().max() > Z_TOL, z_broken
 
 
@@ -734,3 +763,69 @@ def test_latent_blocks_posterior_against_brute_force():
     for latent, truth in ((0, true_a), (1, true_b)):
         tolerance = _within(log_scale[..., latent], truth, f"log outputscale of latent {latent}")
         assert abs(truth - HET_LOC) > 3 * tolerance, (latent, truth, tolerance)  # the data move the posterior
+
+
+# ------------------------------------------------------------------------------------------ (f) the HMC move's parts
+def test_collapsed_marginal_adjoints_against_autograd():
+    """log Z from B = I + SKS equals collapsed_log_marginal's from a factor of K, and its adjoints in K and μ equal
+    autograd's through that factor (a zero precision included)."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(3, 6, 6, generator=g, dtype=torch.float64)
+    K = (X @ X.mT + 0.1 * torch.eye(6, dtype=torch.float64)).requires_grad_(True)
+    mu = torch.randn(3, 6, generator=g, dtype=torch.float64).requires_grad_(True)
+    h, lam = torch.randn(3, 6, generator=g, dtype=torch.float64), torch.rand(3, 6, generator=g, dtype=torch.float64)
+    lam[0, 2] = 0.0
+    out = collapsed_marginal_adjoints(K.detach(), mu.detach(), h, lam)
+    reference, _ = collapsed_log_marginal(torch.linalg.cholesky(K).mT, mu, h, lam)
+    assert bool(out.ok.all())
+    assert torch.allclose(out.log_z, reference.detach(), rtol=0, atol=1e-12)
+    d_K, d_mu = torch.autograd.grad(reference.sum(), (K, mu))
+    assert torch.allclose(out.d_covariance, (d_K + d_K.mT) / 2, rtol=0, atol=1e-12)
+    assert torch.allclose(out.d_mean, d_mu, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [gpytorch.constraints.Positive(), gpytorch.constraints.GreaterThan(1e-4), gpytorch.constraints.LessThan(2.0),
+     gpytorch.constraints.Interval(0.1, 3.0), None],
+    ids=["positive", "greater_than", "less_than", "interval", "none"],
+)  # fmt: skip
+def test_coordinates_are_logarithmic_and_invert(constraint):
+    """The sampled coordinates: c = a + e^s above a bound (log|dc/ds| = s), b - e^s below one, a logistic map on an
+    interval, the identity without a constraint; coordinates(value(s)) = s and log_slope = log|dc/ds| by autograd."""
+    param = PriorParameter("p", "raw_p", torch.Size([4]), constraint, 0, 4)
+    s = torch.tensor([-3.0, -0.5, 0.7, 2.5], dtype=torch.float64, requires_grad=True)
+    c = param.value(s)
+    (slope,) = torch.autograd.grad(c.sum(), s)
+    assert torch.allclose(param.log_slope(s.detach()), slope.abs().log(), rtol=0, atol=1e-12)
+    assert torch.allclose(param.coordinates(c.detach()), s.detach(), rtol=0, atol=1e-10)
+    if type(constraint) in (gpytorch.constraints.Positive, gpytorch.constraints.GreaterThan):
+        assert torch.allclose(c.detach(), constraint.lower_bound.double() + s.detach().exp())
+    # the raw value GPyTorch holds maps back to the same constrained value
+    assert torch.allclose(param.constrained(param.raw(c.detach())), c.detach(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("gradient_error", [1.0, 1.5])
+def test_hmc_move_leaves_a_gaussian_invariant(gradient_error):
+    """4,000 chains started at exact draws of N(m, diag(s²)) keep that law through 5 HMC moves (scale, step size and
+    time fixed), also with a wrong gradient (x 1.5: only the Metropolis test keeps the law); moments within 4.5
+    standard errors."""
+    g = torch.Generator().manual_seed(0)
+    C, m, sd = 4000, torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64), torch.tensor([0.3, 1.0, 2.5]).double()
+
+    def log_density(x, index):
+        z = (x - m) / sd
+        return -0.5 * z.square().sum(-1), -gradient_error * z / sd, ()
+
+    x = m + sd * torch.randn(C, 3, generator=g, dtype=torch.float64)
+    scale, step = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64), torch.full((C,), 0.6, dtype=torch.float64)
+    accepted = []
+    for _ in range(5):
+        log_p, grad, _ = log_density(x, None)
+        move = hmc_move(x, log_p, grad, (), log_density, scale, step, 1.7, g, 32)
+        x = move.x
+        accepted.append(float(move.accept_prob.mean()))
+    z_mean = (x.mean(0) - m) / (sd / math.sqrt(C))
+    z_var = (x.var(0) / sd.square() - 1) / math.sqrt(2 / C)
+    assert float(z_mean.abs().max()) <= 4.5 and float(z_var.abs().max()) <= 4.5, (z_mean, z_var)
+    assert 0.2 < min(accepted) < 1.0

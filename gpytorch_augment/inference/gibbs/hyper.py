@@ -23,8 +23,10 @@ observations :math:`g = Df` use :math:`(AD^\top, D\mu)`). One transition of a ch
 
 1. :math:`\Omega \sim p(\Omega \mid f, y)`, then the likelihood's own constants where it samples them
    (:meth:`GibbsKernel.conditional_tilts <gpytorch_augment.inference.gibbs.GibbsKernel.conditional_tilts>`);
-2. :math:`\theta` by a slice-sampling move along a random direction (:mod:`~gpytorch_augment.inference.mcmc.slice`)
-   that leaves :math:`p(\theta \mid \Omega, y)` invariant, :math:`f` integrated out;
+2. :math:`\theta` by a move that leaves :math:`p(\theta \mid \Omega, y)` invariant, :math:`f` integrated out:
+   Hamiltonian Monte Carlo (:mod:`~gpytorch_augment.inference.mcmc.hmc_move`; the gradient from the adjoints of
+   :func:`~gpytorch_augment.core.collapsed.collapsed_marginal_adjoints`) or a slice move along a random direction
+   (:mod:`~gpytorch_augment.inference.mcmc.slice`);
 3. :math:`f \sim p(f \mid \theta, \Omega, y)`: :math:`v \sim \mathcal N(B^{-1}b, B^{-1})` from the factorisation
    at the accepted :math:`\theta` (no extra factorisation), :math:`f = \mu_\theta + A^\top v`.
 
@@ -80,25 +82,34 @@ valid partially collapsed Gibbs step per block. (A block whose tilt is collapsed
 heteroscedastic mean block is, samples that part too and discards it; the next block's step 1 redraws it.) Inducing
 points with latent blocks are refused: the other blocks' density has no :math:`O(NM^2)` form there.
 
-**Cost.** A slice move evaluates the collapsed density some 4-8 times (as one batch of the chains still in play each
-time): the prior at a batch of :math:`\theta`, two Cholesky factorisations (:math:`K_\theta + \epsilon I` and
-:math:`B`) and :math:`A\Lambda A^\top`, :math:`O(N^3)` each, against one factorisation for a sweep at fixed
-:math:`\theta`. A proposal whose :math:`K_\theta + \epsilon I` cannot be factorised has density 0.
+**Cost.** An HMC move takes :math:`\lceil uT/\varepsilon\rceil` leapfrog steps, each one factorisation of
+:math:`I + SK_\theta S` and one vector-Jacobian product through the prior's mean and kernel, then the two
+factorisations (:math:`K_\theta + \epsilon I` and :math:`B`) of step 3 at the new :math:`\theta`; a slice move
+evaluates the collapsed density some 4-8 times (two factorisations each), against one factorisation for a sweep at
+fixed :math:`\theta`. Every :math:`O(N^3)`. A proposal whose :math:`K_\theta + \epsilon I` cannot be factorised
+has density 0. **Why HMC is the default.** The slice move follows one random direction per transition, so with
+:math:`P` hyper-parameters (ARD: one lengthscale per input) it needs of order :math:`P^2` transitions per
+independent draw, where HMC's gradient moves all of them at once (the measurements: ``benchmarks/README.md``,
+``fully_bayesian.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from ...core import WhitenedGaussian, collapsed_log_marginal, gaussian_log_density, tilted_conditional
+from ...core.collapsed import collapsed_marginal_adjoints
 from ...core.linalg import add_to_diagonal, tri_solve
 from ...core.prior import FactorizationError, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
+from ..hmc.adaptation import ChEESAdaptation, DualAveraging
+from ..mcmc.hmc_move import HMCMove, hmc_move
 from ..mcmc.kernel import MCMCKernel
 from ..mcmc.prior_parameters import PriorParameters
 from ..mcmc.slice import MAX_STEPS_OUT, LogDensity, SliceMove, slice_move
@@ -114,16 +125,24 @@ DEFAULT_SLICE_WIDTH = 1.0
 WIDTH_BOUNDS = (1e-3, 1e3)
 #: the kernel's name (``PosteriorSamples.f_update`` of its draws)
 HYPER_KERNEL_NAME = "hyper"
+#: the samplers of θ (``theta_sampler=``)
+THETA_SAMPLERS = ("hmc", "slice")
+#: HMC on θ: the step size and the trajectory length a run starts from, the bounds of the ChEES length, the most
+#: leapfrog steps of a trajectory, the target acceptance, and the warm-up fractions at whose ends the scale is
+#: re-estimated (from the chains' draws since the previous end)
+HMC_STEP, HMC_LENGTH, HMC_LENGTH_BOUNDS, HMC_MAX_STEPS, HMC_TARGET = 0.2, 1.0, (0.1, 10.0), 32, 0.8
+HMC_WINDOWS = (0.15, 0.4, 0.75)
 
 
 class HyperChains(NamedTuple):
     """The chains of :class:`HyperparameterGibbsKernel` between transitions: latents ``f`` (C, T, N), the last
     :math:`\\Omega` draw ``aux``, the likelihood's sampled ``constants``, the targets ``y``, the coordinates
     ``theta`` (C, P) and the prior at them (``mean`` (C, T, N), ``A`` = :math:`L^\\top` (C, T, N, N),
-    ``log_prior`` (C,)), the slice ``width`` (C,) and the warm-up iterations it has averaged (``adapted``).
-    Inducing-point model: ``A`` = :math:`L_Z^{-1}K_{ZX}` (C, T, M, N), and at the same :math:`\\theta` the
-    variances ``d`` (C, T, N) of :math:`p(f_i \\mid u)`, ``mu_Z`` (C, T, M), ``L`` = chol(K_ZZ + jitter I)
-    (C, T, M, M), with the whitened inducing values ``v`` (C, T, M) of the last draw (``None`` before one)."""
+    ``log_prior`` (C,)), the slice ``width`` (C,) (HMC: the step sizes), the warm-up iterations adapted so far
+    (``adapted``), and HMC's ``scale`` (P,) and trajectory ``length``. Inducing-point model: ``A`` =
+    :math:`L_Z^{-1}K_{ZX}` (C, T, M, N), and at the same :math:`\\theta` the variances ``d`` (C, T, N) of
+    :math:`p(f_i \\mid u)`, ``mu_Z`` (C, T, M), ``L`` = chol(K_ZZ + jitter I) (C, T, M, M), with the whitened inducing
+    values ``v`` (C, T, M) of the last draw (``None`` before one)."""
 
     f: Tensor
     aux: AuxDict
@@ -135,6 +154,8 @@ class HyperChains(NamedTuple):
     log_prior: Tensor
     width: Tensor
     adapted: int
+    scale: Tensor | None = None
+    length: float = HMC_LENGTH
     d: Tensor | None = None
     mu_Z: Tensor | None = None
     L: Tensor | None = None
@@ -167,19 +188,26 @@ class PriorAt(NamedTuple):
 
 class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     r"""Blocked Gibbs over :math:`(\Omega, \theta, f)`: :math:`\Omega \mid f` (and the likelihood's constants), then
-    :math:`\theta \mid \Omega` with :math:`f` integrated out (slice sampling), then :math:`f \mid \theta, \Omega` (the
-    module docstring has the maths and why the order matters).
+    :math:`\theta \mid \Omega` with :math:`f` integrated out (HMC or slice sampling), then
+    :math:`f \mid \theta, \Omega` (the module docstring has the maths and why the order matters).
 
     :param target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`: the exact model or inducing points,
         a likelihood with or without ``latent_blocks`` (not both inducing points and blocks).
-    :param slice_width: the width the slice moves start from (raw coordinates, along a unit direction); a run with
+    :param theta_sampler: ``"hmc"`` (default): Hamiltonian Monte Carlo on :math:`p(\theta \mid \Omega, y)`
+        (:meth:`theta_hmc`), its step sizes (dual averaging), trajectory length (ChEES) and a diagonal scale of the
+        coordinates adapted in warm-up; ``"slice"``: the random-direction slice move (:meth:`theta_slice`; no
+        gradients, one random direction per transition).
+    :param slice_width: the width the slice moves start from (coordinates of
+        :class:`~gpytorch_augment.inference.mcmc.prior_parameters.PriorParameters`, along a unit direction); a run with
         warm-up adapts it (the running mean of three times the distance moved, pooled over chains), a run without
         warm-up keeps it (or the width of its ``init`` state, ``ChainState.step_size``).
     :param max_steps_out: Neal's :math:`m`, the most steps of the stepping-out procedure.
     :param adapt_width: adapt the width in warm-up.
+    :param max_steps: the most leapfrog steps of one HMC trajectory.
 
     :raises ValueError: with inducing points *and* a likelihood with ``latent_blocks``, for a parameter that requires
-        grad without a prior (:class:`PriorParameters`), or a non-positive width.
+        grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, or a
+        non-positive width.
 
     Attributes after a run (a report; a later run never reads them): :attr:`last_run`, with the mean number of
     batched density evaluations per transition and the final width.
@@ -207,7 +235,14 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         slice_width: float = DEFAULT_SLICE_WIDTH,
         max_steps_out: int = MAX_STEPS_OUT,
         adapt_width: bool = True,
+        theta_sampler: str = "hmc",
+        max_steps: int = HMC_MAX_STEPS,
     ) -> None:
+        if theta_sampler not in THETA_SAMPLERS:
+            raise ValueError(f"theta_sampler must be one of {THETA_SAMPLERS}, got {theta_sampler!r}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        self.theta_sampler, self.max_steps = theta_sampler, max_steps
         if target.is_sparse and target.blocks is not None:
             raise ValueError(
                 f"sample_hyperparameters=True with inducing_points does not support {type(target.likelihood).__name__}"
@@ -253,21 +288,30 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         return True
 
     # ------------------------------------------------------------------ the prior at a batch of θ
-    def _prior(self, theta: Tensor) -> PriorAt:
+    def _prior(self, theta: Tensor, grad: bool = False) -> PriorAt:
         r"""The prior at coordinates ``theta`` (n, P) (:class:`PriorAt`): exact, ``A = chol(K + jitter I)ᵀ``;
         inducing points, the target's whitened terms at each :math:`\theta` (:math:`L_Z`, :math:`A`, :math:`d` as
         :meth:`PosteriorTarget.refresh` computes them at the model's). ``ok`` marks the chains whose factorisation
-        succeeded."""
+        succeeded. ``grad``: autograd's graph from ``theta`` is kept, and a failed factor is replaced by the identity
+        (``ok`` false) so that the gradient stays finite."""
         target = self.target
         if target.is_sparse:
-            return self._sparse_prior(theta)
-        mean, covar, log_prior = self.hyperparameters.evaluate(theta)
+            return self._sparse_prior(theta, grad)
+        mean, covar, log_prior = self.hyperparameters.evaluate(theta, grad=grad)
         K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
-        L, info = torch.linalg.cholesky_ex(K)
-        ok = (info == 0).reshape(theta.shape[0], -1).all(-1)
+        L, ok = self._factor(K, theta.shape[0], grad)
         return PriorAt(mean, L.mT, log_prior, ok)
 
-    def _sparse_prior(self, theta: Tensor) -> PriorAt:
+    @staticmethod
+    def _factor(K: Tensor, num_chains: int, grad: bool) -> tuple[Tensor, Tensor]:
+        """``(L, ok)``: the Cholesky factors of a batch and the chains whose factorisations all succeeded."""
+        L, info = torch.linalg.cholesky_ex(K)
+        if grad:
+            eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
+            L = torch.where((info == 0)[..., None, None], L, eye)
+        return L, (info == 0).reshape(num_chains, -1).all(-1)
+
+    def _sparse_prior(self, theta: Tensor, grad: bool = False) -> PriorAt:
         target = self.target
         Z, x = target.inducing_points, target.x
         if Z.shape[:-2] != x.shape[:-2]:
@@ -275,10 +319,9 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             Z, x = Z.expand(*batch, *Z.shape[-2:]), x.expand(*batch, *x.shape[-2:])
         M = Z.shape[-2]
         mean, K_ZZ, K_ZX, k_diag, log_prior = self.hyperparameters.evaluate_blocks(
-            theta, torch.cat([Z.to(x), x], dim=-2), M
+            theta, torch.cat([Z.to(x), x], dim=-2), M, grad=grad
         )
-        L, info = torch.linalg.cholesky_ex(add_to_diagonal((K_ZZ + K_ZZ.mT) / 2, target.jitter))
-        ok = (info == 0).reshape(theta.shape[0], -1).all(-1)
+        L, ok = self._factor(add_to_diagonal((K_ZZ + K_ZZ.mT) / 2, target.jitter), theta.shape[0], grad)
         A = tri_solve(L, K_ZX)
         d = conditional_variances(k_diag, A.square().sum(-2), target.jitter)
         return PriorAt(mean[..., M:], A, log_prior, ok, d, mean[..., :M], L)
@@ -319,6 +362,23 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         <gpytorch_augment.core.noisy_tilts>`). With the latents ``block``: :math:`\log p(\theta) + \log
         Z_b(\theta) + \sum_{t \notin b} \log \mathcal N(f_t \mid \mu_{\theta,t}, K_{\theta,t})`, ``h``, ``lam``
         the tilts of all latents (the block's are used)."""
+        density = self._density(chains, h, lam, block)
+        current = chains.prior
+        log_p0, q0 = density(current, None)
+        payload0 = (current.mean, current.A, current.log_prior, q0.theta1, q0.C, *current.extras())
+
+        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+            prior = self._prior(theta)
+            log_p, q = density(prior, index)
+            return log_p, (prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras())
+
+        return log_p0, payload0, log_density
+
+    def _density(
+        self, chains: HyperChains, h: Tensor, lam: Tensor, block: tuple[int, ...] | None
+    ) -> Callable[[PriorAt, Tensor | None], tuple[Tensor, WhitenedGaussian]]:
+        """``density(prior, index)``: :meth:`collapsed_density`'s log density and :math:`q(v)` of the chains
+        ``index`` (``None``: all) at a :class:`PriorAt` of theirs."""
         picked = list(block) if block is not None else None
         rest = None
         if picked is not None:
@@ -326,7 +386,9 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             others = [t for t in range(self.target.num_latents) if t not in picked]
             rest = (others, chains.f[:, others]) if others else None
 
-        def density(prior: PriorAt, h: Tensor, lam: Tensor, f_rest: Tensor | None) -> tuple[Tensor, WhitenedGaussian]:
+        def density(prior: PriorAt, index: Tensor | None) -> tuple[Tensor, WhitenedGaussian]:
+            h_, lam_ = (h, lam) if index is None else (h[index], lam[index])
+            f_rest = None if rest is None else rest[1] if index is None else rest[1][index]
             mean, A, d = prior.mean, prior.A, prior.d
             other = None
             if picked is not None:
@@ -334,18 +396,9 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
                 if f_rest is not None:
                     idx = rest[0]
                     other = gaussian_log_density(f_rest, prior.mean[:, idx], prior.A[:, idx].mT).sum(-1)
-            return self._collapsed(mean, A, prior.log_prior, prior.ok, h, lam, d, other)
+            return self._collapsed(mean, A, prior.log_prior, prior.ok, h_, lam_, d, other)
 
-        current = chains.prior
-        log_p0, q0 = density(current, h, lam, None if rest is None else rest[1])
-        payload0 = (current.mean, current.A, current.log_prior, q0.theta1, q0.C, *current.extras())
-
-        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
-            prior = self._prior(theta)
-            log_p, q = density(prior, h[index], lam[index], None if rest is None else rest[1][index])
-            return log_p, (prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras())
-
-        return log_p0, payload0, log_density
+        return density
 
     # ------------------------------------------------------------------ the MCMCKernel protocol
     @with_linalg_advice("sampling the hyper-parameters")
@@ -374,14 +427,27 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
                 "the prior density of the starting hyper-parameters is zero (or not finite): start the model's "
                 "parameters inside the support of their priors"
             )
-        width = torch.full((C,), self.slice_width, dtype=theta.dtype, device=theta.device)
+        hmc = self.theta_sampler == "hmc"
+        width = torch.full((C,), HMC_STEP if hmc else self.slice_width, dtype=theta.dtype, device=theta.device)
         step = state.step_size if state is not None else None
         if isinstance(step, Tensor) and step.dim() == 1 and step.shape[0] in (1, C):
             width = step.to(width).expand(C).clone()
-        self._evaluations = 0
+        scale, length = theta.new_ones(theta.shape[-1]), HMC_LENGTH
+        if hmc and state is not None:
+            if isinstance(state.scale, Tensor) and state.scale.shape == scale.shape:
+                scale = state.scale.to(scale).clone()
+            if state.trajectory_length is not None:
+                length = float(state.trajectory_length)
+        self._evaluations, self._divergences, self._accepted = 0, 0, 0.0
+        self._num_warmup, self._window = num_warmup, []
+        self._window_ends = {max(1, round(frac * num_warmup)) for frac in HMC_WINDOWS} if num_warmup >= 20 else set()
+        if hmc and num_warmup > 0:
+            self._dual = DualAveraging(width.clone(), HMC_TARGET)
+            self._chees = ChEESAdaptation(length, num_warmup, HMC_LENGTH_BOUNDS)
         return HyperChains(
-            f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, prior.d, prior.mu_Z, prior.L
-        )
+            f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, scale, length, prior.d, prior.mu_Z,
+            prior.L,
+        )  # fmt: skip
 
     def _initial_theta(self, values: dict[str, Tensor], state: ChainState | None, num_chains: int) -> Tensor:
         """The coordinates a run starts from: the state's (its exact raw ``coordinates`` where they give its
@@ -409,7 +475,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     @with_linalg_advice("sampling the hyper-parameters")
     @torch.no_grad()
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
-        moved = []
+        moves: list[HMCMove | SliceMove] = []
         for block in self.target.blocks or [None]:
             aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
             move = self.theta_move(chains, h, lam, generator, block=block)
@@ -427,14 +493,40 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
                 f=f, aux=aux, constants=constants, theta=move.x, mean=mean, A=A, log_prior=log_prior,
                 d=prior.d, mu_Z=prior.mu_Z, L=prior.L, v=v,
             )  # fmt: skip
-            moved.append(move.t.abs())
-        width, adapted = chains.width, chains.adapted
-        if adapt and self.adapt_width:
-            distance = torch.stack(moved).mean()
-            pooled = (width.mean() * (adapted + 1) + 3.0 * distance) / (adapted + 2)
-            width = pooled.clamp(*WIDTH_BOUNDS).expand_as(width).clone()
-            adapted += 1
-        return chains._replace(width=width, adapted=adapted)
+            if isinstance(move, HMCMove):
+                self._divergences += int(move.diverged.sum())
+                self._accepted += float(move.accept_prob.mean()) / len(self.target.blocks or [None])
+            moves.append(move)
+        return self._adapted(chains, moves) if adapt else chains
+
+    def _adapted(self, chains: HyperChains, moves: list[HMCMove | SliceMove]) -> HyperChains:
+        """The warm-up adaptation after a transition's moves (one per latent block). Slice: the width, the running
+        mean of three times the distance moved (pooled over chains and blocks). HMC: the step sizes by dual averaging
+        (on the smallest acceptance probability of the blocks' moves: one step size serves them all), the trajectory
+        length by ChEES (from the last move), the scale from the pooled variance of the chains' draws at the ends of
+        the windows :data:`HMC_WINDOWS` (Stan's regularisation towards :math:`10^{-3}`), each end restarting the dual
+        averaging."""
+        adapted, move = chains.adapted + 1, moves[-1]
+        if isinstance(move, SliceMove):
+            if not self.adapt_width:
+                return chains
+            distance = torch.stack([m.t.abs() for m in moves]).mean()
+            pooled = (chains.width.mean() * adapted + 3.0 * distance) / (adapted + 1)
+            return chains._replace(width=pooled.clamp(*WIDTH_BOUNDS).expand_as(chains.width).clone(), adapted=adapted)
+        self._dual.update(torch.stack([m.accept_prob for m in moves]).amin(0))
+        self._chees.update(move.z0[None], move.z1[None], move.p1[None], move.accept_prob, move.times)
+        self._window.append(move.x)
+        scale = chains.scale
+        if adapted in self._window_ends:
+            draws = torch.cat(self._window)
+            n = draws.shape[0]
+            var = draws.var(0) * n / (n + 5.0) + 1e-3 * 5.0 / (n + 5.0)
+            scale, self._window = var.sqrt(), []
+            self._dual = DualAveraging(self._dual.step_size.clone(), HMC_TARGET)
+        last = adapted >= self._num_warmup
+        width = (self._dual.final if last else self._dual.step_size).clone()
+        length = self._chees.final if last else self._chees.length
+        return chains._replace(width=width, adapted=adapted, scale=scale, length=length)
 
     def theta_move(
         self,
@@ -443,11 +535,78 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         lam: Tensor,
         generator: torch.Generator | None,
         block: tuple[int, ...] | None = None,
+    ) -> HMCMove | SliceMove:
+        r"""Step 2, the move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` (with ``block``:
+        :math:`p(\theta \mid \Omega, f_{-b}, y)`) for the tilts ``h``, ``lam`` (C, T, n) (:meth:`theta_hmc` or
+        :meth:`theta_slice`); its payload holds the prior and :math:`q(v)` at the new :math:`\theta`:
+        ``(mean, A, log_prior, theta1, C, *extras)`` (:meth:`collapsed_density`)."""
+        if self.theta_sampler == "hmc":
+            return self.theta_hmc(chains, h, lam, generator, block)
+        return self.theta_slice(chains, h, lam, generator, block)
+
+    def theta_hmc(
+        self,
+        chains: HyperChains,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        block: tuple[int, ...] | None = None,
+    ) -> HMCMove:
+        r"""Step 2 by HMC on :math:`\log p(\theta \mid \Omega, y)` for the tilts ``h``, ``lam`` (C, T, n), the
+        integration time :math:`uT`, :math:`u \sim \mathcal U(0, 1)` shared by the chains; the payload as
+        :meth:`theta_move`'s, computed once at the chains' new :math:`\theta`.
+
+        Each leapfrog step evaluates the collapsed marginal and its gradient from :math:`B = I + SKS` and the adjoints
+        of :math:`(\mu, K)` (:func:`~gpytorch_augment.core.collapsed.collapsed_marginal_adjoints`): one
+        factorisation and one vector-Jacobian product through the prior's mean and kernel, never through a
+        factorisation. With linear observations (``design``), inducing points or latent blocks autograd
+        differentiates the factor form of :meth:`collapsed_density`'s density instead."""
+        target, params = self.target, self.hyperparameters
+        density = self._density(chains, h, lam, block)
+        adjoints = target.design is None and not target.is_sparse and block is None
+
+        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+            with torch.enable_grad():
+                th = theta.detach().requires_grad_(True)
+                if adjoints:
+                    mean, covar, log_prior = params.evaluate(th, grad=True)
+                    K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
+                    out = collapsed_marginal_adjoints(K.detach(), mean.detach(), h[index], lam[index])
+                    log_p = log_prior.detach() + out.log_z.sum(-1)
+                    ok = out.ok.reshape(theta.shape[0], -1).all(-1) & torch.isfinite(log_p)
+                    zero = ~ok
+                    d_cov = torch.where(zero[:, None, None, None], 0.0, out.d_covariance)
+                    d_mean = torch.where(zero[:, None, None], 0.0, out.d_mean)
+                    pairs = [(o, g) for o, g in ((covar, d_cov), (mean, d_mean), (log_prior, ok.to(th.dtype)))
+                             if o.requires_grad]  # fmt: skip
+                    (grad,) = torch.autograd.grad([o for o, _ in pairs], th, [g for _, g in pairs])
+                else:
+                    log_p, _ = density(self._prior(th, grad=True), index)
+                    ok = torch.isfinite(log_p)
+                    (grad,) = torch.autograd.grad(torch.where(ok, log_p, torch.zeros_like(log_p)).sum(), th)
+                    log_p = log_p.detach()
+            return torch.where(ok, log_p, torch.full_like(log_p, -math.inf)), grad, ()
+
+        index = torch.arange(chains.theta.shape[0], device=chains.theta.device)
+        log_p0, grad0, _ = log_density(chains.theta, index)
+        u = float(torch.rand((), generator=generator, dtype=chains.theta.dtype, device=chains.theta.device))
+        move = hmc_move(chains.theta, log_p0, grad0, (), log_density, chains.scale, chains.width,
+                        u * chains.length, generator, self.max_steps)  # fmt: skip
+        prior = self._prior(move.x)
+        _, q = density(prior, None)
+        self._evaluations += move.evaluations + 2
+        return move._replace(payload=(prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras()))
+
+    def theta_slice(
+        self,
+        chains: HyperChains,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        block: tuple[int, ...] | None = None,
     ) -> SliceMove:
-        r"""Step 2: the slice move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` (with ``block``:
-        :math:`p(\theta \mid \Omega, f_{-b}, y)`) for the tilts ``h``, ``lam`` (C, T, n); its payload holds the
-        prior and :math:`q(v)` at the new :math:`\theta`: ``(mean, A, log_prior, theta1, C, *extras)``
-        (:meth:`collapsed_density`)."""
+        r"""Step 2 by the random-direction slice move (:mod:`~gpytorch_augment.inference.mcmc.slice`) on
+        :meth:`collapsed_density`; the payload as :meth:`theta_move`'s."""
         log_p0, payload0, log_density = self.collapsed_density(chains, h, lam, block)
         move = slice_move(chains.theta, log_p0, payload0, log_density, chains.width, generator, self.max_steps_out)
         self._evaluations += move.evaluations
@@ -477,10 +636,12 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
 
     def finish(self, chains: HyperChains, num_kept_iterations: int) -> None:
         total = max(1, chains.adapted + num_kept_iterations)
-        self.last_run = {
-            "evaluations_per_step": self._evaluations / total,
-            "slice_width": float(chains.width.mean()),
-        }
+        self.last_run = {"evaluations_per_step": self._evaluations / total}
+        if self.theta_sampler == "hmc":
+            self.last_run.update(step_size=float(chains.width.mean()), trajectory_length=chains.length,
+                                 acceptance=self._accepted / total, divergences=self._divergences)  # fmt: skip
+        else:
+            self.last_run["slice_width"] = float(chains.width.mean())
 
     def last_state(self, chains: HyperChains) -> ChainState:
         """The latents, the last Ω draw, and in ``hyper`` the likelihood's sampled constants and the prior's
@@ -497,5 +658,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             aux={k: target.chain_batched(val, C) for k, val in chains.aux.items()},
             hyper={**self.gibbs._constants_snapshot(chains.constants), **theta},
             step_size=chains.width.clone(),
+            trajectory_length=chains.length if self.theta_sampler == "hmc" else None,
+            scale=chains.scale.clone() if self.theta_sampler == "hmc" and chains.scale is not None else None,
             coordinates=chains.theta.unsqueeze(0).clone(),
         )

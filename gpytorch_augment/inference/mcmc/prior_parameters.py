@@ -4,9 +4,15 @@ A sampler that moves the hyper-parameters :math:`\theta` of the prior :math:`\ma
 kernel's and the mean's parameters) keeps one value per chain. :class:`PriorParameters` fixes the coordinates and
 evaluates everything a move needs for all chains at once:
 
-* **coordinates**: GPyTorch's *raw* parameters (unconstrained: a constrained value is
-  ``constraint.transform(raw)``), flattened per chain into :math:`\theta \in \mathbb R^P`; the parameters that
-  require grad are sampled, the others stay fixed;
+* **coordinates**: per constrained value :math:`c` an unconstrained :math:`s` that is *logarithmic* in the
+  distance to the constraint's bound, as NumPyro's ``biject_to`` chooses it: :math:`c = a + e^{s}` on
+  :math:`(a, \infty)` (``Positive``, ``GreaterThan``), :math:`c = b - e^{s}` on :math:`(-\infty, b)`,
+  :math:`c = a + (b - a)\,\sigma(s)` on :math:`(a, b)` (``Interval``), :math:`c = s` without a constraint (and
+  GPyTorch's raw value for a constraint of another kind); flattened per chain into :math:`\theta \in \mathbb R^P`.
+  GPyTorch's own raw coordinates (softplus for ``Positive``) are linear above the bound's scale, where a lengthscale's
+  log-normal posterior spans decades: a sampler's moves there are far too short in one coordinate and far too long
+  in another (the slice sampler's effective sample size of such lengthscales was a few per 2,000 transitions). The
+  parameters that require grad are sampled, the others stay fixed;
 * **the prior at a batch of** :math:`\theta`: ``torch.func.functional_call`` on the (``linalg_dtype``) model with
   every sampled raw parameter given a leading chain dimension and the inputs expanded to match, which gives the
   means ``(C, T, n)`` and covariances ``(C, T, n, n)`` of every chain in one call (GPyTorch's parameters broadcast:
@@ -20,7 +26,8 @@ evaluates everything a move needs for all chains at once:
   the priors registered on the model (``model.named_priors()``), plus, for a lengthscale or an outputscale without
   one, the default prior of the one-call fit (:mod:`~gpytorch_augment.inference.default_priors`, held here only:
   nothing is registered on the model), evaluated at the constrained values :math:`c(\theta)`; the Jacobian of the
-  elementwise constraint maps (softplus for ``Positive``) makes it a density of the raw coordinates.
+  elementwise maps :math:`s \mapsto c` (:math:`\log c'(s) = s` on a half-line) makes it a density of the
+  coordinates.
 
 A parameter that requires grad and shapes the prior (its gradient through ``forward(x)`` exists) but that no prior
 reaches is refused up front (``ValueError`` naming it): its posterior would be improper. A parameter that requires
@@ -85,6 +92,52 @@ class PriorParameter(NamedTuple):
         """The raw value(s) of constrained ones."""
         return value if self.constraint is None else self.constraint.inverse_transform(value)
 
+    def value(self, s: Tensor) -> Tensor:
+        """The constrained value(s) at coordinates ``s`` (module docstring)."""
+        bounds = _bounds(self.constraint)
+        if bounds is None:
+            return self.constrained(s)
+        a, b = bounds
+        if a is not None and b is not None:
+            return a + (b - a) * torch.sigmoid(s)
+        return a + torch.exp(s) if a is not None else b - torch.exp(s)
+
+    def coordinates(self, value: Tensor) -> Tensor:
+        """The coordinates of constrained value(s): the inverse of :meth:`value`."""
+        bounds = _bounds(self.constraint)
+        if bounds is None:
+            return self.raw(value)
+        a, b = bounds
+        if a is not None and b is not None:
+            return torch.logit((value - a) / (b - a))
+        return torch.log(value - a) if a is not None else torch.log(b - value)
+
+    def log_slope(self, s: Tensor) -> Tensor:
+        r""":math:`\log\lvert dc/ds\rvert` elementwise at coordinates ``s``."""
+        bounds = _bounds(self.constraint)
+        if bounds is None:
+            return torch.zeros_like(s) if self.constraint is None else log_derivative(self.constraint, s)
+        a, b = bounds
+        if a is not None and b is not None:
+            return math.log(b - a) + torch.nn.functional.logsigmoid(s) + torch.nn.functional.logsigmoid(-s)
+        return s
+
+
+def _bounds(constraint: Any) -> tuple[float | None, float | None] | None:
+    """``(lower, upper)`` (``None``: unbounded on that side) of an enforced GPyTorch ``GreaterThan`` / ``LessThan`` /
+    ``Interval`` constraint, for the coordinates of the module docstring; ``None`` for no constraint, one that is not
+    enforced or one of another kind (GPyTorch's raw coordinates are then the coordinates)."""
+    if constraint is None or not getattr(constraint, "enforced", True):
+        return None
+    lower, upper = float(constraint.lower_bound), float(constraint.upper_bound)
+    if type(constraint) is gpytorch.constraints.Interval and math.isfinite(lower) and math.isfinite(upper):
+        return lower, upper
+    if isinstance(constraint, gpytorch.constraints.GreaterThan) and math.isfinite(lower):
+        return lower, None
+    if isinstance(constraint, gpytorch.constraints.LessThan) and math.isfinite(upper):
+        return None, upper
+    return None
+
 
 class _PriorTerm(NamedTuple):
     name: str
@@ -122,7 +175,17 @@ class _Evaluator(torch.nn.Module):
                     lazy[..., :split, split:].to_dense(),
                     lazy.diagonal(dim1=-2, dim2=-1)[..., split:],
                 )
-        return mean, covar, [t.prior.log_prob(t.closure(t.module)) for t in self.terms]
+        return mean, covar, [_log_prob(t) for t in self.terms]
+
+
+def _log_prob(term: _PriorTerm) -> Tensor:
+    """A prior term's log density at the module's value; NaN (density 0 where the evaluation reads it) for a value
+    outside the prior's support, e.g. a positive parameter whose value underflowed to 0 at an extreme proposal."""
+    value = term.closure(term.module)
+    try:
+        return term.prior.log_prob(value)
+    except ValueError:
+        return torch.full_like(value, math.nan)
 
 
 def _named_parameters_and_constraints(model: torch.nn.Module) -> Iterator[tuple[str, Tensor, Any]]:
@@ -335,19 +398,22 @@ class PriorParameters:
 
     def initial(self, num_chains: int) -> Tensor:
         """The model's current values as coordinates, ``(num_chains, P)``."""
-        flat = [self.model.get_parameter(p.path).detach().reshape(-1) for p in self.parameters]
+        flat = [p.coordinates(p.constrained(self.model.get_parameter(p.path).detach())).reshape(-1)
+                for p in self.parameters]  # fmt: skip
         theta = torch.cat(flat).to(self.dtype)
         return theta.expand(num_chains, -1).clone()
 
-    def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
-        """Coordinates ``(C, P)`` -> ``{path: raw value (C, *shape)}``."""
+    def _split(self, theta: Tensor) -> list[Tensor]:
         C = theta.shape[0]
-        return {p.path: theta[:, p.start : p.start + p.size].reshape((C,) + p.shape) for p in self.parameters}
+        return [theta[:, p.start : p.start + p.size].reshape((C,) + p.shape) for p in self.parameters]
+
+    def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
+        """Coordinates ``(C, P)`` -> ``{path: raw value (C, *shape)}`` (the values GPyTorch's modules hold)."""
+        return {p.path: p.raw(p.value(s)) for p, s in zip(self.parameters, self._split(theta))}
 
     def constrained(self, theta: Tensor) -> dict[str, Tensor]:
         """Coordinates ``(C, P)`` -> ``{public name: constrained value (C, *shape)}``."""
-        raw = self.unflatten(theta)
-        return {p.name: p.constrained(raw[p.path]) for p in self.parameters}
+        return {p.name: p.value(s) for p, s in zip(self.parameters, self._split(theta))}
 
     def from_constrained(self, values: Mapping[str, Tensor], num_chains: int) -> Tensor:
         """``{public name: constrained value}`` (each ``(*shape)`` or ``(C or 1, *shape)``) -> coordinates
@@ -364,8 +430,7 @@ class PriorParameters:
                     f"the state's {p.name!r} must have shape {tuple(p.shape)} or (chains, *{tuple(p.shape)}) with "
                     f"chains = 1 or {num_chains}; got {tuple(value.shape)}"
                 )
-            raw = p.raw(value.expand((num_chains,) + p.shape))
-            parts.append(raw.reshape(num_chains, -1))
+            parts.append(p.coordinates(value.expand((num_chains,) + p.shape)).reshape(num_chains, -1))
         return torch.cat(parts, dim=-1)
 
     # ------------------------------------------------------------------ evaluation
@@ -376,40 +441,39 @@ class PriorParameters:
         return x.reshape(shape).expand((num_chains,) + shape[1:])
 
     def log_jacobian(self, theta: Tensor) -> Tensor:
-        r""":math:`\sum_j \log\lvert\partial c_j / \partial\theta_j\rvert` per chain, ``(C,)`` (the constraint maps
-        act elementwise: their Jacobians are diagonal; :func:`log_derivative`)."""
+        r""":math:`\sum_j \log\lvert\partial c_j / \partial\theta_j\rvert` per chain, ``(C,)`` (the maps
+        :math:`s \mapsto c` act elementwise: their Jacobians are diagonal; :meth:`PriorParameter.log_slope`)."""
         total = theta.new_zeros(theta.shape[0])
-        raw = self.unflatten(theta)
-        for p in self.parameters:
-            if p.constraint is not None:
-                total = total + log_derivative(p.constraint, raw[p.path]).reshape(theta.shape[0], -1).sum(-1)
+        for p, s in zip(self.parameters, self._split(theta)):
+            total = total + p.log_slope(s).reshape(theta.shape[0], -1).sum(-1)
         return total
 
     def evaluate(
-        self, theta: Tensor, x: Tensor | None = None, log_prior: bool = True
+        self, theta: Tensor, x: Tensor | None = None, log_prior: bool = True, grad: bool = False
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         r"""The prior at coordinates ``theta`` ``(C, P)`` and inputs ``x`` (default: the training inputs):
 
         :return: ``(mean (C, T, n), covariance (C, T, n, n), log_prior (C,))`` in ``linalg_dtype``, ``log_prior``
             the log density of :math:`\theta` (module docstring; ``None`` with ``log_prior=False``). Nothing is
             factorised or jittered.
+        :param grad: keep autograd's graph from ``theta`` (a gradient-based move); by default nothing is recorded.
         :raises ValueError: when the model does not evaluate at a batch of parameters.
         """
-        mean, (covar,), log_p = self._evaluate(theta, self.target.x if x is None else x, log_prior, None)
+        mean, (covar,), log_p = self._evaluate(theta, self.target.x if x is None else x, log_prior, None, grad)
         return mean, covar, log_p
 
     def evaluate_blocks(
-        self, theta: Tensor, x: Tensor, num_first: int, log_prior: bool = True
+        self, theta: Tensor, x: Tensor, num_first: int, log_prior: bool = True, grad: bool = False
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         r"""As :meth:`evaluate` at inputs ``x = cat[Z, X]`` (``Z`` the first ``num_first`` rows), but only the
         blocks an inducing-point model needs: ``(mean (C, T, m + n), K_ZZ (C, T, m, m), K_ZX (C, T, m, n),
         diag K_XX (C, T, n), log_prior)``. A lazily evaluated kernel (GPyTorch's) computes just these, not the
-        :math:`(m + n)^2` matrix."""
-        mean, (K_ZZ, K_ZX, k_diag), log_p = self._evaluate(theta, x, log_prior, num_first)
+        :math:`(m + n)^2` matrix. ``grad`` as :meth:`evaluate`'s."""
+        mean, (K_ZZ, K_ZX, k_diag), log_p = self._evaluate(theta, x, log_prior, num_first, grad)
         return mean, K_ZZ, K_ZX, k_diag, log_p
 
     def _evaluate(
-        self, theta: Tensor, x: Tensor, log_prior: bool, split: int | None
+        self, theta: Tensor, x: Tensor, log_prior: bool, split: int | None, grad: bool = False
     ) -> tuple[Tensor, tuple[Tensor, ...], Tensor | None]:
         C, T = theta.shape[0], self.target.num_latents
         x = self._inputs(x)
@@ -417,7 +481,7 @@ class PriorParameters:
         raw = {"model." + path: value for path, value in self.unflatten(theta).items()}
         self._evaluator.split = split
         try:
-            with torch.no_grad():
+            with torch.enable_grad() if grad else torch.no_grad():
                 mean, covar, log_probs = functional_call(self._evaluator, raw, (self._batched_inputs(x, C),))
         finally:
             self._evaluator.split = None

@@ -49,7 +49,7 @@ class PosteriorSamples:
     :ivar hyperparameters: draws of every sampled hyper-parameter, ``(chains, draws, *shape)``, under its
         constrained name: the prior's (``sample_hyperparameters=True``; the model's names, e.g.
         ``covar_module.base_kernel.lengthscale``) and the likelihood's constants where its Gibbs sweep samples them
-        (e.g. ``rate_scale``); empty otherwise. (``hyper`` is the same dict under its 0.3 name.)
+        (e.g. ``rate_scale``); empty otherwise.
 
     Example::
 
@@ -88,11 +88,6 @@ class PosteriorSamples:
     @property
     def num_draws(self) -> int:
         return int(self.f.shape[1])
-
-    @property
-    def hyper(self) -> dict[str, Tensor]:
-        """:attr:`hyperparameters` under its 0.3 name."""
-        return self.hyperparameters
 
     def last_state(self) -> ChainState:
         """The chain state after the last transition; pass it as ``init`` to continue (see also ``resume``)."""
@@ -212,6 +207,7 @@ class PosteriorSamples:
                     else None
                 ),
                 trajectory_length=first.last.trajectory_length,  # one length for the joined chains: the first's
+                scale=first.last.scale,
                 coordinates=(
                     torch.cat([r.last.coordinates for r in runs], dim=1)
                     if all(isinstance(r.last.coordinates, Tensor) for r in runs)

@@ -30,6 +30,8 @@ class ChainState:
         :class:`~gpytorch_augment.HMCSampler` run (frozen after its warm-up; ``None`` for kernels without one). A run
         started from this state continues with them; a run started without it adapts from ``initial_step_size``.
     :ivar trajectory_length: the ChEES trajectory length of an HMC run (``None`` for other trajectories/kernels).
+    :ivar scale: the per-coordinate scale a kernel adapted in warm-up where it is not the step size alone (the HMC
+        move of sampled hyper-parameters: ``(P,)``), else ``None``.
     :ivar coordinates: the kernel's own coordinates of the chains where they are not ``f`` itself (HMC: the
         preconditioned ``z``, ``(groups, chains, n)``), so that a continued run starts from the very same state
         rather than from ``f`` mapped back (which rounds). A kernel uses them only where they map exactly to ``f``
@@ -53,6 +55,7 @@ class ChainState:
     step_size: Tensor | None = None
     trajectory_length: float | None = None
     coordinates: Tensor | None = None
+    scale: Tensor | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class ChainState:
             "step_size": self.step_size,
             "trajectory_length": self.trajectory_length,
             "coordinates": self.coordinates,
+            "scale": self.scale,
         }
 
     @classmethod
@@ -79,4 +83,5 @@ class ChainState:
             step_size=state.get("step_size"),
             trajectory_length=state.get("trajectory_length"),
             coordinates=state.get("coordinates"),
+            scale=state.get("scale"),
         )
