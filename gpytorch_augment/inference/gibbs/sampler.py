@@ -50,7 +50,7 @@ class GibbsSampler(MCMC):
     prior's hyper-parameters :math:`\theta` -- every parameter of the model's mean and kernel that requires grad,
     under its registered GPyTorch prior or, for a lengthscale or outputscale without one, the one-call fit's default
     prior -- by the blocked scheme :math:`\Omega \mid f, y` (and the likelihood's constants), then
-    :math:`\theta \mid \Omega, y` with :math:`f` integrated out (slice sampling in the raw coordinates), then
+    :math:`\theta \mid \Omega, y` with :math:`f` integrated out (HMC, or a slice move, on the collapsed marginal), then
     :math:`f \mid \theta, \Omega, y`
     (:class:`~gpytorch_augment.inference.gibbs.HyperparameterGibbsKernel`, whose docstring has the maths). The draws
     of :math:`\theta` are recorded in :attr:`PosteriorSamples.hyperparameters` under the model's names of the

@@ -11,8 +11,7 @@ evaluates everything a move needs for all chains at once:
   GPyTorch's raw value for a constraint of another kind); flattened per chain into :math:`\theta \in \mathbb R^P`.
   GPyTorch's own raw coordinates (softplus for ``Positive``) are linear above the bound's scale, where a lengthscale's
   log-normal posterior spans decades: a sampler's moves there are far too short in one coordinate and far too long
-  in another (the slice sampler's effective sample size of such lengthscales was a few per 2,000 transitions). The
-  parameters that require grad are sampled, the others stay fixed;
+  in another. The parameters that require grad are sampled, the others stay fixed;
 * **the prior at a batch of** :math:`\theta`: ``torch.func.functional_call`` on the (``linalg_dtype``) model with
   every sampled raw parameter given a leading chain dimension and the inputs expanded to match, which gives the
   means ``(C, T, n)`` and covariances ``(C, T, n, n)`` of every chain in one call (GPyTorch's parameters broadcast:
