@@ -22,7 +22,10 @@ from .gaussian import (
     SufficientStatistics,
     WhitenedGaussian,
     collapsed_log_marginal,
+    gaussian_log_density,
     natural_gradient,
+    noisy_tilts,
+    tilted_conditional,
 )
 from .prior import (
     FactorizationError,
@@ -47,9 +50,12 @@ __all__ = [
     "WhitenedGaussian",
     "check_data",
     "collapsed_log_marginal",
+    "gaussian_log_density",
     "linalg_advice",
     "natural_gradient",
+    "noisy_tilts",
     "prior_cholesky",
     "split_prior",
+    "tilted_conditional",
     "whiten_prior",
 ]

@@ -20,6 +20,7 @@ of the covariance :math:`B^{-1}`. A Gaussian is carried as :class:`WhitenedGauss
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -36,7 +37,10 @@ __all__ = [
     "SufficientStatistics",
     "WhitenedGaussian",
     "collapsed_log_marginal",
+    "gaussian_log_density",
     "natural_gradient",
+    "noisy_tilts",
+    "tilted_conditional",
 ]
 
 
@@ -260,7 +264,9 @@ class WhitenedGaussian(NamedTuple):
         return mean, var.clamp_min(0)
 
 
-def collapsed_log_marginal(A: Tensor, mu: Tensor, h: Tensor, lam: Tensor) -> tuple[Tensor, WhitenedGaussian]:
+def collapsed_log_marginal(
+    A: Tensor, mu: Tensor, h: Tensor, lam: Tensor, d: Tensor | None = None
+) -> tuple[Tensor, WhitenedGaussian]:
     r"""The Gaussian integral of a batch of tilts and the whitened posterior it leaves.
 
     For the Gaussian :math:`g = \mu + A^\top v`, :math:`v \sim \mathcal N(0, I)` (the exact prior with
@@ -283,7 +289,13 @@ def collapsed_log_marginal(A: Tensor, mu: Tensor, h: Tensor, lam: Tensor) -> tup
     :math:`\log p(y, \Omega \mid \theta)` up to terms free of the prior's hyper-parameters :math:`\theta`: the
     collapsed marginal the hyper-parameter move of :class:`~gpytorch_augment.GibbsSampler` targets.
 
-    :param A: ``(*b, M, N)``; :param mu: ``(*b, N)``; :param h, lam: potentials and precisions ``(*b, N)``.
+    With ``d`` (the inducing-point model's :math:`g_i = \mu_i + a_i^\top v + \sqrt{d_i}\,\varepsilon_i`,
+    :math:`d_i` the variances of :math:`p(f_i \mid u)`) each datum's tilt is first integrated over its own noise
+    (:func:`noisy_tilts`): the same formula with the tilts :math:`(\tilde h, \tilde\lambda)` plus the per-datum
+    constants, and ``q`` is the conditional of :math:`v` with :math:`f` integrated out.
+
+    :param A: ``(*b, M, N)``; :param mu: ``(*b, N)``; :param h, lam: potentials and precisions ``(*b, N)``;
+        :param d: optional non-negative variances ``(*b, N)`` (``None``: :math:`d = 0`).
     :return: ``(log_z, q)``, ``log_z`` of shape ``(*b)`` and ``q`` the :class:`WhitenedGaussian` of
         :math:`(b, C)`. A non-finite ``A`` gives a non-finite ``log_z`` (never an error).
 
@@ -300,6 +312,82 @@ def collapsed_log_marginal(A: Tensor, mu: Tensor, h: Tensor, lam: Tensor) -> tup
     """
     dtype = A.dtype
     mu, h, lam = mu.to(dtype), h.to(dtype), lam.to(dtype)
+    constant = None
+    if d is not None:
+        h, lam, constant = noisy_tilts(h, lam, d.to(dtype))
     q = WhitenedGaussian.optimal(SufficientStatistics.from_batch(A, mu, h, lam))
     offset = (h * mu - 0.5 * lam * mu.square()).sum(-1)
+    if constant is not None:
+        offset = offset + constant.sum(-1)
     return offset + q.log_normalizer(), q
+
+
+def noisy_tilts(h: Tensor, lam: Tensor, d: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    r"""A Gaussian tilt :math:`e^{hf - \frac12\lambda f^2}` integrated against :math:`\mathcal N(f \mid m, d)`, as a
+    tilt of :math:`m` (elementwise):
+
+    .. math::
+        \int \mathcal N(f \mid m, d)\, e^{hf - \frac12\lambda f^2}\, df
+        = e^{c}\, e^{\tilde h m - \frac12\tilde\lambda m^2},\qquad
+        \tilde h = \frac{h}{1 + \lambda d},\quad \tilde\lambda = \frac{\lambda}{1 + \lambda d},\quad
+        c = \frac{h^2 d}{2(1 + \lambda d)} - \frac12\log(1 + \lambda d).
+
+    *Derivation.* The exponent :math:`-\frac{(f - m)^2}{2d} + hf - \frac12\lambda f^2` has precision
+    :math:`P = \frac1d + \lambda = \frac{1 + \lambda d}{d}` and linear coefficient :math:`\frac md + h`; the
+    Gaussian integral is :math:`(dP)^{-1/2} \exp\big(\frac{(m/d + h)^2}{2P} - \frac{m^2}{2d}\big)`, and
+    :math:`\frac{(m + hd)^2 - m^2(1 + \lambda d)}{2d(1 + \lambda d)}
+    = \frac{2hm + h^2 d - \lambda m^2}{2(1 + \lambda d)}`. At :math:`d = 0` it is the tilt itself (:math:`c = 0`).
+    These are Power EP's :math:`\alpha = 1` (FITC) pseudo-observations, with the constant :math:`c`, which depends on
+    the prior's hyper-parameters through :math:`d`.
+
+    :return: ``(h_tilde, lam_tilde, c)``, broadcast.
+
+    Example::
+
+        >>> import math, torch
+        >>> from gpytorch_augment.core import noisy_tilts
+        >>> h, lam, d = (torch.tensor([v], dtype=torch.float64) for v in (1.0, 2.0, 0.5))
+        >>> h_t, lam_t, c = noisy_tilts(h, lam, d)
+        >>> h_t.item(), lam_t.item(), math.isclose(c.item(), 0.125 - 0.5 * math.log(2.0))
+        (0.5, 1.0, True)
+    """
+    shrink = (lam * d).add_(1.0).reciprocal_()
+    constant = 0.5 * (h.square() * d * shrink + shrink.log())
+    return h * shrink, lam * shrink, constant
+
+
+def tilted_conditional(m: Tensor, d: Tensor, h: Tensor, lam: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Mean and variance of :math:`p(f) \propto \mathcal N(f \mid m, d)\, e^{hf - \frac12\lambda f^2}`
+    (elementwise): :math:`\big(\frac{m + hd}{1 + \lambda d},\ \frac{d}{1 + \lambda d}\big)`; at :math:`d = 0`
+    the point :math:`m`. The inducing-point model's :math:`f_i \mid u, \Omega` (:func:`noisy_tilts` derives it).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import tilted_conditional
+        >>> one = torch.ones(1, dtype=torch.float64)
+        >>> [t.item() for t in tilted_conditional(0 * one, one, one, one)]   # N(0, 1) e^{f - f^2/2}: N(1/2, 1/2)
+        [0.5, 0.5]
+    """
+    shrink = (lam * d).add_(1.0).reciprocal_()
+    return (m + h * d) * shrink, d * shrink
+
+
+def gaussian_log_density(f: Tensor, mean: Tensor, L: Tensor) -> Tensor:
+    r""":math:`\log \mathcal N(f \mid \mu, LL^\top)` over the last dimension, :math:`L` lower triangular
+    (batched, broadcast): :math:`-\frac12\lVert L^{-1}(f - \mu)\rVert^2 - \sum_j \log L_{jj}
+    - \frac n2\log 2\pi`.
+
+    Example::
+
+        >>> import math, torch
+        >>> from gpytorch_augment.core import gaussian_log_density
+        >>> L = torch.tensor([[2.0]], dtype=torch.float64)
+        >>> math.isclose(gaussian_log_density(torch.ones(1).double(), torch.zeros(1).double(), L).item(),
+        ...              -0.125 - math.log(2.0) - 0.5 * math.log(2 * math.pi))
+        True
+    """
+    r = tri_solve(L, (f - mean).unsqueeze(-1)).squeeze(-1)
+    n = f.shape[-1]
+    log_det = L.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+    return -0.5 * r.square().sum(-1) - log_det - 0.5 * n * math.log(2.0 * math.pi)

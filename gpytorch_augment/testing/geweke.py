@@ -33,7 +33,7 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import gpytorch
 import torch
@@ -44,6 +44,7 @@ from torch import Tensor
 from gpytorch_augment.inference import GibbsSampler
 from gpytorch_augment.inference.gibbs import HyperparameterGibbsKernel
 from gpytorch_augment.inference.mcmc import ChainState, MCMCKernel, PosteriorTarget
+from gpytorch_augment.inference.mcmc.target import conditional_variances
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from gpytorch_augment.models import GPPrior
 from gpytorch_augment.testing.case import LikelihoodCase
@@ -251,9 +252,12 @@ HYPER_PRIORS: dict[str, tuple[str, float, float]] = {
 }
 
 
-def hyper_prior_model(priors: dict[str, tuple[str, float, float]] | None = None) -> GPPrior:
+def hyper_prior_model(
+    priors: dict[str, tuple[str, float, float]] | None = None, batch_shape: torch.Size = torch.Size()
+) -> GPPrior:
     """The tiny model of :func:`geweke_z_hyperparameters`: a constant mean and a scaled RBF kernel, each parameter
-    under the prior of :data:`HYPER_PRIORS` (float64).
+    under the prior of :data:`HYPER_PRIORS` (float64); ``batch_shape`` ``[T]`` gives ``T`` independent latent priors,
+    each with its own parameters under the same priors.
 
     Example::
 
@@ -268,18 +272,23 @@ def hyper_prior_model(priors: dict[str, tuple[str, float, float]] | None = None)
         cls = gpytorch.priors.NormalPrior if kind == "normal" else gpytorch.priors.LogNormalPrior
         return cls(loc, scale)
 
-    mean = gpytorch.means.ConstantMean(constant_prior=make("mean_module.constant"))
-    base = gpytorch.kernels.RBFKernel(lengthscale_prior=make("covar_module.base_kernel.lengthscale"))
-    kernel = gpytorch.kernels.ScaleKernel(base, outputscale_prior=make("covar_module.outputscale"))
+    mean = gpytorch.means.ConstantMean(constant_prior=make("mean_module.constant"), batch_shape=batch_shape)
+    base = gpytorch.kernels.RBFKernel(
+        lengthscale_prior=make("covar_module.base_kernel.lengthscale"), batch_shape=batch_shape
+    )
+    kernel = gpytorch.kernels.ScaleKernel(
+        base, outputscale_prior=make("covar_module.outputscale"), batch_shape=batch_shape
+    )
     return GPPrior(mean, kernel).double()
 
 
-def _prior_draws(n: int, generator: torch.Generator, priors: dict[str, tuple[str, float, float]]) -> dict[str, Tensor]:
+def _prior_draws(
+    n: int, generator: torch.Generator, priors: dict[str, tuple[str, float, float]], shapes: dict[str, torch.Size]
+) -> dict[str, Tensor]:
     out = {}
     for name, (kind, loc, scale) in priors.items():
-        z = loc + scale * torch.randn(n, generator=generator, dtype=torch.float64)
-        value = z if kind == "normal" else z.exp()
-        out[name] = value.reshape((n, 1, 1) if name.endswith("lengthscale") else (n,))
+        z = loc + scale * torch.randn((n,) + tuple(shapes[name]), generator=generator, dtype=torch.float64)
+        out[name] = z if kind == "normal" else z.exp()
     return out
 
 
@@ -292,23 +301,30 @@ def geweke_z_hyperparameters(
     burn_in: int = 50,
     seed: int = 0,
     num_reference: int = NUM_REFERENCE,
+    inducing_points: Sequence[float] | None = None,
 ) -> Tensor:
     r"""Geweke's joint test of a kernel that samples the prior's hyper-parameters :math:`\theta` too
     (:class:`~gpytorch_augment.inference.gibbs.HyperparameterGibbsKernel`), on the tiny model
-    :func:`hyper_prior_model` at :data:`HYPER_INPUTS` (one latent, :math:`N = 3`).
+    :func:`hyper_prior_model` at :data:`HYPER_INPUTS` (:math:`N = 3`; a likelihood with ``T`` latents gets ``T``
+    independent priors, each with its own :math:`\theta`).
 
     * marginal-conditional (the reference): :math:`\theta \sim p(\theta)` (:data:`HYPER_PRIORS`),
-      :math:`f \sim \mathcal N(\mu_\theta, K_\theta + \epsilon I)`, :math:`y \sim p(y \mid f)`;
+      :math:`f \sim \mathcal N(\mu_\theta, K_\theta + \epsilon I)`, :math:`y \sim p(y \mid f)`; with
+      ``inducing_points`` :math:`Z` the inducing-point prior instead: :math:`u = \mu_Z + L_Z v`,
+      :math:`v \sim \mathcal N(0, I)`, :math:`f_i = \mu_i + a_i^\top v + \sqrt{d_i}\,\varepsilon_i`
+      (:math:`L_Z = \mathrm{chol}(K_{ZZ} + \epsilon I)`, :math:`A = L_Z^{-1}K_{ZX}`, :math:`d` as the target computes
+      it, :func:`~gpytorch_augment.inference.mcmc.target.conditional_variances`), all at :math:`\theta`;
     * successive-conditional: from reference draws, repeat "one transition of the kernel given the current
       :math:`y`, then :math:`y \sim p(y \mid f)`" in ``num_chains`` vectorised chains (the kernel's ``init`` /
       ``step`` protocol, no warm-up: nothing adapts), dropping ``burn_in`` transitions.
 
     The test functions are :math:`f_i, f_i^2, y_i, f_i y_i` and, for every raw coordinate :math:`\theta_j`,
     :math:`\theta_j, \theta_j^2, \theta_j f_i` (the last tie :math:`\theta` to the latents: a kernel that leaves the
-    old :math:`f` with a new :math:`\theta` fails on them).
+    old :math:`f` with a new :math:`\theta` fails on them); :math:`f_i` runs over every latent.
 
     :param kernel_cls: builds the kernel from the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (e.g. a
         deliberately broken subclass).
+    :param inducing_points: the 1-D inducing inputs :math:`Z` (``None``: the exact model).
     :return: one z-score per test function (as :func:`geweke_z`).
 
     Example::
@@ -321,34 +337,48 @@ def geweke_z_hyperparameters(
         >>> z.shape, bool(z.abs().max() <= 4.5)           # 12 for f, y; 3 x (2 + 3) for theta
         (torch.Size([27]), True)
     """
-    if likelihood.num_latents != 1:
-        raise ValueError("geweke_z_hyperparameters runs the one-latent tiny model")
+    T = int(likelihood.num_latents)
     g = torch.Generator().manual_seed(seed)
     x = torch.tensor(HYPER_INPUTS, dtype=torch.float64).unsqueeze(-1)
+    Z = None if inducing_points is None else torch.tensor(inducing_points, dtype=torch.float64).unsqueeze(-1)
 
-    def targets(f: Tensor) -> Tensor:
-        return sample_targets(f, g)
+    def targets(f: Tensor) -> Tensor:  # storage layout (n, N) / (n, T, N) -> the likelihood's
+        return sample_targets(f if T == 1 else f.mT, g)
 
-    model = hyper_prior_model()
-    probe_y = targets(torch.zeros(1, x.shape[0], dtype=torch.float64))[0]
-    target = PosteriorTarget(model, likelihood, x, probe_y, caller="geweke_z_hyperparameters")
+    model = hyper_prior_model(batch_shape=torch.Size([T]) if T > 1 else torch.Size())
+    probe_y = targets(torch.zeros((1, T, x.shape[0]) if T > 1 else (1, x.shape[0]), dtype=torch.float64))[0]
+    target = PosteriorTarget(model, likelihood, x, probe_y, inducing_points=Z, caller="geweke_z_hyperparameters")
     kernel = kernel_cls(target)
     params = kernel.hyperparameters
     jitter = target.jitter
+    shapes = {p.name: p.shape for p in params.parameters}
 
     def joint_draws(n: int) -> tuple[Tensor, Tensor, Tensor]:
-        theta = params.from_constrained(_prior_draws(n, g, HYPER_PRIORS), n)
-        mean, covar, _ = params.evaluate(theta, log_prior=False)
-        eye = torch.eye(covar.shape[-1], dtype=covar.dtype)
-        L = torch.linalg.cholesky((covar + covar.mT) / 2 + jitter * eye)
-        eps = torch.randn(mean.shape, generator=g, dtype=mean.dtype)
-        f = (mean + (L @ eps.unsqueeze(-1)).squeeze(-1))[:, 0]  # (n, N)
+        theta = params.from_constrained(_prior_draws(n, g, HYPER_PRIORS, shapes), n)
+        if Z is None:
+            mean, covar, _ = params.evaluate(theta, log_prior=False)
+            eye = torch.eye(covar.shape[-1], dtype=covar.dtype)
+            L = torch.linalg.cholesky((covar + covar.mT) / 2 + jitter * eye)
+            eps = torch.randn(mean.shape, generator=g, dtype=mean.dtype)
+            f = mean + (L @ eps.unsqueeze(-1)).squeeze(-1)  # (n, T, N)
+        else:
+            M = Z.shape[-2]
+            mean, covar, _ = params.evaluate(theta, torch.cat([Z, x]), log_prior=False)
+            eye = torch.eye(M, dtype=covar.dtype)
+            L = torch.linalg.cholesky((covar[..., :M, :M] + covar[..., :M, :M].mT) / 2 + jitter * eye)
+            A = torch.linalg.solve_triangular(L, covar[..., :M, M:], upper=False)
+            d = conditional_variances(covar[..., M:, M:].diagonal(dim1=-2, dim2=-1), A.square().sum(-2), jitter)
+            v = torch.randn(mean[..., :M].shape, generator=g, dtype=mean.dtype)
+            eps = torch.randn(mean[..., M:].shape, generator=g, dtype=mean.dtype)
+            f = mean[..., M:] + (v.unsqueeze(-2) @ A).squeeze(-2) + d.sqrt() * eps
+        f = f[:, 0] if T == 1 else f  # storage layout
         return theta, f, targets(f)
 
     def test_functions(theta: Tensor, f: Tensor, y: Tensor) -> Tensor:
-        y = y.to(f.dtype)
+        y, f = y.to(f.dtype), f.reshape(f.shape[0], -1)
+        fy = f * y.repeat(1, T)
         cross = (theta.unsqueeze(-1) * f.unsqueeze(-2)).flatten(-2)
-        return torch.cat([f, f**2, y, f * y, theta, theta**2, cross], -1)
+        return torch.cat([f, f**2, y, fy, theta, theta**2, cross], -1)
 
     theta, f, y = joint_draws(num_reference)
     ref = test_functions(theta, f, y)

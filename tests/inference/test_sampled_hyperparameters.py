@@ -10,7 +10,16 @@ r"""Sampled hyper-parameters (issue #40, exact model, Gibbs): ``GibbsSampler(...
   mean of :math:`\log\ell` and a tail probability, within :math:`4.5` Monte Carlo standard errors (from the chains'
   effective sample sizes), for the binary, a count (Poisson) and the Student-t likelihoods; each data set moves the
   posterior away from the prior by many such errors, so a sampler that ignored the data would fail;
-* (d) the refusals (a parameter without a prior, inducing points, latent blocks, over-relaxation, HMC);
+* (a') the inducing-point model: the collapsed marginal with per-datum noise (``collapsed_log_marginal(..., d)``)
+  and its :math:`q(v)` against the dense Gaussian identities of :math:`g \sim \mathcal N(\mu, A^\top A + D)`;
+  Geweke with inducing points (and the variant that drops the noise's constants from the :math:`\theta` density,
+  which must fail), and the lengthscale posterior and :math:`E[f \mid y]` by brute force with the FITC covariance
+  :math:`A^\top A + D` (which catches an :math:`f`-step that ignores the tilt, invisible to Geweke's test);
+* (b') latent blocks (heteroscedastic Gaussian): Geweke (and the variant that drops the other blocks' prior
+  density from the :math:`\theta` density, which must fail), and the posterior of both latents' outputscales by
+  brute force on repeated inputs;
+* (d) the refusals (a parameter without a prior, inducing points with latent blocks or with an ``alpha`` other than
+  0 or 1, over-relaxation, HMC);
 * (e) draws, ``summary``, ``resume`` (bit for bit), ArviZ, ``state_dict``, and ``predict``, which at a constant
   :math:`\theta` equals the fixed-:math:`\theta` prediction;
 * (f) the parts of the HMC move of :math:`\theta`: the adjoints of the collapsed marginal against autograd, the
@@ -51,6 +60,7 @@ from gpytorch_augment.likelihoods import (
 )
 from gpytorch_augment.testing.examples import BERNOULLI_CASE
 from gpytorch_augment.testing.geweke import Z_TOL, geweke_z_hyperparameters
+from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_GAUSSIAN
 from tests.likelihoods.cases_robust import STUDENT_T
 
 LENGTHSCALE = "covar_module.base_kernel.lengthscale"
@@ -156,6 +166,26 @@ def test_batched_prior_equals_per_chain_evaluation(num_latents):
         assert math.isclose(float(log_prior[c]), expected, rel_tol=1e-12, abs_tol=1e-12)
 
 
+@pytest.mark.parametrize("num_latents", [1, 2])
+def test_evaluate_blocks_equals_the_dense_blocks(num_latents):
+    """PriorParameters.evaluate_blocks (what the inducing-point model evaluates: K_ZZ, K_ZX, diag K_XX from a lazily
+    evaluated kernel) equals the blocks of the dense evaluate at cat[Z, X], with the same mean and log p(θ)."""
+    g = torch.Generator().manual_seed(2)
+    x, Z = (torch.randn(n, 2, generator=g, dtype=torch.float64) for n in (7, 3))
+    batch = torch.Size([num_latents]) if num_latents > 1 else torch.Size()
+    likelihood = BernoulliLogitLikelihood() if num_latents == 1 else LogisticSoftmaxLikelihood(num_classes=2)
+    target = PosteriorTarget(_prior_model(batch), likelihood, x, torch.zeros(7, dtype=torch.float64), inducing_points=Z)
+    params = PriorParameters(target)
+    theta = params.initial(4) + 0.3 * torch.randn(4, params.size, generator=g, dtype=torch.float64)
+    x_all = torch.cat([Z, x])
+    mean, covar, log_prior = params.evaluate(theta, x_all)
+    mean_b, K_ZZ, K_ZX, k_diag, log_prior_b = params.evaluate_blocks(theta, x_all, 3)
+    assert K_ZZ.shape == (4, num_latents, 3, 3) and K_ZX.shape == (4, num_latents, 3, 7)
+    assert torch.equal(mean_b, mean) and torch.equal(log_prior_b, log_prior)
+    assert torch.allclose(K_ZZ, covar[..., :3, :3], atol=1e-14) and torch.allclose(K_ZX, covar[..., :3, 3:], atol=1e-14)
+    assert torch.allclose(k_diag, covar[..., 3:, 3:].diagonal(dim1=-2, dim2=-1), atol=1e-14)
+
+
 def test_default_priors_are_used_and_not_registered():
     """Without priors of the user's, the lengthscale and the outputscale get the one-call fit's default priors,
     held by the sampler, not registered on the model."""
@@ -237,14 +267,34 @@ def _lengthscale_only_prior(outputscale: float) -> GPPrior:
     return GPPrior(gpytorch.means.ZeroMean(), kernel).double()
 
 
-def _brute_force_log_lengthscale(likelihood, y, outputscale, jitter, grid=241, nodes=30):
+def _fitc_covariance(u: torch.Tensor, outputscale: float, jitter: float, Z: torch.Tensor) -> torch.Tensor:
+    r"""The covariance of :math:`f` in the inducing-point model at log lengthscales ``u``: :math:`A^\top A + D`,
+    :math:`A = L_Z^{-1}K_{ZX}`, :math:`L_Z = \mathrm{chol}(K_{ZZ} + \epsilon I)`,
+    :math:`d_i = \max(k_{ii} - \lVert a_i\rVert^2 - \epsilon, 0)` (the target's conventions), written out here."""
+    ell = u.exp().view(-1, 1, 1)
+
+    def rbf(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return outputscale * torch.exp(-0.5 * (a - b.T).square() / ell.square())
+
+    L = torch.linalg.cholesky(rbf(Z, Z) + jitter * torch.eye(Z.shape[0]).double())
+    A = torch.linalg.solve_triangular(L, rbf(Z, BF_X), upper=False)
+    d = (outputscale - A.square().sum(-2) - jitter).clamp_min(0.0)
+    return A.mT @ A + torch.diag_embed(d)
+
+
+def _brute_force_log_lengthscale(likelihood, y, outputscale, jitter, grid=241, nodes=30, inducing=None):
     r"""The posterior density of :math:`u = \log\ell` on a grid: :math:`p(u \mid y) \propto \mathcal N(u \mid
     \text{loc}, \text{scale}^2) \int \mathcal N(f \mid 0, K_\ell + \epsilon I) \prod_i p(y_i \mid f_i)\, df`, the
     integral by Gauss-Hermite quadrature (``nodes``³) centred and scaled at the Laplace approximation of each
-    integrand (Newton's method on :math:`f`). Returns the grid and the normalised density."""
+    integrand (Newton's method on :math:`f`); with ``inducing`` points :math:`Z` the inducing-point model's
+    covariance (:func:`_fitc_covariance`) in place of :math:`K_\ell + \epsilon I`. Returns the grid, the normalised
+    density and the posterior mean :math:`E[f \mid y]` (3,)."""
     u = torch.linspace(BF_LOC - 6 * BF_SCALE, BF_LOC + 6 * BF_SCALE, grid, dtype=torch.float64)
     d2 = (BF_X - BF_X.T).square()
-    K = outputscale * torch.exp(-0.5 * d2 / u.exp().view(-1, 1, 1).square()) + jitter * torch.eye(3).double()
+    if inducing is None:
+        K = outputscale * torch.exp(-0.5 * d2 / u.exp().view(-1, 1, 1).square()) + jitter * torch.eye(3).double()
+    else:
+        K = _fitc_covariance(u, outputscale, jitter, inducing)
     K_inv = torch.linalg.inv(K)
     f = torch.zeros(grid, 3, dtype=torch.float64)
     for _ in range(50):
@@ -266,7 +316,12 @@ def _brute_force_log_lengthscale(likelihood, y, outputscale, jitter, grid=241, n
     log_I = log_I + 1.5 * math.log(2.0) + R.diagonal(dim1=-1, dim2=-2).log().sum(-1)
     log_post = -0.5 * ((u - BF_LOC) / BF_SCALE).square() + log_I
     density = (log_post - log_post.max()).exp()
-    return u, density / torch.trapezoid(density, u)
+    # E[f | y]: the nodes weighted by the integrand and the grid's posterior (a uniform grid whose ends carry ~0)
+    log_node = log_integrand + log_w + T.square().sum(-1)
+    log_node = log_node - torch.logsumexp(log_node, dim=1, keepdim=True) + log_post.unsqueeze(-1)
+    weights = (log_node - log_node.max()).exp()
+    f_mean = (weights.unsqueeze(-1) * f_nodes).sum((0, 1)) / weights.sum()
+    return u, density / torch.trapezoid(density, u), f_mean
 
 
 @pytest.mark.parametrize(
@@ -278,7 +333,7 @@ def test_lengthscale_posterior_against_brute_force(name, theta_sampler):
     sampler = GibbsSampler(_lengthscale_only_prior(outputscale), likelihood, BF_X, y, sample_hyperparameters=True)
     sampler.kernel.theta_sampler = theta_sampler
     assert [p.name for p in sampler.kernel.hyperparameters.parameters] == [LENGTHSCALE]
-    u, density = _brute_force_log_lengthscale(likelihood, y, outputscale, sampler.target.jitter)
+    u, density, _ = _brute_force_log_lengthscale(likelihood, y, outputscale, sampler.target.jitter)
     true_mean = float(torch.trapezoid(density * u, u))
     cut = BF_LOC - 0.5 * BF_SCALE  # a grid point: the tail integral has no half cell
     above = u >= cut - 1e-12
@@ -334,19 +389,28 @@ def test_no_free_parameter_is_refused():
 def test_unsupported_options_are_refused():
     x, y = _data()
     model = _scaled_rbf_prior()
-    with pytest.raises(ValueError, match="inducing_points"):
-        GibbsSampler(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4], sample_hyperparameters=True)
+    with pytest.raises(ValueError, match="alpha = 0.5 does not apply"):
+        GibbsSampler(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4], alpha=0.5,
+                     sample_hyperparameters=True)  # fmt: skip
     with pytest.raises(ValueError, match="overrelaxation"):
         GibbsSampler(model, BernoulliLogitLikelihood(), x, y, overrelaxation=-0.5, sample_hyperparameters=True)
-    with pytest.raises(ValueError, match="sample_hyperparameters.*latent_blocks"):
-        batched = GPPrior(
-            gpytorch.means.ZeroMean(batch_shape=torch.Size([2])),
-            gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(batch_shape=torch.Size([2])), batch_shape=torch.Size([2])
-            ),
-        ).double()
-        GibbsSampler(batched, HeteroscedasticGaussianLikelihood(), x, torch.sin(x.squeeze(-1)),
+    batched = GPPrior(
+        gpytorch.means.ZeroMean(batch_shape=torch.Size([2])),
+        gpytorch.kernels.ScaleKernel(
+            gpytorch.kernels.RBFKernel(batch_shape=torch.Size([2])), batch_shape=torch.Size([2])
+        ),
+    ).double()
+    with pytest.raises(ValueError, match="inducing_points does not support.*latent_blocks"):
+        GibbsSampler(batched, HeteroscedasticGaussianLikelihood(), x, torch.sin(x.squeeze(-1)), inducing_points=x[::4],
                      sample_hyperparameters=True)  # fmt: skip
+    # supported: inducing points (alpha 0 or 1), and latent blocks on the exact model
+    for alpha in (0.0, 1.0):
+        sparse = GibbsSampler(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4], alpha=alpha,
+                              sample_hyperparameters=True)  # fmt: skip
+        assert isinstance(sparse.kernel, HyperparameterGibbsKernel) and sparse.target.is_sparse
+    blocked = GibbsSampler(batched, HeteroscedasticGaussianLikelihood(), x, torch.sin(x.squeeze(-1)),
+                           sample_hyperparameters=True)  # fmt: skip
+    assert blocked.target.blocks is not None and isinstance(blocked.kernel, HyperparameterGibbsKernel)
     with pytest.raises(ValueError, match="sample_hyperparameters.*method='gibbs'"):
         posterior_sampler(model, BernoulliLogitLikelihood(), x, y, method="hmc", sample_hyperparameters=True)
     with pytest.raises(ValueError, match="sample_hyperparameters must be True or False"):
@@ -474,6 +538,231 @@ def test_hyperparameters_is_the_draws_dict_and_old_states_load():
     state["hyper"] = state.pop("hyperparameters")
     restored = PosteriorSamples.from_state_dict(state, sampler=sampler)
     assert all(torch.equal(restored.hyperparameters[k], v) for k, v in samples.hyperparameters.items())
+
+
+# ---------------------------------------------------------------------------------------------- (a') inducing points
+@pytest.mark.parametrize("zero_noise", [False, True])
+def test_noisy_collapsed_log_marginal_against_dense_identity(zero_noise):
+    """With per-datum noise d (g = μ + Aᵀv + √d ε, v ~ N(0, I)): log Z and q(v) against the dense Gaussian identities
+    of g ~ N(μ, S), S = AᵀA + D: log E exp(hᵀg - gᵀΛg / 2) = hᵀμ - μᵀΛμ / 2 - log|I + SΛ| / 2 + rᵀS(I + ΛS)⁻¹r / 2
+    (r = h - Λμ), and v | tilts from E[v | g] = AS⁻¹(g - μ), Cov[v | g] = I - AS⁻¹Aᵀ; a zero precision, and a zero
+    d (an inducing input among the data); d = 0 everywhere is the noiseless marginal."""
+    g = torch.Generator().manual_seed(7)
+    M, N = 2, 4
+    A = 0.8 * torch.randn(2, M, N, generator=g, dtype=torch.float64)
+    mu, h = (torch.randn(2, N, generator=g, dtype=torch.float64) for _ in range(2))
+    lam = 2.0 * torch.rand(2, N, generator=g, dtype=torch.float64)
+    lam[0, 1] = 0.0
+    d = 0.1 + 0.5 * torch.rand(2, N, generator=g, dtype=torch.float64)
+    if zero_noise:
+        d[:, 0] = 0.0
+    log_z, q = collapsed_log_marginal(A, mu, h, lam, d)
+    for b in range(2):
+        S = A[b].mT @ A[b] + torch.diag(d[b])
+        Lam, eye = torch.diag(lam[b]), torch.eye(N, dtype=torch.float64)
+        r = h[b] - lam[b] * mu[b]
+        Sigma_g = S @ torch.linalg.inv(eye + Lam @ S)  # (S⁻¹ + Λ)⁻¹
+        expected = h[b] @ mu[b] - 0.5 * mu[b] @ Lam @ mu[b] - 0.5 * torch.logdet(eye + S @ Lam) + 0.5 * r @ Sigma_g @ r
+        assert math.isclose(float(log_z[b]), float(expected), rel_tol=0, abs_tol=1e-10)
+        P = A[b] @ torch.linalg.inv(S)  # A S⁻¹
+        mean_v = P @ Sigma_g @ r
+        cov_v = torch.eye(M, dtype=torch.float64) - P @ A[b].mT + P @ Sigma_g @ P.mT
+        assert torch.allclose(q.mean[b], mean_v, atol=1e-10)
+        R = q.chol_covariance[b]
+        assert torch.allclose(R @ R.mT, cov_v, atol=1e-10)
+    noiseless, _ = collapsed_log_marginal(A, mu, h, lam)
+    assert torch.allclose(collapsed_log_marginal(A, mu, h, lam, torch.zeros_like(d))[0], noiseless, atol=1e-14)
+
+
+class NoiseConstantsDropped(HyperparameterGibbsKernel):
+    """A deliberately wrong θ density of the inducing-point model: the pseudo-observations (h, λ) / (1 + λd) without
+    the per-datum constants h²d / (2(1 + λd)) - log(1 + λd) / 2, which depend on θ through d."""
+
+    def _collapsed(self, mean, A, log_prior, ok, h, lam, d=None, others=None):
+        if d is not None:
+            shrink = 1.0 / (1.0 + lam * d)
+            h, lam, d = h * shrink, lam * shrink, None
+        return super()._collapsed(mean, A, log_prior, ok, h, lam, d, others)
+
+
+class OtherBlocksIgnored(HyperparameterGibbsKernel):
+    """A deliberately wrong θ density with latent blocks: the other blocks' prior density at their current values
+    left out (θ moved as if they did not exist)."""
+
+    def _collapsed(self, mean, A, log_prior, ok, h, lam, d=None, others=None):
+        return super()._collapsed(mean, A, log_prior, ok, h, lam, d, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case, inducing",
+    [(BERNOULLI_CASE, (0.3, 1.0)), (STUDENT_T, (0.3, 1.0)), (HETEROSCEDASTIC_GAUSSIAN, None)],
+    ids=["bernoulli-inducing", "student_t-inducing", "heteroscedastic_gaussian-blocks"],
+)
+def test_geweke_inducing_points_and_latent_blocks(case, inducing):
+    """Joint test of (θ, f, y) with θ from its prior, 4000 chains x 300 transitions, with two inducing inputs among
+    and between the data, and with latent blocks (two latents, each with its own θ): every |z| <= 4.5."""
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, inducing_points=inducing)
+    assert z.abs().max() <= Z_TOL, z
+
+
+@pytest.mark.parametrize("theta_sampler", ["hmc", "slice"])
+def test_geweke_quick_inducing_points(theta_sampler):
+    """Inducing points in the fast tier, θ by HMC (its gradient by autograd) and by the slice move: two inducing
+    inputs (Bernoulli, 400 chains x 60 transitions) and one far from the data, where d carries most of the prior
+    variance (Student-t, 4000 x 150): the kernel passes; the θ density without the noise's constants fails the
+    second."""
+    def kernel(cls):
+        return lambda target: cls(target, theta_sampler=theta_sampler)
+
+    case = BERNOULLI_CASE
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, kernel(HyperparameterGibbsKernel), num_chains=400,
+                                 num_sweeps=60, burn_in=10, num_reference=20_000,
+                                 inducing_points=(0.3, 1.0))  # fmt: skip
+    assert z.abs().max() <= Z_TOL, z
+    kw = {"num_chains": 4_000, "num_sweeps": 150, "burn_in": 10, "num_reference": 20_000, "inducing_points": (3.0,)}
+    z = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, kernel(HyperparameterGibbsKernel), **kw)
+    assert z.abs().max() <= Z_TOL, z
+    z_broken = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, kernel(NoiseConstantsDropped),
+                                        **kw)  # fmt: skip
+    assert z_broken.abs().max() > Z_TOL, z_broken
+
+
+@pytest.mark.parametrize("theta_sampler", ["hmc", "slice"])
+def test_geweke_quick_latent_blocks(theta_sampler):
+    """Latent blocks in the fast tier (heteroscedastic Gaussian, 400 chains x 60 transitions), θ by HMC and by the
+    slice move: the kernel passes; the θ density without the other block's prior density fails."""
+    case = HETEROSCEDASTIC_GAUSSIAN
+    kw = {"num_chains": 400, "num_sweeps": 60, "burn_in": 10, "num_reference": 20_000}
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets,
+                                 lambda target: HyperparameterGibbsKernel(target, theta_sampler=theta_sampler), **kw)
+    assert z.abs().max() <= Z_TOL, z
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets,
+                                        lambda target: OtherBlocksIgnored(target, theta_sampler=theta_sampler), **kw)
+    assert z_broken.abs().max() > Z_TOL, z_broken
+
+
+BF_Z = torch.tensor([[0.3]], dtype=torch.float64)
+
+
+def _within(draws: torch.Tensor, truth: float, what: str) -> float:
+    """Assert the mean of ``draws`` (chains, draws) is within 4.5 Monte Carlo standard errors (bulk ESS) of
+    ``truth``; returns the tolerance."""
+    ess = float(bulk_ess(draws.numpy()[..., None])[0])
+    tolerance = 4.5 * float(draws.std()) / math.sqrt(ess)
+    assert abs(float(draws.mean()) - truth) <= tolerance, (what, float(draws.mean()), truth, tolerance)
+    return tolerance
+
+
+@pytest.mark.parametrize("name", ["bernoulli", "student_t"])
+def test_inducing_point_posterior_against_brute_force(name):
+    """One inducing input (0.3) for the three data points: the posterior of log ℓ (mean and a tail probability) and
+    E[f | y] against brute force with the inducing-point model's covariance AᵀA + D in place of K (the exact
+    marginal of f when u and f | u are integrated out), within 4.5 Monte Carlo standard errors. E[f | y] catches an
+    f-step that ignores the tilt (f ~ p(f | u), the fixed-θ sampler's), which Geweke's joint test cannot see."""
+    make, y, outputscale = BF_CASES[name]
+    likelihood, y = make(), torch.tensor(y, dtype=torch.float64)
+    sampler = GibbsSampler(_lengthscale_only_prior(outputscale), likelihood, BF_X, y, inducing_points=BF_Z,
+                           sample_hyperparameters=True)  # fmt: skip
+    u, density, f_mean = _brute_force_log_lengthscale(likelihood, y, outputscale, sampler.target.jitter,
+                                                      inducing=BF_Z)  # fmt: skip
+    density, f_mean = density.detach(), f_mean.detach()
+    true_mean = float(torch.trapezoid(density * u, u))
+    cut = BF_LOC - 0.5 * BF_SCALE
+    above = u >= cut - 1e-12
+    true_tail = float(torch.trapezoid(density[above], u[above]))
+
+    C, S = 64, 300
+    samples = sampler.sample(S, warmup=100, num_chains=C, seed=0, progress=False)
+    assert samples.u.shape == (C, S, 1)
+    log_ell = samples.hyperparameters[LENGTHSCALE].reshape(C, S).log()
+    tolerance = _within(log_ell, true_mean, "log lengthscale")
+    assert abs(true_mean - BF_LOC) > 3 * tolerance  # the data move the posterior: the test could fail
+    indicator = (log_ell >= cut).double()
+    ess_tail = float(bulk_ess(indicator.numpy()[..., None])[0])
+    tail_tolerance = 4.5 * math.sqrt(true_tail * (1 - true_tail) / ess_tail)
+    assert abs(float(indicator.mean()) - true_tail) <= tail_tolerance, (float(indicator.mean()), true_tail)
+    for i in range(3):
+        _within(samples.f[..., i], float(f_mean[i]), f"E[f_{i} | y]")
+
+
+def test_inducing_point_draws_and_predict():
+    """The inducing-point chains record u at their own θ (u = μ_Z + L_θ v) and resume, predict
+    conditions on u at each draw's θ, and at a constant θ equals the fixed-θ inducing-point prediction."""
+    x, y = _data(12)
+    Z = x[::3] + 0.1
+    sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, inducing_points=Z,
+                           sample_hyperparameters=True)  # fmt: skip
+    samples = sampler.sample(6, warmup=4, num_chains=2, seed=0, progress=False)
+    assert samples.f.shape == (2, 6, 12) and samples.u.shape == (2, 6, 4) and samples.f_update == "hyper"
+    x_new = torch.linspace(-4, 4, 5, dtype=torch.float64).unsqueeze(-1)
+    pred = samples.predict(x_new, generator=torch.Generator().manual_seed(0))
+    assert pred.f_draws.shape == (2, 6, 5) and bool(((pred.y_probs > 0) & (pred.y_probs < 1)).all())
+    params = sampler.kernel.hyperparameters
+    at_model = params.constrained(params.initial(1))
+    constant = {k: at_model[k][0].to(v).expand_as(v).clone() for k, v in samples.hyperparameters.items()}
+    over_theta = dataclasses.replace(samples, hyperparameters=constant).predict(
+        x_new, generator=torch.Generator().manual_seed(3)
+    )
+    fixed = dataclasses.replace(samples, hyperparameters={}).predict(x_new, generator=torch.Generator().manual_seed(3))
+    for field in ("f_mean", "f_var", "f_draws", "y_probs"):
+        assert torch.allclose(getattr(over_theta, field), getattr(fixed, field), atol=1e-9), field
+    more = sampler.resume(samples, 3, progress=False)
+    whole = sampler.sample(9, warmup=4, num_chains=2, seed=0, progress=False)
+    assert more.u.shape == (2, 9, 4) and torch.equal(more.u, whole.u) and torch.equal(more.f, whole.f)
+
+
+# ---------------------------------------------------------------------------------------------- (b') latent blocks
+HET_Y = (4.0, 1.0, 7.0)  # three observations at one input: a large mean and a large spread
+HET_XI, HET_LOC, HET_SCALE = 3.0, 0.0, 0.7  # max precision; log outputscale ~ N(loc, scale²) for both latents
+
+
+def _heteroscedastic_model() -> GPPrior:
+    batch = torch.Size([2])
+    prior = gpytorch.priors.LogNormalPrior(HET_LOC, HET_SCALE)
+    base = gpytorch.kernels.RBFKernel(batch_shape=batch)
+    base.raw_lengthscale.requires_grad_(False)
+    kernel = gpytorch.kernels.ScaleKernel(base, batch_shape=batch, outputscale_prior=prior)
+    return GPPrior(gpytorch.means.ZeroMean(batch_shape=batch), kernel).double()
+
+
+def test_latent_blocks_posterior_against_brute_force():
+    """Heteroscedastic Gaussian, three observations at one input (so each latent is one value, f₀ and g₀, up to the
+    jitter): the posterior of both latents' log outputscales (a, b) by brute force -- a 61 x 61 grid times
+    p(y | a, b) = ∫ N(g₀ | 0, e^b) N(y | 0, e^a 11ᵀ + (ξσ(g₀))⁻¹ I) dg₀ (f₀ integrated in closed form, g₀ by
+    Gauss-Hermite) -- against the sampler's posterior means of a and b within 4.5 Monte Carlo standard errors; the
+    data move both away from the prior."""
+    likelihood = HeteroscedasticGaussianLikelihood(max_precision=HET_XI).double()
+    y = torch.tensor(HET_Y, dtype=torch.float64)
+    # the likelihood is N(y | f, 1 / (ξ σ(g))): checked at one point before it is used in closed form
+    check = likelihood.log_prob_at(y[:1], torch.tensor([[[0.4, -0.3]]], dtype=torch.float64))
+    sd = (1.0 / (HET_XI * torch.sigmoid(torch.tensor(-0.3, dtype=torch.float64)))).sqrt()
+    assert math.isclose(float(check.detach().sum()), float(torch.distributions.Normal(0.4, sd).log_prob(y[0])),
+                        rel_tol=1e-12)  # fmt: skip
+
+    grid = torch.linspace(HET_LOC - 5 * HET_SCALE, HET_LOC + 5 * HET_SCALE, 61, dtype=torch.float64)
+    a, b = torch.meshgrid(grid, grid, indexing="ij")  # log outputscales of f and g
+    t, w = (torch.tensor(v) for v in np.polynomial.hermite.hermgauss(100))
+    g0 = (0.5 * b).exp().unsqueeze(-1) * math.sqrt(2.0) * t  # (61, 61, 100)
+    noise = 1.0 / (HET_XI * torch.sigmoid(g0))
+    cov = a.exp()[..., None, None, None] * torch.ones(3, 3, dtype=torch.float64) + noise[..., None, None] * torch.eye(
+        3, dtype=torch.float64
+    )
+    log_lik = torch.distributions.MultivariateNormal(torch.zeros(3, dtype=torch.float64), cov).log_prob(y)
+    log_marginal = torch.logsumexp(log_lik + w.log() - 0.5 * math.log(math.pi), dim=-1)
+    log_post = log_marginal - 0.5 * ((a - HET_LOC) / HET_SCALE).square() - 0.5 * ((b - HET_LOC) / HET_SCALE).square()
+    post = (log_post - log_post.max()).exp()
+    post = post / post.sum()
+    true_a, true_b = float((post * a).sum()), float((post * b).sum())
+
+    x = torch.zeros(3, 1, dtype=torch.float64)
+    sampler = GibbsSampler(_heteroscedastic_model(), likelihood, x, y, sample_hyperparameters=True)
+    C, S = 32, 200
+    samples = sampler.sample(S, warmup=50, num_chains=C, seed=0, progress=False)
+    log_scale = samples.hyperparameters[OUTPUTSCALE].log()  # (C, S, 2)
+    for latent, truth in ((0, true_a), (1, true_b)):
+        tolerance = _within(log_scale[..., latent], truth, f"log outputscale of latent {latent}")
+        assert abs(truth - HET_LOC) > 3 * tolerance, (latent, truth, tolerance)  # the data move the posterior
 
 
 # ------------------------------------------------------------------------------------------ (f) the HMC move's parts

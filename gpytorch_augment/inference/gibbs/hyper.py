@@ -39,6 +39,49 @@ optional: after step 2 the old :math:`f` belongs to the old :math:`\theta`, and 
 :math:`\theta`) samples a wrong joint; the Geweke test of ``tests/inference/test_sampled_hyperparameters.py`` fails
 on exactly that variant.
 
+**Inducing points** (``target.is_sparse``). The model sampled is the inducing-point prior at every :math:`\theta`:
+:math:`u = \mu_Z + L_Z v`, :math:`v \sim \mathcal N(0, I)`, :math:`L_Z = \mathrm{chol}(K_{ZZ} + \epsilon I)`, and
+independently :math:`f_i \mid u \sim \mathcal N(m_i, d_i)`, :math:`m_i = \mu_i + a_i^\top v`,
+:math:`A = L_Z^{-1}K_{ZX}` (M x N), :math:`d_i = \max(k_{ii} - \lVert a_i\rVert^2 - \epsilon, 0)`
+(:func:`~gpytorch_augment.inference.mcmc.target.conditional_variances`; FITC's prior, the one the target's
+``initial_f`` draws from). The inducing inputs are fixed, not sampled. Given :math:`\Omega` both :math:`f` and
+:math:`u` integrate out. Per datum, completing the square in :math:`f_i` (precision
+:math:`P = 1/d_i + \lambda_i = (1 + \lambda_i d_i)/d_i`, linear coefficient :math:`m_i/d_i + h_i`):
+
+.. math::
+    \int \mathcal N(f_i \mid m_i, d_i)\, e^{h_i f_i - \frac12\lambda_i f_i^2}\, df_i
+    = (d_iP)^{-\frac12} e^{\frac{(m_i/d_i + h_i)^2}{2P} - \frac{m_i^2}{2d_i}}
+    = e^{c_i}\, e^{\tilde h_i m_i - \frac12\tilde\lambda_i m_i^2},
+
+:math:`\tilde h_i = h_i/(1 + \lambda_i d_i)`, :math:`\tilde\lambda_i = \lambda_i/(1 + \lambda_i d_i)`,
+:math:`c_i = \frac{h_i^2 d_i}{2(1 + \lambda_i d_i)} - \frac12\log(1 + \lambda_i d_i)` (at :math:`d_i = 0` the tilt
+itself), so :math:`p(\theta \mid \Omega, y) \propto p(\theta)\, e^{\sum_i c_i}\, Z(\theta)` with :math:`Z` the
+collapsed marginal above for :math:`(A, \mu_X)` and the tilts :math:`(\tilde h, \tilde\lambda)`
+(:func:`~gpytorch_augment.core.collapsed_log_marginal` with ``d``; :math:`B` is M x M). :math:`c_i` depends on
+:math:`\theta` through :math:`d_i`: dropping it samples a wrong :math:`\theta` (the Geweke test fails). Step 3 draws
+:math:`v \sim \mathcal N(B^{-1}b, B^{-1})` from the same factorisation, then
+:math:`f_i \sim p(f_i \mid u, \Omega) = \mathcal N\big(\frac{m_i + h_i d_i}{1 + \lambda_i d_i},
+\frac{d_i}{1 + \lambda_i d_i}\big)` (:func:`~gpytorch_augment.core.tilted_conditional`), the full conditional. So the
+chain is the exact partially collapsed Gibbs sampler of :math:`p(\theta, u, f \mid y)` in this model -- not the
+fixed-:math:`\theta` inducing-point sweep, whose :math:`f_i \sim p(f_i \mid u)` ignores the tilt and whose ``alpha``
+does not apply here. The chains record :math:`u = \mu_Z + L_Z v` at their own :math:`\theta` (``ChainState.u``).
+
+**Latent blocks** (``target.blocks``, e.g. the heteroscedastic likelihoods). :math:`\Omega` is redrawn before each
+block and a block's tilts depend on the other blocks' latents, so :math:`f` does not integrate out jointly. For each
+block :math:`b` in turn: step 1; step 2 on
+
+.. math::
+    p(\theta \mid \Omega, f_{-b}, y) \propto p(\theta) \prod_{t \notin b}
+    \mathcal N(f_t \mid \mu_{\theta,t}, K_{\theta,t} + \epsilon I)\ Z_b(\theta),
+
+the other latents' prior density at their current values (independent latents: the prior factorises over
+:math:`t`; :func:`~gpytorch_augment.core.gaussian_log_density` with the factor :math:`L_{\theta,t}` already computed
+for the proposal) times block :math:`b`'s collapsed marginal with its tilts; step 3 for :math:`f_b` only. Steps 2 and
+3 leave :math:`p(\theta, f_b \mid \Omega, f_{-b}, y)` invariant by the argument above with :math:`f_{-b}` fixed: a
+valid partially collapsed Gibbs step per block. (A block whose tilt is collapsed over part of :math:`\Omega`, as the
+heteroscedastic mean block is, samples that part too and discards it; the next block's step 1 redraws it.) Inducing
+points with latent blocks are refused: the other blocks' density has no :math:`O(NM^2)` form there.
+
 **Cost.** An HMC move takes :math:`\lceil uT/\varepsilon\rceil` leapfrog steps, each one factorisation of
 :math:`I + SK_\theta S` and one vector-Jacobian product through the prior's mean and kernel, then the two
 factorisations (:math:`K_\theta + \epsilon I` and :math:`B`) of step 3 at the new :math:`\theta`; a slice move
@@ -54,26 +97,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ...core import WhitenedGaussian, collapsed_log_marginal
+from ...core import WhitenedGaussian, collapsed_log_marginal, gaussian_log_density, tilted_conditional
 from ...core.collapsed import collapsed_marginal_adjoints
-from ...core.linalg import add_to_diagonal
+from ...core.linalg import add_to_diagonal, tri_solve
 from ...core.prior import FactorizationError, with_linalg_advice
 from ...likelihoods.augmented_likelihood import AuxDict
 from ..hmc.adaptation import ChEESAdaptation, DualAveraging
 from ..mcmc.hmc_move import HMCMove, hmc_move
 from ..mcmc.kernel import MCMCKernel
 from ..mcmc.prior_parameters import PriorParameters
-from ..mcmc.slice import MAX_STEPS_OUT, SliceMove, slice_move
+from ..mcmc.slice import MAX_STEPS_OUT, LogDensity, SliceMove, slice_move
 from ..mcmc.state import ChainState
-from ..mcmc.target import PosteriorTarget
+from ..mcmc.target import PosteriorTarget, conditional_variances
 from .kernel import GibbsKernel
 
-__all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel"]
+__all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel", "PriorAt"]
 
 #: the slice width a run starts from (raw coordinates, along a unit direction); warm-up adapts it
 DEFAULT_SLICE_WIDTH = 1.0
@@ -95,7 +139,10 @@ class HyperChains(NamedTuple):
     :math:`\\Omega` draw ``aux``, the likelihood's sampled ``constants``, the targets ``y``, the coordinates
     ``theta`` (C, P) and the prior at them (``mean`` (C, T, N), ``A`` = :math:`L^\\top` (C, T, N, N),
     ``log_prior`` (C,)), the slice ``width`` (C,) (HMC: the step sizes), the warm-up iterations adapted so far
-    (``adapted``), and HMC's ``scale`` (P,) and trajectory ``length``."""
+    (``adapted``), and HMC's ``scale`` (P,) and trajectory ``length``. Inducing-point model: ``A`` =
+    :math:`L_Z^{-1}K_{ZX}` (C, T, M, N), and at the same :math:`\\theta` the variances ``d`` (C, T, N) of
+    :math:`p(f_i \\mid u)`, ``mu_Z`` (C, T, M), ``L`` = chol(K_ZZ + jitter I) (C, T, M, M), with the whitened inducing
+    values ``v`` (C, T, M) of the last draw (``None`` before one)."""
 
     f: Tensor
     aux: AuxDict
@@ -109,15 +156,43 @@ class HyperChains(NamedTuple):
     adapted: int
     scale: Tensor | None = None
     length: float = HMC_LENGTH
+    d: Tensor | None = None
+    mu_Z: Tensor | None = None
+    L: Tensor | None = None
+    v: Tensor | None = None
+
+    @property
+    def prior(self) -> PriorAt:
+        """The prior at the chains' :math:`\\theta` (``ok`` ``None``: it was factorised when accepted)."""
+        return PriorAt(self.mean, self.A, self.log_prior, None, self.d, self.mu_Z, self.L)
+
+
+class PriorAt(NamedTuple):
+    """The prior at a batch of coordinates (n, P): ``mean`` :math:`\\mu_X` (n, T, N), ``A`` (exact:
+    :math:`L^\\top`, (n, T, N, N); inducing points: :math:`L_Z^{-1}K_{ZX}`, (n, T, M, N)), ``log_prior`` (n,),
+    ``ok`` (n,) where every factorisation succeeded (``None``: known to), and for the inducing-point model ``d``,
+    ``mu_Z``, ``L`` (see :class:`HyperChains`)."""
+
+    mean: Tensor
+    A: Tensor
+    log_prior: Tensor
+    ok: Tensor | None
+    d: Tensor | None = None
+    mu_Z: Tensor | None = None
+    L: Tensor | None = None
+
+    def extras(self) -> tuple[Tensor, ...]:
+        """``(d, mu_Z, L)`` of the inducing-point model, else ``()`` (the tail of a slice move's payload)."""
+        return () if self.d is None else (self.d, self.mu_Z, self.L)
 
 
 class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     r"""Blocked Gibbs over :math:`(\Omega, \theta, f)`: :math:`\Omega \mid f` (and the likelihood's constants), then
-    :math:`\theta \mid \Omega` with :math:`f` integrated out (slice sampling), then :math:`f \mid \theta, \Omega` (the
-    module docstring has the maths and why the order matters).
+    :math:`\theta \mid \Omega` with :math:`f` integrated out (HMC or slice sampling), then
+    :math:`f \mid \theta, \Omega` (the module docstring has the maths and why the order matters).
 
-    :param target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget` (exact model; a likelihood without
-        ``latent_blocks``).
+    :param target: the :class:`~gpytorch_augment.inference.mcmc.PosteriorTarget`: the exact model or inducing points,
+        a likelihood with or without ``latent_blocks`` (not both inducing points and blocks).
     :param theta_sampler: ``"hmc"`` (default): Hamiltonian Monte Carlo on :math:`p(\theta \mid \Omega, y)`
         (:meth:`theta_hmc`), its step sizes (dual averaging), trajectory length (ChEES) and a diagonal scale of the
         coordinates adapted in warm-up; ``"slice"``: the random-direction slice move (:meth:`theta_slice`; no
@@ -130,8 +205,8 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     :param adapt_width: adapt the width in warm-up.
     :param max_steps: the most leapfrog steps of one HMC trajectory.
 
-    :raises ValueError: with inducing points or a likelihood with ``latent_blocks`` (not supported yet), for a
-        parameter that requires grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, or a
+    :raises ValueError: with inducing points *and* a likelihood with ``latent_blocks``, for a parameter that requires
+        grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, or a
         non-positive width.
 
     Attributes after a run (a report; a later run never reads them): :attr:`last_run`, with the mean number of
@@ -163,21 +238,16 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         theta_sampler: str = "hmc",
         max_steps: int = HMC_MAX_STEPS,
     ) -> None:
-        likelihood = type(target.likelihood).__name__
         if theta_sampler not in THETA_SAMPLERS:
             raise ValueError(f"theta_sampler must be one of {THETA_SAMPLERS}, got {theta_sampler!r}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
         self.theta_sampler, self.max_steps = theta_sampler, max_steps
-        if target.is_sparse:
+        if target.is_sparse and target.blocks is not None:
             raise ValueError(
-                "sample_hyperparameters=True is implemented for the exact model only: drop inducing_points (the "
-                "inducing-point sampler keeps its hyper-parameters fixed)"
-            )
-        if target.blocks is not None:
-            raise ValueError(
-                f"sample_hyperparameters=True does not support {likelihood}, whose latents are drawn in blocks "
-                "(latent_blocks: its tilts depend on the other block's latents, so f does not integrate out given Ω)"
+                f"sample_hyperparameters=True with inducing_points does not support {type(target.likelihood).__name__}"
+                ", whose latents are drawn in blocks (latent_blocks): the other blocks' prior density at their "
+                "current values has no O(NM^2) form in the inducing-point model; drop inducing_points"
             )
         if isinstance(slice_width, bool) or not isinstance(slice_width, (int, float)) or not (
             math.isfinite(slice_width) and slice_width > 0
@@ -218,26 +288,117 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         return True
 
     # ------------------------------------------------------------------ the prior at a batch of θ
-    def _prior(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``(mean, A, log_prior, ok)`` at coordinates ``theta`` (n, P): ``A = chol(K + jitter I)ᵀ``; ``ok`` marks
-        the chains whose factorisation succeeded."""
-        mean, covar, log_prior = self.hyperparameters.evaluate(theta)
-        K = add_to_diagonal((covar + covar.mT) / 2, self.target.jitter)
+    def _prior(self, theta: Tensor, grad: bool = False) -> PriorAt:
+        r"""The prior at coordinates ``theta`` (n, P) (:class:`PriorAt`): exact, ``A = chol(K + jitter I)ᵀ``;
+        inducing points, the target's whitened terms at each :math:`\theta` (:math:`L_Z`, :math:`A`, :math:`d` as
+        :meth:`PosteriorTarget.refresh` computes them at the model's). ``ok`` marks the chains whose factorisation
+        succeeded. ``grad``: autograd's graph from ``theta`` is kept, and a failed factor is replaced by the identity
+        (``ok`` false) so that the gradient stays finite."""
+        target = self.target
+        if target.is_sparse:
+            return self._sparse_prior(theta, grad)
+        mean, covar, log_prior = self.hyperparameters.evaluate(theta, grad=grad)
+        K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
+        L, ok = self._factor(K, theta.shape[0], grad)
+        return PriorAt(mean, L.mT, log_prior, ok)
+
+    @staticmethod
+    def _factor(K: Tensor, num_chains: int, grad: bool) -> tuple[Tensor, Tensor]:
+        """``(L, ok)``: the Cholesky factors of a batch and the chains whose factorisations all succeeded."""
         L, info = torch.linalg.cholesky_ex(K)
-        ok = (info == 0).reshape(theta.shape[0], -1).all(-1)
-        return mean, L.mT, log_prior, ok
+        if grad:
+            eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
+            L = torch.where((info == 0)[..., None, None], L, eye)
+        return L, (info == 0).reshape(num_chains, -1).all(-1)
+
+    def _sparse_prior(self, theta: Tensor, grad: bool = False) -> PriorAt:
+        target = self.target
+        Z, x = target.inducing_points, target.x
+        if Z.shape[:-2] != x.shape[:-2]:
+            batch = torch.broadcast_shapes(Z.shape[:-2], x.shape[:-2])
+            Z, x = Z.expand(*batch, *Z.shape[-2:]), x.expand(*batch, *x.shape[-2:])
+        M = Z.shape[-2]
+        mean, K_ZZ, K_ZX, k_diag, log_prior = self.hyperparameters.evaluate_blocks(
+            theta, torch.cat([Z.to(x), x], dim=-2), M, grad=grad
+        )
+        L, ok = self._factor(add_to_diagonal((K_ZZ + K_ZZ.mT) / 2, target.jitter), theta.shape[0], grad)
+        A = tri_solve(L, K_ZX)
+        d = conditional_variances(k_diag, A.square().sum(-2), target.jitter)
+        return PriorAt(mean[..., M:], A, log_prior, ok, d, mean[..., :M], L)
 
     def _collapsed(
-        self, mean: Tensor, A: Tensor, log_prior: Tensor, ok: Tensor | None, h: Tensor, lam: Tensor
+        self,
+        mean: Tensor,
+        A: Tensor,
+        log_prior: Tensor,
+        ok: Tensor | None,
+        h: Tensor,
+        lam: Tensor,
+        d: Tensor | None = None,
+        others: Tensor | None = None,
     ) -> tuple[Tensor, WhitenedGaussian]:
         r""":math:`\log p(\theta) + \log Z(\theta)` per chain (``-inf`` where not ``ok`` or not finite) and
-        :math:`q(v)`."""
+        :math:`q(v)`, for the latents whose prior ``mean``, ``A`` (and variances ``d``, inducing points) are given;
+        ``others`` adds the log prior density of the other latents at their current values (latent blocks)."""
         design = self.target.design
         A_obs, mean_obs = (A, mean) if design is None else (design.apply(A), design.apply(mean))
-        log_z, q = collapsed_log_marginal(A_obs, mean_obs, h, lam)
+        log_z, q = collapsed_log_marginal(A_obs, mean_obs, h, lam, d)
         log_p = log_prior + log_z.sum(-1)
+        if others is not None:
+            log_p = log_p + others
         valid = torch.isfinite(log_p) if ok is None else torch.isfinite(log_p) & ok
         return torch.where(valid, log_p, torch.full_like(log_p, -math.inf)), q
+
+    def collapsed_density(
+        self, chains: HyperChains, h: Tensor, lam: Tensor, block: tuple[int, ...] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...], LogDensity]:
+        r"""What the :math:`\theta` move samples: the log density of :math:`\theta` at the chains' current values,
+        its payload there, and the closure ``log_density(theta, index)``
+        (:data:`~gpytorch_augment.inference.mcmc.slice.LogDensity`), whose payload is
+        ``(mean, A, log_prior, theta1, C, *extras)`` (:class:`PriorAt`, the block's :math:`q(v)`).
+
+        Without ``block``: :math:`\log p(\theta) + \log Z(\theta)`, every latent integrated out with the tilts
+        ``h``, ``lam`` (C, T, n) (inducing points: :math:`u` and :math:`f` integrated out, :func:`noisy_tilts
+        <gpytorch_augment.core.noisy_tilts>`). With the latents ``block``: :math:`\log p(\theta) + \log
+        Z_b(\theta) + \sum_{t \notin b} \log \mathcal N(f_t \mid \mu_{\theta,t}, K_{\theta,t})`, ``h``, ``lam``
+        the tilts of all latents (the block's are used)."""
+        density = self._density(chains, h, lam, block)
+        current = chains.prior
+        log_p0, q0 = density(current, None)
+        payload0 = (current.mean, current.A, current.log_prior, q0.theta1, q0.C, *current.extras())
+
+        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+            prior = self._prior(theta)
+            log_p, q = density(prior, index)
+            return log_p, (prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras())
+
+        return log_p0, payload0, log_density
+
+    def _density(
+        self, chains: HyperChains, h: Tensor, lam: Tensor, block: tuple[int, ...] | None
+    ) -> Callable[[PriorAt, Tensor | None], tuple[Tensor, WhitenedGaussian]]:
+        """``density(prior, index)``: :meth:`collapsed_density`'s log density and :math:`q(v)` of the chains
+        ``index`` (``None``: all) at a :class:`PriorAt` of theirs."""
+        picked = list(block) if block is not None else None
+        rest = None
+        if picked is not None:
+            h, lam = h[:, picked], lam[:, picked]
+            others = [t for t in range(self.target.num_latents) if t not in picked]
+            rest = (others, chains.f[:, others]) if others else None
+
+        def density(prior: PriorAt, index: Tensor | None) -> tuple[Tensor, WhitenedGaussian]:
+            h_, lam_ = (h, lam) if index is None else (h[index], lam[index])
+            f_rest = None if rest is None else rest[1] if index is None else rest[1][index]
+            mean, A, d = prior.mean, prior.A, prior.d
+            other = None
+            if picked is not None:
+                mean, A, d = mean[:, picked], A[:, picked], None if d is None else d[:, picked]
+                if f_rest is not None:
+                    idx = rest[0]
+                    other = gaussian_log_density(f_rest, prior.mean[:, idx], prior.A[:, idx].mT).sum(-1)
+            return self._collapsed(mean, A, prior.log_prior, prior.ok, h_, lam_, d, other)
+
+        return density
 
     # ------------------------------------------------------------------ the MCMCKernel protocol
     @with_linalg_advice("sampling the hyper-parameters")
@@ -252,10 +413,12 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             lik = {k: v for k, v in hyper.items() if k not in names}
             constants = target.initial_constants(dataclasses.replace(state, hyper=lik))
         theta = self._initial_theta(theta_values, state, C)
-        mean, A, log_prior, ok = self._prior(theta)
+        prior = self._prior(theta)
+        ok, log_prior = prior.ok, prior.log_prior
         if not bool(ok.all()):
             raise FactorizationError(
-                f"the prior covariance K + jitter I at the starting hyper-parameters of chains "
+                f"the prior covariance K + jitter I (K_ZZ + jitter I with inducing points) at the starting "
+                f"hyper-parameters of chains "
                 f"{torch.nonzero(~ok).flatten().tolist()} is not positive definite: raise the jitter (jitter=) or "
                 "start from other hyper-parameters"
             )
@@ -281,7 +444,10 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         if hmc and num_warmup > 0:
             self._dual = DualAveraging(width.clone(), HMC_TARGET)
             self._chees = ChEESAdaptation(length, num_warmup, HMC_LENGTH_BOUNDS)
-        return HyperChains(f, {}, constants, y, theta, mean, A, log_prior, width, 0, scale, length)
+        return HyperChains(
+            f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, scale, length, prior.d, prior.mu_Z,
+            prior.L,
+        )  # fmt: skip
 
     def _initial_theta(self, values: dict[str, Tensor], state: ChainState | None, num_chains: int) -> Tensor:
         """The coordinates a run starts from: the state's (its exact raw ``coordinates`` where they give its
@@ -309,28 +475,45 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     @with_linalg_advice("sampling the hyper-parameters")
     @torch.no_grad()
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
-        aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
-        move = self.theta_move(chains, h, lam, generator)
-        mean, A, log_prior, theta1, C = move.payload
-        f = self.latent_draw(mean, A, WhitenedGaussian(theta1, C), generator)
-        chains = chains._replace(f=f, aux=aux, constants=constants, theta=move.x, mean=mean, A=A, log_prior=log_prior)
-        if isinstance(move, HMCMove):
-            self._divergences += int(move.diverged.sum())
-            self._accepted += float(move.accept_prob.mean())
-        return self._adapted(chains, move) if adapt else chains
+        moves: list[HMCMove | SliceMove] = []
+        for block in self.target.blocks or [None]:
+            aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
+            move = self.theta_move(chains, h, lam, generator, block=block)
+            mean, A, log_prior, theta1, C, *extras = move.payload
+            prior = PriorAt(mean, A, log_prior, None, *extras)
+            q = WhitenedGaussian(theta1, C)
+            if block is None:
+                f, v = self._latents(prior, q, h, lam, generator)
+            else:
+                picked = list(block)
+                f_b = self.latent_draw(mean[:, picked], A[:, picked], q, generator)
+                f, v = chains.f.clone(), None
+                f[:, picked] = f_b
+            chains = chains._replace(
+                f=f, aux=aux, constants=constants, theta=move.x, mean=mean, A=A, log_prior=log_prior,
+                d=prior.d, mu_Z=prior.mu_Z, L=prior.L, v=v,
+            )  # fmt: skip
+            if isinstance(move, HMCMove):
+                self._divergences += int(move.diverged.sum())
+                self._accepted += float(move.accept_prob.mean()) / len(self.target.blocks or [None])
+            moves.append(move)
+        return self._adapted(chains, moves) if adapt else chains
 
-    def _adapted(self, chains: HyperChains, move: HMCMove | SliceMove) -> HyperChains:
-        """The warm-up adaptation after a move. Slice: the width, the running mean of three times the distance moved
-        (pooled over chains). HMC: the step sizes by dual averaging, the trajectory length by ChEES, the scale from
-        the pooled variance of the chains' draws at the ends of the windows :data:`HMC_WINDOWS` (Stan's
-        regularisation towards :math:`10^{-3}`), each end restarting the dual averaging."""
-        adapted = chains.adapted + 1
+    def _adapted(self, chains: HyperChains, moves: list[HMCMove | SliceMove]) -> HyperChains:
+        """The warm-up adaptation after a transition's moves (one per latent block). Slice: the width, the running
+        mean of three times the distance moved (pooled over chains and blocks). HMC: the step sizes by dual averaging
+        (on the smallest acceptance probability of the blocks' moves: one step size serves them all), the trajectory
+        length by ChEES (from the last move), the scale from the pooled variance of the chains' draws at the ends of
+        the windows :data:`HMC_WINDOWS` (Stan's regularisation towards :math:`10^{-3}`), each end restarting the dual
+        averaging."""
+        adapted, move = chains.adapted + 1, moves[-1]
         if isinstance(move, SliceMove):
             if not self.adapt_width:
                 return chains
-            pooled = (chains.width.mean() * adapted + 3.0 * move.t.abs().mean()) / (adapted + 1)
+            distance = torch.stack([m.t.abs() for m in moves]).mean()
+            pooled = (chains.width.mean() * adapted + 3.0 * distance) / (adapted + 1)
             return chains._replace(width=pooled.clamp(*WIDTH_BOUNDS).expand_as(chains.width).clone(), adapted=adapted)
-        self._dual.update(move.accept_prob)
+        self._dual.update(torch.stack([m.accept_prob for m in moves]).amin(0))
         self._chees.update(move.z0[None], move.z1[None], move.p1[None], move.accept_prob, move.times)
         self._window.append(move.x)
         scale = chains.scale
@@ -346,16 +529,29 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         return chains._replace(width=width, adapted=adapted, scale=scale, length=length)
 
     def theta_move(
-        self, chains: HyperChains, h: Tensor, lam: Tensor, generator: torch.Generator | None
+        self,
+        chains: HyperChains,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        block: tuple[int, ...] | None = None,
     ) -> HMCMove | SliceMove:
-        r"""Step 2, the move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` for the tilts ``h``, ``lam``
-        (C, T, n) (:meth:`theta_hmc` or :meth:`theta_slice`); its payload holds the prior and :math:`q(v)` at the
-        new :math:`\theta`: ``(mean, A, log_prior, theta1, C)``."""
+        r"""Step 2, the move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` (with ``block``:
+        :math:`p(\theta \mid \Omega, f_{-b}, y)`) for the tilts ``h``, ``lam`` (C, T, n) (:meth:`theta_hmc` or
+        :meth:`theta_slice`); its payload holds the prior and :math:`q(v)` at the new :math:`\theta`:
+        ``(mean, A, log_prior, theta1, C, *extras)`` (:meth:`collapsed_density`)."""
         if self.theta_sampler == "hmc":
-            return self.theta_hmc(chains, h, lam, generator)
-        return self.theta_slice(chains, h, lam, generator)
+            return self.theta_hmc(chains, h, lam, generator, block)
+        return self.theta_slice(chains, h, lam, generator, block)
 
-    def theta_hmc(self, chains: HyperChains, h: Tensor, lam: Tensor, generator: torch.Generator | None) -> HMCMove:
+    def theta_hmc(
+        self,
+        chains: HyperChains,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        block: tuple[int, ...] | None = None,
+    ) -> HMCMove:
         r"""Step 2 by HMC on :math:`\log p(\theta \mid \Omega, y)` for the tilts ``h``, ``lam`` (C, T, n), the
         integration time :math:`uT`, :math:`u \sim \mathcal U(0, 1)` shared by the chains; the payload as
         :meth:`theta_move`'s, computed once at the chains' new :math:`\theta`.
@@ -363,14 +559,17 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         Each leapfrog step evaluates the collapsed marginal and its gradient from :math:`B = I + SKS` and the adjoints
         of :math:`(\mu, K)` (:func:`~gpytorch_augment.core.collapsed.collapsed_marginal_adjoints`): one
         factorisation and one vector-Jacobian product through the prior's mean and kernel, never through a
-        factorisation. With linear observations (``design``) autograd differentiates the factor form instead."""
+        factorisation. With linear observations (``design``), inducing points or latent blocks autograd
+        differentiates the factor form of :meth:`collapsed_density`'s density instead."""
         target, params = self.target, self.hyperparameters
+        density = self._density(chains, h, lam, block)
+        adjoints = target.design is None and not target.is_sparse and block is None
 
         def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
             with torch.enable_grad():
                 th = theta.detach().requires_grad_(True)
-                mean, covar, log_prior = params.evaluate(th, grad=True)
-                if target.design is None:
+                if adjoints:
+                    mean, covar, log_prior = params.evaluate(th, grad=True)
                     K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
                     out = collapsed_marginal_adjoints(K.detach(), mean.detach(), h[index], lam[index])
                     log_p = log_prior.detach() + out.log_z.sum(-1)
@@ -382,12 +581,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
                              if o.requires_grad]  # fmt: skip
                     (grad,) = torch.autograd.grad([o for o, _ in pairs], th, [g for _, g in pairs])
                 else:
-                    K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
-                    L, info = torch.linalg.cholesky_ex(K)
-                    factorised = info == 0
-                    L = torch.where(factorised[..., None, None], L, torch.eye(K.shape[-1], dtype=K.dtype))
-                    ok = factorised.reshape(theta.shape[0], -1).all(-1)
-                    log_p, _ = self._collapsed(mean, L.mT, log_prior, ok, h[index], lam[index])
+                    log_p, _ = density(self._prior(th, grad=True), index)
                     ok = torch.isfinite(log_p)
                     (grad,) = torch.autograd.grad(torch.where(ok, log_p, torch.zeros_like(log_p)).sum(), th)
                     log_p = log_p.detach()
@@ -398,22 +592,22 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         u = float(torch.rand((), generator=generator, dtype=chains.theta.dtype, device=chains.theta.device))
         move = hmc_move(chains.theta, log_p0, grad0, (), log_density, chains.scale, chains.width,
                         u * chains.length, generator, self.max_steps)  # fmt: skip
-        mean, A, log_prior, ok = self._prior(move.x)
-        _, q = self._collapsed(mean, A, log_prior, ok, h, lam)
+        prior = self._prior(move.x)
+        _, q = density(prior, None)
         self._evaluations += move.evaluations + 2
-        return move._replace(payload=(mean, A, log_prior, q.theta1, q.C))
+        return move._replace(payload=(prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras()))
 
-    def theta_slice(self, chains: HyperChains, h: Tensor, lam: Tensor, generator: torch.Generator | None) -> SliceMove:
-        r"""Step 2 by the random-direction slice move (:mod:`~gpytorch_augment.inference.mcmc.slice`); the payload as
-        :meth:`theta_move`'s."""
-        log_p0, q0 = self._collapsed(chains.mean, chains.A, chains.log_prior, None, h, lam)
-
-        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
-            mean, A, log_prior, ok = self._prior(theta)
-            log_p, q = self._collapsed(mean, A, log_prior, ok, h[index], lam[index])
-            return log_p, (mean, A, log_prior, q.theta1, q.C)
-
-        payload0 = (chains.mean, chains.A, chains.log_prior, q0.theta1, q0.C)
+    def theta_slice(
+        self,
+        chains: HyperChains,
+        h: Tensor,
+        lam: Tensor,
+        generator: torch.Generator | None,
+        block: tuple[int, ...] | None = None,
+    ) -> SliceMove:
+        r"""Step 2 by the random-direction slice move (:mod:`~gpytorch_augment.inference.mcmc.slice`) on
+        :meth:`collapsed_density`; the payload as :meth:`theta_move`'s."""
+        log_p0, payload0, log_density = self.collapsed_density(chains, h, lam, block)
         move = slice_move(chains.theta, log_p0, payload0, log_density, chains.width, generator, self.max_steps_out)
         self._evaluations += move.evaluations
         return move
@@ -423,6 +617,22 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         r"""Step 3: :math:`f = \mu + A^\top v`, :math:`v \sim q(v) = \mathcal N(B^{-1}b, B^{-1})` (per chain)."""
         eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
         return mean + (q.draw(eps).unsqueeze(-2) @ A).squeeze(-2)
+
+    def _latents(
+        self, prior: PriorAt, q: WhitenedGaussian, h: Tensor, lam: Tensor, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor | None]:
+        r"""Step 3 for all latents: ``(f, None)`` (exact, :meth:`latent_draw`), or with inducing points ``(f, v)``:
+        :math:`v \sim q(v)`, then :math:`f_i \sim p(f_i \mid u, \Omega) \propto \mathcal N(f_i \mid m_i, d_i)\,
+        e^{h_i f_i - \frac12\lambda_i f_i^2}`, :math:`m_i = \mu_i + a_i^\top v` (:func:`tilted_conditional
+        <gpytorch_augment.core.tilted_conditional>`)."""
+        if prior.d is None:
+            return self.latent_draw(prior.mean, prior.A, q, generator), None
+        eps = torch.randn(q.theta1.shape, generator=generator, dtype=q.theta1.dtype, device=q.theta1.device)
+        v = q.draw(eps)
+        m = prior.mean + (v.unsqueeze(-2) @ prior.A).squeeze(-2)
+        mean, var = tilted_conditional(m, prior.d, h, lam)
+        eps_f = torch.randn(m.shape, generator=generator, dtype=m.dtype, device=m.device)
+        return mean + var.sqrt() * eps_f, v
 
     def finish(self, chains: HyperChains, num_kept_iterations: int) -> None:
         total = max(1, chains.adapted + num_kept_iterations)
@@ -439,8 +649,12 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         (``coordinates``, ``(1, C, P)``) and the slice widths (``step_size``) let a run continue bit for bit."""
         target, C = self.target, chains.f.shape[0]
         theta = {k: v.to(target.dtype) for k, v in self.hyperparameters.constrained(chains.theta).items()}
+        u = None
+        if chains.v is not None:  # u = mu_Z + L v at the chains' own θ
+            u = target.to_storage(chains.mu_Z + (chains.L @ chains.v.unsqueeze(-1)).squeeze(-1)).to(target.dtype)
         return ChainState(
             f=target.to_storage(chains.f).to(target.dtype),
+            u=u,
             aux={k: target.chain_batched(val, C) for k, val in chains.aux.items()},
             hyper={**self.gibbs._constants_snapshot(chains.constants, C), **theta},
             step_size=chains.width.clone(),

@@ -46,7 +46,7 @@ class GibbsSampler(MCMC):
       them keeps one value per chain, recorded in :attr:`PosteriorSamples.hyperparameters` (constrained values, ``raw_``
       stripped); a returned :math:`\Omega` replaces the old one for the :math:`f`-step and in the record.
 
-    **Sampled hyper-parameters** (``sample_hyperparameters=True``, exact model): the chains also sample the
+    **Sampled hyper-parameters** (``sample_hyperparameters=True``): the chains also sample the
     prior's hyper-parameters :math:`\theta` -- every parameter of the model's mean and kernel that requires grad,
     under its registered GPyTorch prior or, for a lengthscale or outputscale without one, the one-call fit's default
     prior -- by the blocked scheme :math:`\Omega \mid f, y` (and the likelihood's constants), then
@@ -56,8 +56,14 @@ class GibbsSampler(MCMC):
     of :math:`\theta` are recorded in :attr:`PosteriorSamples.hyperparameters` under the model's names of the
     constrained values (e.g. ``covar_module.base_kernel.lengthscale``, ``(chains, draws, *shape)``); ``predict``
     integrates over them. A parameter that shapes the prior and requires grad without a prior raises ``ValueError``
-    naming it (register a prior, or ``requires_grad_(False)`` to keep it fixed). Not with ``inducing_points``,
-    ``overrelaxation`` or a likelihood with ``latent_blocks`` (``ValueError``).
+    naming it (register a prior, or ``requires_grad_(False)`` to keep it fixed). With ``inducing_points`` the
+    chain samples the inducing-point model exactly: :math:`u \sim \mathcal N(\mu_Z, K_{ZZ} + \epsilon I)`,
+    :math:`f_i \mid u \sim \mathcal N(m_i, d_i)` at every :math:`\theta`; :math:`\theta` moves with :math:`u` and
+    :math:`f` integrated out, then :math:`u \mid \theta, \Omega` and :math:`f_i \mid u, \Omega` (the tilted
+    conditional, not the fixed-:math:`\theta` sweep's :math:`p(f_i \mid u)`; ``alpha`` does not apply and must stay 0
+    or be 1); the draws of :math:`u` (at their own :math:`\theta`) are recorded and ``predict`` conditions on them.
+    With a likelihood with ``latent_blocks`` :math:`\theta` moves once per block, on its density given the other
+    blocks' latents. Not with ``overrelaxation``, nor with inducing points *and* ``latent_blocks`` (``ValueError``).
 
     **Structure.** ``GibbsSampler(...)`` only constructs: it is the driver
     :class:`~gpytorch_augment.inference.mcmc.MCMC` (``sample``, ``resume``, ``sweep``) composed with a
@@ -80,7 +86,8 @@ class GibbsSampler(MCMC):
     :param y: training targets ``(N,)`` (a column ``(N, 1)`` is accepted and squeezed).
     :param inducing_points: optional ``(M, D)`` inducing inputs :math:`Z` (or ``(T, M, D)``).
     :param alpha: the Rényi/Power-EP :math:`\alpha \in [0, 1]` of the inducing-point sampler (default 0, Titsias;
-        1 is FITC; see above). Needs ``inducing_points`` unless 0.
+        1 is FITC; see above). Needs ``inducing_points`` unless 0; with ``sample_hyperparameters=True`` only 0 or 1
+        (the exact sampler of the inducing-point model, whatever its value).
     :param jitter: :math:`\epsilon` added to the diagonal of the prior covariance before factorising
         (default ``gpytorch.settings.variational_cholesky_jitter`` for float64, ``1e-6``).
     :param f_update: ``"auto"`` or ``"whitened"`` (exact model only; see above).
@@ -134,10 +141,11 @@ class GibbsSampler(MCMC):
     ) -> None:
         if not isinstance(sample_hyperparameters, bool):
             raise ValueError(f"sample_hyperparameters must be True or False, got {sample_hyperparameters!r}")
-        if sample_hyperparameters and inducing_points is not None:
+        if sample_hyperparameters and inducing_points is not None and alpha not in (0, 1):
             raise ValueError(
-                "sample_hyperparameters=True is implemented for the exact model only: drop inducing_points (the "
-                "inducing-point sampler keeps its hyper-parameters fixed)"
+                f"sample_hyperparameters=True with inducing_points samples the inducing-point model exactly (u and "
+                f"f | u, Ω from their conditionals, the Power-EP alpha = 1 form); alpha = {alpha!r} does not apply: "
+                "leave alpha at its default"
             )
         if sample_hyperparameters and overrelaxation != 0.0:
             raise ValueError(

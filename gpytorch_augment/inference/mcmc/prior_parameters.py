@@ -155,14 +155,36 @@ class _Evaluator(torch.nn.Module):
         super().__init__()
         self.model = model
         self.terms: list[_PriorTerm] = []
+        #: ``None``: the dense covariance; ``m``: only its blocks ``[:m, :m]``, ``[:m, m:]`` and the diagonal of
+        #: ``[m:, m:]`` (a lazily evaluated kernel computes just these)
+        self.split: int | None = None
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, list[Tensor]]:
-        with gpytorch.settings.lazily_evaluate_kernels(False):
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor, Tensor], list[Tensor]]:
+        split = self.split
+        with gpytorch.settings.lazily_evaluate_kernels(split is not None):
             prior = self.model.forward(x)
             if not isinstance(prior, MultivariateNormal):
                 raise TypeError(f"model.forward(x) must return a MultivariateNormal, got {type(prior).__name__}")
-            mean, covar = prior.mean, prior.lazy_covariance_matrix.to_dense()
-        return mean, covar, [t.prior.log_prob(t.closure(t.module)) for t in self.terms]
+            mean, lazy = prior.mean, prior.lazy_covariance_matrix
+            if split is None:
+                covar = lazy.to_dense()
+            else:
+                covar = (
+                    lazy[..., :split, :split].to_dense(),
+                    lazy[..., :split, split:].to_dense(),
+                    lazy.diagonal(dim1=-2, dim2=-1)[..., split:],
+                )
+        return mean, covar, [_log_prob(t) for t in self.terms]
+
+
+def _log_prob(term: _PriorTerm) -> Tensor:
+    """A prior term's log density at the module's value; NaN (density 0 where the evaluation reads it) for a value
+    outside the prior's support, e.g. a positive parameter whose value underflowed to 0 at an extreme proposal."""
+    value = term.closure(term.module)
+    try:
+        return term.prior.log_prob(value)
+    except ValueError:
+        return torch.full_like(value, math.nan)
 
 
 def _named_parameters_and_constraints(model: torch.nn.Module) -> Iterator[tuple[str, Tensor, Any]]:
@@ -436,30 +458,58 @@ class PriorParameters:
         :param grad: keep autograd's graph from ``theta`` (a gradient-based move); by default nothing is recorded.
         :raises ValueError: when the model does not evaluate at a batch of parameters.
         """
+        mean, (covar,), log_p = self._evaluate(theta, self.target.x if x is None else x, log_prior, None, grad)
+        return mean, covar, log_p
+
+    def evaluate_blocks(
+        self, theta: Tensor, x: Tensor, num_first: int, log_prior: bool = True, grad: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+        r"""As :meth:`evaluate` at inputs ``x = cat[Z, X]`` (``Z`` the first ``num_first`` rows), but only the
+        blocks an inducing-point model needs: ``(mean (C, T, m + n), K_ZZ (C, T, m, m), K_ZX (C, T, m, n),
+        diag K_XX (C, T, n), log_prior)``. A lazily evaluated kernel (GPyTorch's) computes just these, not the
+        :math:`(m + n)^2` matrix. ``grad`` as :meth:`evaluate`'s."""
+        mean, (K_ZZ, K_ZX, k_diag), log_p = self._evaluate(theta, x, log_prior, num_first, grad)
+        return mean, K_ZZ, K_ZX, k_diag, log_p
+
+    def _evaluate(
+        self, theta: Tensor, x: Tensor, log_prior: bool, split: int | None, grad: bool = False
+    ) -> tuple[Tensor, tuple[Tensor, ...], Tensor | None]:
         C, T = theta.shape[0], self.target.num_latents
-        x = self._inputs(self.target.x if x is None else x)
+        x = self._inputs(x)
+        n = x.shape[-2]
         raw = {"model." + path: value for path, value in self.unflatten(theta).items()}
-        with torch.enable_grad() if grad else torch.no_grad():
-            mean, covar, log_probs = functional_call(self._evaluator, raw, (self._batched_inputs(x, C),))
-        expected = (C,) + tuple(self._mean_shape[:-1]) + (x.shape[-2],)
-        if tuple(mean.shape) != expected or tuple(covar.shape) != expected + (x.shape[-2],):
+        self._evaluator.split = split
+        try:
+            with torch.enable_grad() if grad else torch.no_grad():
+                mean, covar, log_probs = functional_call(self._evaluator, raw, (self._batched_inputs(x, C),))
+        finally:
+            self._evaluator.split = None
+        expected = (C,) + tuple(self._mean_shape[:-1])
+        if split is None:
+            blocks, shapes = (covar,), [expected + (n, n)]
+        else:
+            m = split
+            blocks, shapes = covar, [expected + (m, m), expected + (m, n - m), expected + (n - m,)]
+        if tuple(mean.shape) != expected + (n,) or [tuple(b.shape) for b in blocks] != shapes:
             raise ValueError(
                 f"the model does not evaluate at a batch of hyper-parameters: with a leading chain dimension of "
                 f"{C} on its parameters, forward(x) gave mean {tuple(mean.shape)} and covariance "
-                f"{tuple(covar.shape)}, expected {expected} (a model whose forward broadcasts its parameters against "
-                "batched inputs, as GPyTorch's means and kernels do, is needed for sample_hyperparameters=True)"
+                f"{[tuple(b.shape) for b in blocks]}, expected {expected + (n,)} and {shapes} (a model whose forward "
+                "broadcasts its parameters against batched inputs, as GPyTorch's means and kernels do, is needed for "
+                "sample_hyperparameters=True)"
             )
-        mean, covar = mean.to(self.dtype), covar.to(self.dtype)
+        mean, blocks = mean.to(self.dtype), tuple(b.to(self.dtype) for b in blocks)
         if self._batch_dims == 0:
-            mean, covar = mean.unsqueeze(1), covar.unsqueeze(1)
+            mean, blocks = mean.unsqueeze(1), tuple(b.unsqueeze(1) for b in blocks)
             if T > 1:
-                mean, covar = mean.expand(C, T, -1), covar.expand(C, T, -1, -1)
+                mean = mean.expand(C, T, -1)
+                blocks = tuple(b.expand((C, T) + b.shape[2:]) for b in blocks)
         if not log_prior:
-            return mean, covar, None
+            return mean, blocks, None
         total = self.log_jacobian(theta)
         for term, lp in zip(self._evaluator.terms, log_probs):
             if lp.shape == term.shape:  # a prior on fixed parameters: the same for every chain
                 total = total + lp.sum().to(self.dtype)
             else:
                 total = total + lp.reshape(C, -1).sum(-1).to(self.dtype)
-        return mean, covar, torch.where(torch.isnan(total), torch.full_like(total, -math.inf), total)
+        return mean, blocks, torch.where(torch.isnan(total), torch.full_like(total, -math.inf), total)

@@ -393,19 +393,25 @@ class PosteriorSamples:
         kwargs: Mapping[str, Any],
     ) -> PosteriorPrediction:
         """:meth:`predict` with draws of the prior's hyper-parameters: each draw's conditional at its own
-        :math:`\\theta_s`, the prior evaluated at a chunk of draws at once."""
+        :math:`\\theta_s`, the prior evaluated at a chunk of draws at once. The conditioning points are the inputs
+        (exact model, on :math:`f^{(s)}`) or the inducing inputs (on :math:`u^{(s)}`: :math:`f_* \\mid u^{(s)}`,
+        :math:`K_{ZZ} + \\epsilon I` at :math:`\\theta_s`)."""
         target = self.target
         dt, T, jitter = target.linalg_dtype, target.num_latents, target.jitter
         params = PriorParameters(target, names=sampled)
         n_draws = self.num_chains * self.num_draws
         theta = params.from_constrained({k: self.hyperparameters[k].flatten(0, 1) for k in sampled}, n_draws)
-        x, x_new = target.x, x_new.to(target.x.dtype)
+        x = target.inducing_points.to(target.x) if target.is_sparse else target.x
+        x_new = x_new.to(target.x.dtype)
         if x.shape[:-2] != x_new.shape[:-2]:
             batch = torch.broadcast_shapes(x.shape[:-2], x_new.shape[:-2])
             x, x_new = x.expand(*batch, *x.shape[-2:]), x_new.expand(*batch, *x_new.shape[-2:])
         n, n_new = x.shape[-2], x_new.shape[-2]
         x_all = torch.cat([x, x_new], dim=-2)
-        f = self.f.flatten(0, 1).to(dt).reshape(n_draws, T, n)
+        values = self.u if target.is_sparse else self.f
+        if values is None:
+            raise ValueError("predict with inducing points needs the draws of u (PosteriorSamples.u)")
+        f = values.flatten(0, 1).to(dt).reshape(n_draws, T, n)
         eps = torch.randn((n_draws, T, n_new), generator=generator, dtype=dt, device=f.device)
         step = max(1, (1 << 22) // (T * (n + n_new) ** 2))
         means, variances, f_draws = [], [], []
