@@ -834,8 +834,7 @@ def test_hmc_move_leaves_a_gaussian_invariant(gradient_error):
 def test_per_class_values_are_not_read_as_per_chain_when_classes_equal_chains():
     """Three classes and three chains: the class scales (3,) and the per-class mean constants keep their class
     dimension in the draws, (chains, draws, 3) (a shared value whose first dimension equals the number of chains used
-    to be recorded as one value per chain), and a state holding shared values of the parameters' own shapes starts a
-    run."""
+    to be recorded as one value per chain)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(15, 2, generator=g, dtype=torch.float64)
     y = torch.randint(0, 3, (15,), generator=g).double()
@@ -849,7 +848,5 @@ def test_per_class_values_are_not_read_as_per_chain_when_classes_equal_chains():
     samples = sampler.sample(4, warmup=2, num_chains=3, seed=0, progress=False)
     draws = samples.hyperparameters
     assert draws["class_scales"].shape == (3, 4, 3) and draws["mean_module.constant"].shape == (3, 4, 3)
-    state = samples.last_state()
-    state.hyper = {k: v[0] for k, v in state.hyper.items()}  # shared values of each parameter's own shape
-    more = sampler.sample(2, warmup=0, num_chains=3, init=state, seed=1, progress=False)
-    assert more.hyperparameters["class_scales"].shape == (3, 2, 3)
+    more = sampler.resume(samples, 2, progress=False)
+    assert more.hyperparameters["class_scales"].shape == (3, 6, 3)  # resume returns all draws

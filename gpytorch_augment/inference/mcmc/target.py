@@ -437,9 +437,10 @@ class PosteriorTarget:
         return self.likelihood.constants(dict(values)) if values else nullcontext()
 
     def constants_snapshot(self, constants: Mapping[str, Tensor], num_chains: int | None = None) -> dict[str, Tensor]:
-        """The likelihood's parameters at ``constants``, constrained (``raw_`` stripped); with ``num_chains`` every
-        value has the shape ``(num_chains, *the parameter's shape)`` (a value shared by the chains repeated), so that a
-        parameter whose own first dimension happens to equal the number of chains is never read as per-chain."""
+        """The likelihood's parameters at ``constants``, constrained (``raw_`` stripped); with ``num_chains`` the
+        chains' own values (those in ``constants``) as they are and every other value repeated per chain,
+        ``(num_chains, *the parameter's shape)``, so that a shared parameter whose first dimension happens to equal
+        the number of chains is never read as per-chain."""
         out = {}
         with self.constants(constants):
             for name, param, constraint in self.likelihood.named_parameters_and_constraints():
@@ -451,8 +452,8 @@ class PosteriorTarget:
         if num_chains is None:
             return out
         own = {name: param.shape for name, param in self.constants_snapshot({}).items()}
-        return {k: v if v.shape == (num_chains,) + own[k] else v.expand((num_chains,) + own[k]).clone()
-                for k, v in out.items()}  # fmt: skip
+        shared = {k for k, v in out.items() if k not in constants and v.shape != (num_chains,) + own[k]}
+        return {k: v.expand((num_chains,) + own[k]).clone() if k in shared else v for k, v in out.items()}
 
     def initial_constants(self, state: ChainState | None) -> dict[str, Tensor]:
         """The sampled constants a run starts from: those of ``state`` (validated names), else none (the
