@@ -11,6 +11,7 @@ only ever touches its batch: its cost is :math:`O(|\mathcal B| M^2 + M^3)`, inde
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -182,6 +183,17 @@ class CAVI(HyperStepMixin, CheckpointMixin):
     def shuffle_cursor(self) -> ShuffleCursor:
         """Where a shuffled mini-batch fit is in its epoch (the next fit on tensors continues there; checkpointed)."""
         return self._shuffle
+
+    def on_subset(self, num_data: int) -> CAVI:
+        """An engine for a subset of ``num_data`` of the training points: the same model, likelihood and
+        :math:`q(u)` (what the subsample protocol fits on), with its own step count and caches."""
+        if isinstance(num_data, bool) or not isinstance(num_data, (int, np.integer)) or int(num_data) <= 0:
+            raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
+        engine = copy.copy(self)
+        engine.num_data, engine.num_steps, engine.last_step_size, engine.q_aux = int(num_data), 0, None, None
+        engine._minibatch_schedule, engine._last_x, engine._global_batch_size = None, None, None
+        engine._checked_optimizers, engine._shuffle = set(), ShuffleCursor()
+        return engine
 
     # ------------------------------------------------------------------------------------------------ internals
     def _schedule(self, batch_size: int) -> Any:
@@ -517,10 +529,12 @@ class CAVI(HyperStepMixin, CheckpointMixin):
         :data:`~gpytorch_augment.inference.hyperparameters.NESTED_MAX_DATA` points the *nested* protocol runs
         L-BFGS on the hyper-parameters, with :math:`q(u)` re-solved by CAVI inside every evaluation of the true
         ELBO; there ``max_iter`` caps L-BFGS iterations (default 500), ``tol`` is the relative change of the
-        objective that stops it (default ``1e-6``) and ``num_epochs``/``batch_size`` do not apply. Above it (or
-        with data sharded over processes) the *stochastic* protocol runs mini-batch CAVI with fused Adam steps:
-        ``batch_size`` (default 1024), ``num_epochs`` (default 20), ``max_iter`` (CAVI steps, default none) and
-        ``tol`` (default ``1e-4``, on the epoch-averaged bound). Either warns when it stops on a cap.
+        objective that stops it (default ``1e-6``) and ``num_epochs``/``batch_size`` do not apply. Above it the
+        *subsample* protocol runs the nested one on doubling random subsamples until the hyper-parameters settle,
+        then solves :math:`q(u)` on all the data and tests stationarity there. With data sharded over processes
+        the *stochastic* protocol runs mini-batch CAVI with fused Adam steps: ``batch_size`` (default 1024),
+        ``num_epochs`` (default 20), ``max_iter`` (CAVI steps, default none) and ``tol`` (default ``1e-4``, on the
+        epoch-averaged bound). Each warns when it stops on a cap.
 
         :param hyper_optimizer: optional torch optimizer over hyper-parameters (kernel, mean, likelihood constants,
             inducing inputs); after each CAVI step it takes ``hyper_steps`` steps on ``-hyper_objective`` (default

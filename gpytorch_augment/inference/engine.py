@@ -5,7 +5,8 @@ r"""The interface through which the one-call fit's protocols drive the CAVI engi
 
 * what it fits: :attr:`~CAVIEngine.model`, :attr:`~CAVIEngine.likelihood`, :attr:`~CAVIEngine.strategy`,
   :attr:`~CAVIEngine.num_data`, :attr:`~CAVIEngine.process_group` / :attr:`~CAVIEngine.distributed`, its checks of
-  a hyper-parameter optimizer, and where a shuffled fit is in its epoch;
+  a hyper-parameter optimizer, where a shuffled fit is in its epoch, and an engine for a subset of the data
+  (:meth:`~CAVIEngine.on_subset`);
 * the data: checked once, at the entry point, into an :class:`~gpytorch_augment.core.ObservedData`
   (:meth:`~CAVIEngine.check_data`), which every member below takes;
 * one update: the prior terms at the data (:meth:`~CAVIEngine.prior_terms`), one closed-form local and global step
@@ -93,6 +94,10 @@ class CAVIEngine(Protocol):
     @property
     def shuffle_cursor(self) -> ShuffleCursor:
         """Where a shuffled mini-batch fit is in its epoch (the next fit on tensors continues there)."""
+
+    def on_subset(self, num_data: int) -> CAVIEngine:
+        """An engine for a subset of ``num_data`` of the training points, sharing the model, the likelihood and
+        :math:`q(u)` (with its own step count and caches)."""
 
     def check_data(
         self, x: Tensor, y: Tensor, kwargs: Mapping[str, Any] | None = None, *, where: str = "CAVI.check_data"

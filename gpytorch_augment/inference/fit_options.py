@@ -13,6 +13,8 @@ Example::
     Traceback (most recent call last):
     ...
     ValueError: lr applies to the stochastic protocol only (this fit runs the nested protocol)
+    >>> FitOptions().resolved("subsample").subsample_size
+    2000
 """
 
 from __future__ import annotations
@@ -25,27 +27,36 @@ from .._validation import check_integer, check_real
 
 __all__ = ["FitOptions"]
 
-Protocol = Literal["auto", "nested", "stochastic"]
+Protocol = Literal["auto", "nested", "subsample", "stochastic"]
 Optimizer = Literal["torch", "scipy"]
 
-#: which options belong to one protocol only (the others apply to both)
-_NESTED_ONLY = ("inner_steps", "true_steps", "restarts", "optimizer", "max_line_search", "gtol", "elbo_bound")
-_STOCHASTIC_ONLY = ("lr", "batch_size", "num_epochs")
+PROTOCOLS = ("nested", "subsample", "stochastic")
+#: the options of the L-BFGS protocols (the subsample protocol runs the nested one on every subsample)
+_LBFGS = ("nested", "subsample")
+#: which protocols an option applies to (the options not named here apply to every protocol)
+_APPLIES_TO: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("inner_steps", "true_steps", "restarts", "optimizer", "max_line_search", "gtol", "elbo_bound"),
+                    _LBFGS),
+    **dict.fromkeys(("subsample_size", "subsample_tol", "polish_iter"), ("subsample",)),
+    **dict.fromkeys(("lr", "batch_size", "num_epochs"), ("stochastic",)),
+}  # fmt: skip
+_NESTED_DEFAULTS: dict[str, Any] = {
+    "max_iter": 500, "tol": 1e-6, "inner_steps": 3, "true_steps": 3, "restarts": 0, "optimizer": "torch",
+    "max_line_search": 25, "gtol": 1e-2, "elbo_bound": False,
+}  # fmt: skip
 #: the defaults of the protocol-specific options (``None`` in a :class:`FitOptions` means "this default")
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "nested": {
-        "max_iter": 500, "tol": 1e-6, "inner_steps": 3, "true_steps": 3, "restarts": 0, "optimizer": "torch",
-        "max_line_search": 25, "gtol": 1e-2, "elbo_bound": False,
-    },
+    "nested": _NESTED_DEFAULTS,
+    "subsample": {**_NESTED_DEFAULTS, "subsample_size": 2000, "subsample_tol": 1e-3, "polish_iter": 10},
     "stochastic": {"max_iter": None, "tol": 1e-4, "lr": 0.05, "batch_size": 1024, "num_epochs": 20},
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
 class FitOptions:
     r"""How the one-call fit runs. ``None`` means the protocol's default (listed per option).
 
-    **The model** (both protocols):
+    **The model** (every protocol):
 
     :param priors: add the default hyper-priors (:mod:`~gpytorch_augment.inference.default_priors`) to every
         hyper-parameter that has no prior of the user's, and fit the maximum a posteriori (MAP) point; ``False``:
@@ -56,15 +67,14 @@ class FitOptions:
         point (:mod:`~gpytorch_augment.inference.collapse`). Default 2.
     :param learn_inducing_locations: see :func:`~gpytorch_augment.inference.hyperparameters.hyperparameters_of`.
 
-    **The protocol**: ``protocol`` is ``"auto"`` (nested up to
-    :data:`~gpytorch_augment.inference.hyperparameters.NESTED_MAX_DATA` points on one process), ``"nested"`` or
-    ``"stochastic"``.
+    **The protocol**: ``protocol`` is ``"auto"`` (:func:`~gpytorch_augment.inference.hyperparameters.choose_protocol`
+    by the number of points), ``"nested"``, ``"subsample"`` or ``"stochastic"``.
 
-    :param max_iter: nested: L-BFGS iterations (500); stochastic: CAVI steps (none).
-    :param tol: nested: the relative change of the objective between iterations that stops it (``1e-6``);
-        stochastic: the relative change of the epoch-averaged bound (``1e-4``).
+    :param max_iter: nested and subsample: L-BFGS iterations of one run (500); stochastic: CAVI steps (none).
+    :param tol: nested and subsample: the relative change of the objective between iterations that stops a run
+        (``1e-6``); stochastic: the relative change of the epoch-averaged bound (``1e-4``).
 
-    **Nested only**:
+    **Nested and subsample**:
 
     :param optimizer: ``"torch"`` (``torch.optim.LBFGS`` with a strong-Wolfe line search) or ``"scipy"``
         (SciPy's L-BFGS-B). Default ``"torch"``.
@@ -80,6 +90,14 @@ class FitOptions:
         objective from that point; the result is judged on the exact objective either way. Off by default
         (``False``): it can be several times faster, but the exact stage can settle in a worse optimum
         (``benchmarks/README.md``).
+
+    **Subsample only** (the ``"subsample"`` protocol of :mod:`~gpytorch_augment.inference.hyperparameters`):
+
+    :param subsample_size: the points of the first subsample (2,000); each next one doubles it.
+    :param subsample_tol: the subsamples stop growing when a doubling raises the objective per datum by less than
+        this (``1e-3`` nats).
+    :param polish_iter: L-BFGS iterations on all the data afterwards, run only where the stationarity test on all
+        the data fails (10; 0: none).
 
     **Stochastic only**: ``lr`` (Adam's learning rate, 0.05), ``batch_size`` (1024), ``num_epochs`` (20).
     """
@@ -101,6 +119,9 @@ class FitOptions:
     lr: float | None = None
     batch_size: int | None = None
     num_epochs: int | None = None
+    subsample_size: int | None = None
+    subsample_tol: float | None = None
+    polish_iter: int | None = None
 
     def __post_init__(self) -> None:
         _check_flag("priors", self.priors)
@@ -108,14 +129,17 @@ class FitOptions:
         for name in ("learn_inducing_locations", "elbo_bound"):
             if getattr(self, name) is not None:
                 _check_flag(name, getattr(self, name))
-        if not isinstance(self.protocol, str) or self.protocol not in ("auto", "nested", "stochastic"):
-            raise ValueError(f"protocol must be one of 'auto', 'nested', 'stochastic', got {self.protocol!r}")
+        if not isinstance(self.protocol, str) or self.protocol not in ("auto", *PROTOCOLS):
+            raise ValueError(
+                f"protocol must be one of 'auto', 'nested', 'subsample', 'stochastic', got {self.protocol!r}"
+            )
         if self.optimizer is not None and self.optimizer not in ("torch", "scipy"):
             raise ValueError(f"optimizer must be 'torch' or 'scipy', got {self.optimizer!r}")
         for name, least in (("collapse_restarts", 0), ("inner_steps", 1), ("true_steps", 0), ("restarts", 0),
-                            ("max_line_search", 1), ("batch_size", 1), ("num_epochs", 1), ("max_iter", 1)):  # fmt: skip
+                            ("max_line_search", 1), ("batch_size", 1), ("num_epochs", 1), ("max_iter", 1),
+                            ("subsample_size", 1), ("polish_iter", 0)):  # fmt: skip
             object.__setattr__(self, name, check_integer(name, getattr(self, name), least, optional=True))
-        for name, positive in (("tol", False), ("gtol", False), ("lr", True)):
+        for name, positive in (("tol", False), ("gtol", False), ("lr", True), ("subsample_tol", False)):
             object.__setattr__(self, name, check_real(name, getattr(self, name), positive=positive, optional=True))
 
     @classmethod
@@ -136,20 +160,14 @@ class FitOptions:
         return dataclasses.replace(options, **given) if given else options
 
     def resolved(self, protocol: str) -> FitOptions:
-        """These options for ``protocol`` (``"nested"`` or ``"stochastic"``) with every default filled in;
-        ``ValueError`` naming an option set here that the protocol does not use."""
-        foreign = _STOCHASTIC_ONLY if protocol == "nested" else _NESTED_ONLY
-        for name in foreign:
-            if getattr(self, name) is not None:
-                raise ValueError(
-                    f"{name} applies to the {_other(protocol)} protocol only (this fit runs the {protocol} protocol)"
-                )
+        """These options for ``protocol`` (``"nested"``, ``"subsample"`` or ``"stochastic"``) with every default
+        filled in; ``ValueError`` naming an option set here that the protocol does not use."""
+        for name, protocols in _APPLIES_TO.items():
+            if protocol not in protocols and getattr(self, name) is not None:
+                which = " and ".join(protocols) + (" protocols" if len(protocols) > 1 else " protocol")
+                raise ValueError(f"{name} applies to the {which} only (this fit runs the {protocol} protocol)")
         filled = {k: v for k, v in _DEFAULTS[protocol].items() if getattr(self, k) is None}
         return dataclasses.replace(self, protocol=protocol, **filled)  # type: ignore[arg-type]
-
-
-def _other(protocol: str) -> str:
-    return "stochastic" if protocol == "nested" else "nested"
 
 
 def _check_flag(name: str, value: Any) -> None:

@@ -54,11 +54,15 @@ class FitResult(CAVITrace):
     :ivar objective: ``"MAP"`` (the true ELBO plus the log prior densities, per datum) or ``"ML-II"`` (no priors).
     :ivar priors: the hyper-priors the objective used, ``{parameter name: prior}`` (the user's and the defaults).
     :ivar default_priors: the names in :attr:`priors` that the fit added.
-    :ivar protocol: ``"nested"`` or ``"stochastic"``.
-    :ivar optimizer: ``"torch"`` or ``"scipy"`` (nested), ``"adam"`` (stochastic).
-    :ivar gradient: nested: the largest entry of the objective's gradient per datum at the end, :math:`q(u)` at its
-        optimum (``None`` for the stochastic protocol, whose estimates are noisy).
-    :ivar final_objective: the objective per datum at the end (nested: exact; stochastic: the last epoch's mean).
+    :ivar protocol: ``"nested"``, ``"subsample"`` or ``"stochastic"``.
+    :ivar optimizer: ``"torch"`` or ``"scipy"`` (nested, subsample), ``"adam"`` (stochastic).
+    :ivar gradient: nested, subsample: the largest entry of the objective's gradient per datum on all the data at the
+        end, :math:`q(u)` at its optimum (``None`` for the stochastic protocol, whose estimates are noisy).
+    :ivar final_objective: the objective per datum at the end (nested, subsample: exact; stochastic: the last epoch's
+        mean).
+    :ivar stages: subsample: one record per run of L-BFGS, in order -- ``num_data`` (its points; the last is all the
+        data), ``iterations``, ``gain`` (how much it raised the objective per datum from its start, ``None`` for
+        the first), ``status`` and ``seconds``. Empty for the other protocols.
     :ivar restarted_after_collapse: whether the model comes from a restart after a fit ended at a constant
         predictor.
     :ivar attempts: the status of every run, in order (the first run, then any restart after a collapse).
@@ -75,6 +79,7 @@ class FitResult(CAVITrace):
     final_objective: float | None = None
     restarted_after_collapse: bool = False
     attempts: list[str] = field(default_factory=list)
+    stages: list[dict[str, object]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.status = FitStatus(self.status)

@@ -17,7 +17,14 @@ restarts from data-aware points and keeps the best objective; it is never report
   (:mod:`~gpytorch_augment.inference.nested`). Stops when :math:`J` changes by less than ``tol`` (relative) between
   iterations or L-BFGS cannot move; such a stop counts as converged only where the objective's gradient in
   :math:`\theta`, at the optimal :math:`q(u)`, is at most ``gtol`` per datum in every entry.
-* ``"stochastic"`` (above it, and with data sharded over processes) -- mini-batch CAVI with one Adam step (``lr``)
+* ``"subsample"`` (above it, on one process) -- the nested protocol on the first :math:`n` points of a random order
+  of the data (an engine for :math:`n` points: the objective is that of the subsample), for
+  :math:`n = n_0, 2n_0, 4n_0, \dots` (``subsample_size``), each run starting where the last ended, until a doubling
+  raises the objective per datum by less than ``subsample_tol`` from its start (or :math:`n` reaches :math:`N`).
+  Then :math:`q(u)` is solved on all the data and the stationarity test runs there; only where it fails do at most
+  ``polish_iter`` L-BFGS iterations on all the data follow. A hyper-parameter settles on a few thousand points where
+  the data are many, so the full-data work is a few CAVI passes and one gradient instead of an L-BFGS run.
+* ``"stochastic"`` (with data sharded over processes, or by choice) -- mini-batch CAVI with one Adam step (``lr``)
   on the CAVI's ``hyper_objective`` per CAVI step: the engine's inner loop
   (:meth:`CAVIEngine.run <gpytorch_augment.inference.engine.CAVIEngine.run>`) with that optimizer. Stops when the
   epoch-averaged bound changes by less than ``tol`` (relative) or after ``num_epochs`` epochs.
@@ -73,9 +80,9 @@ from .nested import NestedProtocol
 
 __all__ = ["NESTED_MAX_DATA", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
 
-#: above this many training points the default protocol is ``"stochastic"`` (the nested protocol evaluates the
-#: kernel on all the data at once; ``benchmarks/README.md`` has the measured crossover)
-NESTED_MAX_DATA = 50_000
+#: above this many training points the default protocol is ``"subsample"`` (chosen on pilot data:
+#: ``benchmarks/README.md``, ``large_fits.py``)
+NESTED_MAX_DATA = 10_000
 
 #: the lengthscales of the restarts after a collapse, as multiples of the data-aware start (the first restart
 #: starts there; the second at lengthscales one prior standard deviation of log-lengthscale longer)
@@ -83,9 +90,10 @@ COLLAPSE_RESTART_SCALES = (1.0, math.exp(math.sqrt(3.0)))
 
 
 def choose_protocol(likelihood: AugmentedLikelihood, num_data: int) -> str:
-    """``"nested"`` for at most :data:`NESTED_MAX_DATA` points, ``"stochastic"`` otherwise (every likelihood: the
-    nested protocol needs only closed-form CAVI steps and the true ELBO, which all of them have)."""
-    return "stochastic" if num_data > NESTED_MAX_DATA else "nested"
+    """``"nested"`` for at most :data:`NESTED_MAX_DATA` points (and for a likelihood with linear observations, which
+    are fitted all at once), ``"subsample"`` above (every other likelihood: both protocols need only closed-form CAVI
+    steps and the true ELBO, which all of them have)."""
+    return "subsample" if num_data > NESTED_MAX_DATA and not likelihood.linear_observations else "nested"
 
 
 def hyperparameters_of(cavi: CAVIEngine, learn_inducing_locations: bool | None = None) -> list[Tensor]:
@@ -163,15 +171,15 @@ def fit_hyperparameters(
     if protocol == "auto":
         # with sharded data (torch.distributed) only the stochastic protocol reduces over the ranks
         protocol = "stochastic" if cavi.distributed else choose_protocol(cavi.likelihood, data.num_data)
-    elif protocol == "nested" and cavi.distributed:
+    elif protocol in ("nested", "subsample") and cavi.distributed:
         raise ValueError(
-            "protocol='nested' works on one process's data only; with sharded data (torch.distributed) use "
+            f"protocol={protocol!r} works on one process's data only; with sharded data (torch.distributed) use "
             "protocol='stochastic' (or 'auto', which chooses it)"
         )
-    if protocol == "stochastic" and cavi.likelihood.linear_observations:
+    if protocol in ("subsample", "stochastic") and cavi.likelihood.linear_observations:
         raise ValueError(
             f"{type(cavi.likelihood).__name__} reads linear combinations of the inputs: its hyper-parameters are "
-            f"learnt by the nested protocol only (one process, at most {NESTED_MAX_DATA} observations)"
+            f"learnt by the nested protocol only (protocol={protocol!r} fits subsets of the data)"
         )
     options = options.resolved(protocol)
     params = hyperparameters_of(cavi, options.learn_inducing_locations)
@@ -260,10 +268,11 @@ class _Run:
         self.cavi.load_q_state(state[1])
 
     def _attempt(self) -> _Attempt:
-        if self.options.protocol == "stochastic":
+        protocol = self.options.protocol
+        if protocol == "stochastic":
             result, value = self._stochastic()
         else:
-            result, value = self._nested()
+            result, value = self._subsample() if protocol == "subsample" else self._nested()
         constant = not self.constant_targets and is_constant(self.cavi.model, self.x, self.num_latents)
         return _Attempt(result, value, constant, self._state())
 
@@ -291,16 +300,30 @@ class _Run:
 
     # -------------------------------------------------------------------------------------------------- nested
     def _nested(self) -> tuple[FitResult, float]:
-        """L-BFGS iterations until the rule, a stall or ``max_iter``, then :meth:`NestedProtocol.finish` and the
-        stationarity test; a stop that fails it goes on in polish mode, at most ``restarts`` times."""
-        cavi, o = self.cavi, self.options
-        if self.data.num_data != cavi.num_data:
-            raise ValueError(f"y has {self.data.num_data} data points but CAVI was built with num_data={cavi.num_data}")
+        """The nested protocol on all the data: :meth:`_lbfgs` with ``max_iter`` iterations."""
+        if self.data.num_data != self.cavi.num_data:
+            raise ValueError(
+                f"y has {self.data.num_data} data points but CAVI was built with num_data={self.cavi.num_data}"
+            )
+        trace, clock = CAVITrace(), Clock()
+        run = self._lbfgs(self.cavi, self.data, self.options.max_iter, trace, clock)
+        result = FitResult(**vars(trace), status=run.status, message=run.message, protocol="nested",
+                           optimizer=self.options.optimizer, gradient=run.gradient,
+                           final_objective=run.value)  # fmt: skip
+        return result, run.value
+
+    def _lbfgs(self, cavi: CAVIEngine, data: ObservedData, max_iter: int, trace: CAVITrace, clock: Clock,
+               probe: bool = False) -> _LBFGSRun:  # fmt: skip
+        """L-BFGS iterations on ``data`` (``cavi`` built for them) until the rule, a stall or ``max_iter``, then
+        :meth:`NestedProtocol.finish` and the stationarity test; a stop that fails it goes on in polish mode, at
+        most ``restarts`` times. The iterations are appended to ``trace``. ``probe``: first test the start itself,
+        and iterate only where it is not stationary."""
+        o = self.options
         rule = RelativeChange(o.tol, window=1) if self.convergence is None else self.convergence
         if isinstance(rule, Convergence):
             rule.reset()
-        trace, clock = CAVITrace(), Clock()
-        bar = progress_bar(o.max_iter, desc="nested L-BFGS", unit="iteration") if self.progress else None
+        first = trace.num_steps
+        bar = progress_bar(max_iter, desc="nested L-BFGS", unit="iteration") if self.progress else None
         state = {"since": 0, "restarted": 0, "fresh": False}  # fresh: L-BFGS restarted, on polish or a new objective
 
         def on_iteration(value: float) -> bool:
@@ -321,25 +344,34 @@ class _Run:
         run_optimizer = OPTIMIZERS[o.optimizer]
         try:
             protocol = NestedProtocol(
-                cavi, self.data, self.params, inner_steps=o.inner_steps, true_steps=o.true_steps,
+                cavi, data, self.params, inner_steps=o.inner_steps, true_steps=o.true_steps,
                 max_line_search=o.max_line_search,
             )  # fmt: skip
+            protocol.start()
+            protocol.finish()  # q(u) at its optimum for the starting hyper-parameters
+            start_value = protocol.objective_value()
+            if probe:
+                gradient = protocol.stationarity()
+                if gradient <= o.gtol or max_iter < 1:
+                    stop = "stopped on all the data after the subsamples"
+                    status, message = self._judge_gradient(gradient, stop, protocol.largest_at)
+                    return _LBFGSRun(status, message, gradient, start_value, start_value)
             likelihood = cavi.likelihood
             if o.elbo_bound and likelihood.has_elbo_bound and self.convergence is None:
                 # first stage: the objective with the likelihood's cheaper bound, to its own stopping rule
                 with likelihood.elbo_bound():
-                    run_optimizer(protocol, on_iteration, o.max_iter - 1)
+                    run_optimizer(protocol, on_iteration, max_iter - 1)
                 protocol.reset()  # L-BFGS afresh on the exact objective, q(u) re-solved for it
                 rule.reset()
                 state["since"], state["fresh"] = 0, True
             while True:
-                outcome = run_optimizer(protocol, on_iteration, o.max_iter - trace.num_steps)
+                outcome = run_optimizer(protocol, on_iteration, max_iter - (trace.num_steps - first))
                 protocol.finish()  # q(u) at its optimum for these hyper-parameters
-                status, message, gradient = self._judge(protocol, outcome)
+                status, message, gradient = self._judge(protocol, outcome, max_iter)
                 if status is not FitStatus.NOT_STATIONARY or state["restarted"] >= o.restarts:
                     break
-                if o.max_iter - trace.num_steps < 1:
-                    status, message = FitStatus.CAP, _nested_cap(o)
+                if max_iter - (trace.num_steps - first) < 1:
+                    status, message = FitStatus.CAP, _nested_cap(max_iter)
                     break
                 state["restarted"], state["since"], state["fresh"] = state["restarted"] + 1, 0, True
                 protocol.restart()  # L-BFGS afresh, in polish mode, from the refreshed q(u)
@@ -353,36 +385,84 @@ class _Run:
             message += f" after {state['restarted']} restart(s): the hyper-parameters may be short of their optimum " \
                        "or drifting along a ridge (check them; hyper_options={'restarts': 2} polishes them towards " \
                        "a stationary point; standardised inputs and targets, or a prior on that parameter, can help)"
-        result = FitResult(**vars(trace), status=status, message=message, protocol="nested", optimizer=o.optimizer,
-                           gradient=gradient, final_objective=value)  # fmt: skip
-        return result, value
+        return _LBFGSRun(status, message, gradient, value, start_value)
 
-    def _judge(self, protocol: NestedProtocol, outcome: str) -> tuple[FitStatus, str, float | None]:
+    # ----------------------------------------------------------------------------------------------- subsample
+    def _subsample(self) -> tuple[FitResult, float]:
+        """The nested protocol on nested subsamples of a random order of the data, doubling from
+        ``subsample_size`` until a doubling raises the objective per datum by less than ``subsample_tol`` (or the
+        subsample is all the data); then :math:`q(u)` for all the data and the stationarity test there, with at most
+        ``polish_iter`` L-BFGS iterations on all the data where it fails."""
+        o, data, num_data = self.options, self.data, self.data.num_data
+        if num_data != self.cavi.num_data:
+            raise ValueError(f"y has {num_data} data points but CAVI was built with num_data={self.cavi.num_data}")
+        order = torch.randperm(num_data, generator=self.generator).to(data.x.device)
+        trace, clock = CAVITrace(), Clock()
+        stages: list[dict[str, Any]] = []
+        size = min(o.subsample_size, num_data)
+        while size < num_data:
+            began, steps = clock.elapsed(), trace.num_steps
+            run = self._lbfgs(self.cavi.on_subset(size), data.take(order[:size]), o.max_iter, trace, clock)
+            gain = run.value - run.start_value if stages else None
+            stages.append({"num_data": size, "iterations": trace.num_steps - steps, "gain": gain,
+                           "status": run.status.value, "seconds": clock.elapsed() - began})  # fmt: skip
+            if gain is not None and gain < o.subsample_tol:
+                break
+            size = min(2 * size, num_data)
+        began, steps = clock.elapsed(), trace.num_steps
+        if size < num_data:  # the subsamples have settled: all the data, polished only where not stationary
+            run = self._lbfgs(self.cavi, data, o.polish_iter, trace, clock, probe=True)
+        else:
+            run = self._lbfgs(self.cavi, data, o.max_iter, trace, clock)
+        stages.append({"num_data": num_data, "iterations": trace.num_steps - steps, "gain": run.value - run.start_value,
+                       "status": run.status.value, "seconds": clock.elapsed() - began})  # fmt: skip
+        result = FitResult(**vars(trace), status=run.status, message=run.message, protocol="subsample",
+                           optimizer=o.optimizer, gradient=run.gradient, final_objective=run.value,
+                           stages=stages)  # fmt: skip
+        return result, run.value
+
+    def _judge(self, protocol: NestedProtocol, outcome: str, max_iter: int) -> tuple[FitStatus, str, float | None]:
         """How a run of the optimizer ended: the status, the reason and the final gradient."""
-        o = self.options
         if outcome == "rule" and self.convergence is not None:  # the caller's rule is final
             return FitStatus.CONVERGED, "met the caller's convergence rule", None
         gradient = protocol.stationarity()
         if outcome == "cap":
-            return FitStatus.CAP, _nested_cap(o), gradient
-        if gradient <= o.gtol:
-            if outcome == "rule":
-                return FitStatus.CONVERGED, f"met its stopping rule at a stationary point (gradient {gradient:.2g} " \
-                                            f"<= gtol={o.gtol:g} per datum)", gradient  # fmt: skip
-            return FitStatus.CERTIFIED, f"stopped where L-BFGS makes no further progress, at a stationary point " \
-                                        f"(gradient {gradient:.2g} <= gtol={o.gtol:g} per datum)", gradient  # fmt: skip
-        where = _parameter_name(self.cavi, self.params[protocol.largest_at]) if protocol.largest_at is not None else "?"
-        stop = "stopped where L-BFGS makes no further progress" if outcome == "stalled" else "met its stopping rule"
-        message = (
+            return FitStatus.CAP, _nested_cap(max_iter), gradient
+        stop = "met its stopping rule" if outcome == "rule" else "stopped where L-BFGS makes no further progress"
+        status, message = self._judge_gradient(gradient, stop, protocol.largest_at)
+        if status is FitStatus.CERTIFIED and outcome == "rule":
+            status = FitStatus.CONVERGED
+        return status, message, gradient
+
+    def _judge_gradient(self, gradient: float, stop: str, largest_at: int | None) -> tuple[FitStatus, str]:
+        """Certified where the objective's largest gradient entry per datum, ``gradient``, is at most ``gtol``, else
+        not stationary; the reason names the stop (``stop``, in words) and the parameter at ``largest_at``."""
+        gtol = self.options.gtol
+        if gradient <= gtol:
+            return FitStatus.CERTIFIED, f"{stop}{'' if stop.startswith('met') else ','} at a stationary point " \
+                                        f"(gradient {gradient:.2g} <= gtol={gtol:g} per datum)"  # fmt: skip
+        where = _parameter_name(self.cavi, self.params[largest_at]) if largest_at is not None else "?"
+        return FitStatus.NOT_STATIONARY, (
             f"{stop}, but the objective's largest gradient in the hyper-parameters is {gradient:.2g} per datum "
-            f"(> gtol={o.gtol:g}, in {where})"
+            f"(> gtol={gtol:g}, in {where})"
         )
-        return FitStatus.NOT_STATIONARY, message, gradient
 
 
-def _nested_cap(o: FitOptions) -> str:
-    return f"stopped on its cap (max_iter={o.max_iter} L-BFGS iterations) before its convergence rule was met: " \
-           "raise the cap or loosen tol"  # fmt: skip
+@dataclass
+class _LBFGSRun:
+    """How one L-BFGS run ended: its status, reason and final gradient, and the objective per datum at its start
+    (:math:`q(u)` at its optimum) and at its end."""
+
+    status: FitStatus
+    message: str
+    gradient: float | None
+    value: float
+    start_value: float
+
+
+def _nested_cap(max_iter: int) -> str:
+    return f"stopped on its cap ({max_iter} L-BFGS iterations) before its convergence rule was met: raise the cap " \
+           "(max_iter; polish_iter on all the data after subsamples) or loosen tol"  # fmt: skip
 
 
 def _stochastic_cap(o: FitOptions) -> str:

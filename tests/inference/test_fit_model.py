@@ -149,7 +149,7 @@ def test_the_stochastic_protocol_takes_its_options_and_refuses_the_nested_ones()
     x, y = _ten_inputs(n=40)
     options = FitOptions(protocol="stochastic", lr=0.05, batch_size=20, num_epochs=2, collapse_restarts=0)
     assert options.resolved("stochastic").tol == 1e-4
-    with pytest.raises(ValueError, match="inner_steps applies to the nested protocol only"):
+    with pytest.raises(ValueError, match="inner_steps applies to the nested and subsample protocols only"):
         FitOptions(protocol="stochastic", inner_steps=2).resolved("stochastic")
     cavi = CAVI(ARDModel(x[:5].clone()).double(), BernoulliLogitLikelihood(), num_data=40)
     with warnings.catch_warnings():
@@ -165,7 +165,7 @@ def test_elbo_bound_is_a_nested_option_of_booleans():
     assert FitOptions().resolved("nested").elbo_bound is False
     with pytest.raises(ValueError, match="elbo_bound must be True or False"):
         FitOptions(elbo_bound=1)
-    with pytest.raises(ValueError, match="elbo_bound applies to the nested protocol only"):
+    with pytest.raises(ValueError, match="elbo_bound applies to the nested and subsample protocols only"):
         FitOptions(elbo_bound=True).resolved("stochastic")
 
 

@@ -58,7 +58,68 @@ def test_protocol_choice_follows_the_data_size():
     for case in CASES:
         assert choose_protocol(case.make(), 1000) == "nested"
         assert choose_protocol(case.make(), NESTED_MAX_DATA) == "nested"
-        assert choose_protocol(case.make(), NESTED_MAX_DATA + 1) == "stochastic"
+        expected = "nested" if case.make().linear_observations else "subsample"
+        assert choose_protocol(case.make(), NESTED_MAX_DATA + 1) == expected
+
+
+def _subsample_fit(n: int = 320, seed: int = 3, **options):
+    model, cavi, data = _setup(n=n, m=8, seed=seed)
+    options = {"protocol": "subsample", "subsample_size": 40, **options}
+    result = cavi.fit(data.x, data.y, learn_hyperparameters=True, hyper_options=options,
+                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+    return model, cavi, data, result
+
+
+def test_subsample_protocol_doubles_the_subsample_until_theta_settles_then_certifies_on_all_the_data():
+    model, cavi, data, result = _subsample_fit(subsample_tol=1e-3)
+    stages = result.stages
+    assert result.protocol == "subsample" and result.converged, result.message
+    sizes = [s["num_data"] for s in stages]
+    assert sizes[-1] == 320 and sizes[:-1] == [40 * 2**k for k in range(len(sizes) - 1)], sizes
+    assert stages[0]["gain"] is None and all(s["gain"] >= -1e-9 for s in stages[1:])
+    if sizes[-2] < 160:  # stopped growing early: the last doubling gained less than subsample_tol
+        assert stages[-2]["gain"] < 1e-3
+    assert all(s["gain"] >= 1e-3 for s in stages[1:-2])
+    assert result.num_steps == sum(s["iterations"] for s in stages)
+    # the end is tested on all the data: q(u) at the true ELBO's optimum there, the gradient within gtol
+    assert result.gradient <= 1e-2
+    objective = NestedObjective(cavi, cavi.check_data(data.x, data.y))
+    terms = objective._terms(graph=False)
+    q = cavi.strategy.whitened_q(terms)
+    assert objective.true_elbo(terms, objective._true_elbo_step(terms, q)) == pytest.approx(
+        objective.true_elbo(terms, q), abs=1e-6)  # fmt: skip
+    # the same objective as the nested protocol on all the data reaches, nearly
+    nested_model, nested_cavi, _ = _setup(n=320, m=8, seed=3)
+    nested = nested_cavi.fit(data.x, data.y, learn_hyperparameters=True)
+    assert result.final_objective == pytest.approx(nested.final_objective, abs=5e-3)
+    assert result.final_objective <= nested.final_objective + 1e-4
+
+
+def test_subsample_protocol_stops_growing_on_its_tolerance_and_grows_to_all_the_data_without_one():
+    *_, loose = _subsample_fit(subsample_tol=1.0)
+    assert [s["num_data"] for s in loose.stages] == [40, 80, 320]
+    *_, strict = _subsample_fit(subsample_tol=0.0)
+    assert [s["num_data"] for s in strict.stages] == [40, 80, 160, 320]
+    assert strict.stages[-1]["iterations"] >= 1 and strict.converged  # the nested protocol on all the data
+
+
+def test_subsample_protocol_polishes_only_where_the_test_on_all_the_data_fails():
+    *_, certified = _subsample_fit(subsample_tol=1.0, gtol=1.0)
+    assert certified.stages[-1]["iterations"] == 0 and certified.status.value == "certified"
+    assert "on all the data after the subsamples" in certified.message
+    with pytest.warns(UserWarning, match="not_stationary"):
+        *_, unpolished = _subsample_fit(subsample_tol=1.0, gtol=1e-12, polish_iter=0)
+    assert unpolished.stages[-1]["iterations"] == 0 and unpolished.status.value == "not_stationary"
+    with pytest.warns(UserWarning):
+        *_, polished = _subsample_fit(subsample_tol=1.0, gtol=1e-12, polish_iter=2)
+    assert 1 <= polished.stages[-1]["iterations"] <= 2
+    assert polished.final_objective >= unpolished.final_objective - 1e-9
+
+
+def test_subsample_protocol_is_reproducible_with_a_generator():
+    _, _, _, first = _subsample_fit(subsample_tol=1.0)
+    _, _, _, again = _subsample_fit(subsample_tol=1.0)
+    assert first.final_objective == again.final_objective and first.elbo == again.elbo
 
 
 def test_nested_fit_ascends_the_true_elbo_and_leaves_q_at_its_optimum():
@@ -266,6 +327,11 @@ def test_progress_bar_shows_the_objective(capsys):
         ({"hyper_options": {"priors": "yes"}}, "priors must be True or False"),
         ({"max_iter": 0}, "max_iter"),
         ({"learn_hyperparameters": False, "hyper_options": {"lr": 0.1}}, "only used with"),
+        ({"hyper_options": {"subsample_size": 100}}, "subsample_size applies to the subsample protocol only"),
+        ({"hyper_options": {"protocol": "subsample", "subsample_size": 0}}, "subsample_size must be"),
+        ({"hyper_options": {"protocol": "subsample", "subsample_tol": -1.0}}, "subsample_tol"),
+        ({"hyper_options": {"protocol": "subsample", "polish_iter": -1}}, "polish_iter"),
+        ({"hyper_options": {"protocol": "subsample", "lr": 0.1}}, "lr applies to the stochastic protocol only"),
     ],
 )
 def test_bad_input_raises_value_error(kwargs, match):
