@@ -133,8 +133,14 @@ def test_the_gpu_benchmark_renders_every_part_with_the_card_named(report, tmp_pa
     speed-up is the peer's time to target over CAVI's."""
     script = _script("gpu")
     record = _gpu_record()
-    assert record["speedups"] == [{"config": (1000, 8, "float64", 100, "frozen"), "peer": "adam", "peer_lr": 0.05,
-                                   "peer_time": 2.0, "cavi_time": 0.5, "speedup": 4.0}]  # fmt: skip
+    assert record["speedups"] == [{"config": (1000, 8, "float64", 100, "frozen"), "ours": "cavi", "peer": "adam",
+                                   "peer_lr": 0.05, "peer_time": 2.0, "cavi_time": 0.5, "speedup": 4.0}]  # fmt: skip
+    # the one-call fit with its defaults is one of ours, never a peer
+    learned = [{**r, "hyperparameters": "learned"} for r in record["cavi"]]
+    learned.append({**learned[0], "engine": "cavi_default", "time_to_target": 1.0})
+    rows = script.speedups(learned)
+    expected = [("cavi", "adam", 4.0), ("cavi_default", "adam", 2.0)]
+    assert [(r["ours"], r["peer"], r["speedup"]) for r in rows] == expected
     title, settings, tables = script.report(record)
     assert "NVIDIA H100" in title and settings["card"] == record["card"]
     assert [t.title.split(" ")[0] for t in tables] == ["CAVI", "CAVI's", "Samplers,", "PG(1,", "Host"]
