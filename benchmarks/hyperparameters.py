@@ -309,12 +309,7 @@ def run_peer(p: dict[str, Any], data: dict[str, Any], Z: Tensor, family: str, **
         return {"time": wall, **curve.evaluate(), "converged": True, "iterations": None,
                 "constant": _constant(model, x, data["T"]), "curve": []}  # fmt: skip
     bs = n if cfg["batch_size"] == "full" else min(int(cfg["batch_size"]), n)
-    hyper = [q for q in (*model.hyperparameters(), *lik.parameters()) if q.requires_grad]
-    if natural:
-        optimizers = [gpytorch.optim.NGD(model.variational_parameters(), num_data=n, lr=cfg["ngd_lr"]),
-                      torch.optim.Adam(hyper, lr=cfg["lr"])]  # fmt: skip
-    else:
-        optimizers = [torch.optim.Adam([*model.variational_parameters(), *hyper], lr=cfg["lr"])]
+    optimizers = peer_optimizers(model, lik, natural, n, cfg)
     generator = torch.Generator().manual_seed(0)
     rule = Plateau(steps_per_epoch=-(-n // bs), cap=p["cap"])
     start, step, converged = time.perf_counter(), 0, False
@@ -335,6 +330,16 @@ def run_peer(p: dict[str, Any], data: dict[str, Any], Z: Tensor, family: str, **
                 wall = time.perf_counter() - start - curve.excluded
                 return {"time": wall, **curve.evaluate(), "converged": converged, "iterations": step,
                         "constant": _constant(model, x, data["T"]), "curve": curve.points}  # fmt: skip
+
+
+def peer_optimizers(model: Any, lik: Any, natural: bool, n: int, cfg: dict[str, Any]) -> list[torch.optim.Optimizer]:
+    """A gradient peer's optimizers: NGD on q(u) (``cfg["ngd_lr"]``) and Adam on the hyper-parameters, or Adam on
+    both (``cfg["lr"]``)."""
+    hyper = [q for q in (*model.hyperparameters(), *lik.parameters()) if q.requires_grad]
+    if natural:
+        return [gpytorch.optim.NGD(model.variational_parameters(), num_data=n, lr=cfg["ngd_lr"]),
+                torch.optim.Adam(hyper, lr=cfg["lr"])]  # fmt: skip
+    return [torch.optim.Adam([*model.variational_parameters(), *hyper], lr=cfg["lr"])]
 
 
 def grid_configs(family: str, n: int) -> list[tuple[str, dict[str, Any]]]:

@@ -131,12 +131,7 @@ def run_peer(p: dict[str, Any], data: dict[str, Any], Z: Tensor, family: str, cf
     bs = min(int(cfg["batch_size"]), n)
     steps_per_epoch = -(-n // bs)
     curve = QuarterCurve(hp.evaluator(p["kind"], model, lik, data), every=max(1, steps_per_epoch // 4))
-    hyper = [q for q in (*model.hyperparameters(), *lik.parameters()) if q.requires_grad]
-    if natural:
-        optimizers = [gpytorch.optim.NGD(model.variational_parameters(), num_data=n, lr=cfg["ngd_lr"]),
-                      torch.optim.Adam(hyper, lr=cfg["lr"])]  # fmt: skip
-    else:
-        optimizers = [torch.optim.Adam([*model.variational_parameters(), *hyper], lr=cfg["lr"])]
+    optimizers = hp.peer_optimizers(model, lik, natural, n, cfg)
     x, y = data["x"], data["y"]
     generator = torch.Generator().manual_seed(0)
     rule = hp.Plateau(steps_per_epoch=steps_per_epoch, cap=p["cap"])
