@@ -14,7 +14,7 @@ Example::
     ...
     ValueError: lr applies to the stochastic protocol only (this fit runs the nested protocol)
     >>> FitOptions().resolved("subsample").subsample_size
-    2000
+    1000
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _NESTED_DEFAULTS: dict[str, Any] = {
 #: the defaults of the protocol-specific options (``None`` in a :class:`FitOptions` means "this default")
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "nested": _NESTED_DEFAULTS,
-    "subsample": {**_NESTED_DEFAULTS, "subsample_size": 2000, "subsample_tol": 1e-3, "polish_iter": 10},
+    "subsample": {**_NESTED_DEFAULTS, "subsample_size": 1000, "subsample_tol": 1e-3, "polish_iter": 10},
     "stochastic": {"max_iter": None, "tol": 1e-4, "lr": 0.05, "batch_size": 1024, "num_epochs": 20},
 }
 
@@ -93,7 +93,7 @@ class FitOptions:
 
     **Subsample only** (the ``"subsample"`` protocol of :mod:`~gpytorch_augment.inference.hyperparameters`):
 
-    :param subsample_size: the points of the first subsample (2,000); each next one doubles it.
+    :param subsample_size: the points of the first subsample (1,000); each next one doubles it.
     :param subsample_tol: the subsamples stop growing when a doubling raises the objective per datum by less than
         this (``1e-3`` nats).
     :param polish_iter: L-BFGS iterations on all the data afterwards, run only where the stationarity test on all

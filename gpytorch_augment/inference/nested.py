@@ -247,6 +247,8 @@ class NestedProtocol:
         self.polish = False
         #: the index in ``params`` of the tensor holding the largest gradient entry at the last :meth:`stationarity`
         self.largest_at: int | None = None
+        #: the objective per datum (as :meth:`objective_value`) where the last :meth:`stationarity` was tested
+        self.tested_value = -math.inf
 
     def _new_optimizer(self) -> torch.optim.LBFGS:
         return torch.optim.LBFGS(
@@ -336,12 +338,14 @@ class NestedProtocol:
         true ELBO or its gradient is not finite. :attr:`largest_at` says which of ``params`` holds it."""
         for p in self.params:
             p.grad = None
-        self.largest_at = None
+        self.largest_at, self.tested_value = None, -math.inf
         try:
             loss = self.objective(solve=False)
             grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         except (ValueError, RuntimeError):  # a factorisation that failed
             return math.inf
+        if math.isfinite(float(loss.detach())):
+            self.tested_value = -float(loss.detach())
         entries = [float(g.abs().max()) if g is not None and g.numel() else 0.0 for g in grads]
         if entries:
             self.largest_at = max(range(len(entries)), key=lambda i: (not math.isfinite(entries[i]), entries[i]))
