@@ -94,8 +94,8 @@ class FitOptions:
     **Subsample only** (the ``"subsample"`` protocol of :mod:`~gpytorch_augment.inference.hyperparameters`):
 
     :param subsample_size: the points of the first subsample (1,000); each next one doubles it.
-    :param subsample_tol: the subsamples stop growing when a doubling raises the objective per datum by less than
-        this (``1e-3`` nats).
+    :param subsample_tol: the subsamples stop growing when two doublings in a row each raise the objective per
+        datum by less than this (``1e-3`` nats).
     :param polish_iter: L-BFGS iterations on all the data afterwards, run only where the stationarity test on all
         the data fails (10; 0: none).
 
