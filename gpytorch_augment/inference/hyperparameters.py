@@ -19,9 +19,10 @@ restarts from data-aware points and keeps the best objective; it is never report
   :math:`\theta`, at the optimal :math:`q(u)`, is at most ``gtol`` per datum in every entry.
 * ``"subsample"`` (above it, on one process) -- the nested protocol on the first :math:`n` points of a random order
   of the data (an engine for :math:`n` points: the objective is that of the subsample), for
-  :math:`n = n_0, 2n_0, 4n_0, \dots` (``subsample_size``), each run starting where the last ended and stopping at
-  :data:`SUBSAMPLE_TOL_FACTOR` times ``tol``, until :data:`SETTLED_DOUBLINGS` doublings in a row each raise the
-  objective per datum by less than ``subsample_tol`` from their start (or :math:`n` reaches :math:`N`).
+  :math:`n = n_0, 2n_0, 4n_0, \dots` (``subsample_size``; the next after one above :math:`N/4` is :math:`N`), each
+  run starting where the last ended and stopping at :data:`SUBSAMPLE_TOL_FACTOR` times ``tol``, until
+  :data:`SETTLED_DOUBLINGS` doublings in a row each raise the objective per datum by less than ``subsample_tol`` from
+  their start (or :math:`n` reaches :math:`N`: the nested protocol on all the data).
   Then :math:`q(u)` is solved on all the data and the stationarity test runs there; only where it fails do at most
   ``polish_iter`` L-BFGS iterations on all the data follow. A hyper-parameter settles on a few thousand points where
   the data are many, so the full-data work is a few CAVI passes and one gradient instead of an L-BFGS run.
@@ -428,7 +429,8 @@ class _Run:
             gains = [st["gain"] for st in stages[1:]]
             if len(gains) >= SETTLED_DOUBLINGS and max(gains[-SETTLED_DOUBLINGS:]) < o.subsample_tol:
                 break
-            size = min(2 * size, num_data)
+            # a subsample of more than half the data costs nearly what all of them do: go to all of them instead
+            size = 2 * size if 4 * size <= num_data else num_data
         began, steps = clock.elapsed(), trace.num_steps
         if size < num_data:  # the subsamples have settled: all the data, polished only where not stationary
             run = self._lbfgs(self.cavi, data, o.polish_iter, trace, clock, probe=True, warm=True)
