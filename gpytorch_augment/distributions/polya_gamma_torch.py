@@ -360,7 +360,10 @@ def polya_gamma_icdf(u: Tensor, b: Tensor, c: Tensor) -> Tensor:
         hi_i = torch.where(root_left, yi, hi[idx])
         step = yi - g / dg
         inside = (step > lo_i) & (step < hi_i)  # False for nan and inf
-        new = torch.where(g == 0, yi, torch.where(inside, step, 0.5 * (lo_i + hi_i)))
+        # a Newton step below the tolerance that lands on (or rounds past) the bracket's end at yi: yi is the root
+        # to within the tolerance (bisecting from the bracket's midpoint instead took ~40 more iterations)
+        negligible = (step - yi).abs() <= _ICDF_ATOL + _ICDF_RTOL * yi.abs()
+        new = torch.where(g == 0, yi, torch.where(inside, step, torch.where(negligible, yi, 0.5 * (lo_i + hi_i))))
         tol = _ICDF_ATOL + _ICDF_RTOL * new.abs()
         converged = ((new - yi).abs() <= tol) | (hi_i - lo_i <= tol)
         lo[idx], hi[idx], y[idx] = lo_i, hi_i, new
