@@ -328,7 +328,10 @@ def polya_gamma_icdf(u: Tensor, b: Tensor, c: Tensor) -> Tensor:
     lo, hi, y = _icdf_bracket_and_start(u, b, c, log1p_exp)
     n = torch.arange(_TERM_BUCKETS[-1], dtype=torch.float64, device=u.device)
     bb = b.unsqueeze(-1)
-    a = torch.lgamma(n + bb) - torch.lgamma(bb) - torch.lgamma(n + 1) + bb * log1p_exp.unsqueeze(-1)
+    # log(Gamma(n + b) / (Gamma(b) n!)) once per distinct b (a sampler's b are mostly one value, e.g. 1/2)
+    distinct, inverse = torch.unique(b, return_inverse=True)
+    db = distinct.unsqueeze(-1)
+    a = (torch.lgamma(n + db) - torch.lgamma(db) - torch.lgamma(n + 1))[inverse] + bb * log1p_exp.unsqueeze(-1)
     a = a - n * c.unsqueeze(-1)
     alpha = n + bb / 2
     lower = u <= 0.5
