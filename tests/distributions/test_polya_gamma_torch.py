@@ -209,6 +209,20 @@ def test_icdf_inverts_the_exact_cdf(b: float, c: float) -> None:
     torch.testing.assert_close(F, u, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("b", [0.05, 0.5, 0.9])
+def test_icdf_converges_in_a_few_newton_steps(b: float, monkeypatch) -> None:
+    """The inversion's Newton iteration ends within 12 steps for 20,000 uniforms (tilts in [0, 3]): capped there, it
+    returns the uncapped quantiles to within 1e-13. A Newton step that converged onto the bracket's end used to be
+    refused and replaced by bisection from the bracket's midpoint (~40 more steps; capped at 12, off by up to 6 %)."""
+    g = torch.Generator().manual_seed(0)
+    u = torch.rand(20_000, generator=g, dtype=torch.float64)
+    c = 3 * torch.rand(20_000, generator=g, dtype=torch.float64)
+    bb = torch.full_like(u, b)
+    x = polya_gamma_icdf(u, bb, c)
+    monkeypatch.setattr("gpytorch_augment.distributions.polya_gamma_torch._ICDF_MAX_ITER", 12)
+    torch.testing.assert_close(polya_gamma_icdf(u, bb, c), x, rtol=1e-13, atol=0)
+
+
 @pytest.mark.parametrize(
     "u, b, c, match",
     [(0.5, 0.0, 0.0, "b must be in"), (0.5, 1.5, 0.0, "b must be in"), (0.0, 0.5, 0.0, "u must be in"),

@@ -214,22 +214,32 @@ class FRedrawSkipped(HyperparameterGibbsKernel):
         return chains._replace(f=f, aux=aux, constants=constants, theta=move.x, mean=mean, A=A, log_prior=log_prior)
 
 
+#: the size of the slow tier's Geweke runs with sampled θ (2000 chains x 150 transitions, the first 25 dropped; the
+#: reference's 2.5e5 draws): the broken kernels fail at this size or below
+#: (test_geweke_detects_the_missing_f_redraw, test_geweke_quick_latent_blocks, test_geweke_quick_inducing_points)
+SLOW_GEWEKE = {"num_chains": 2_000, "num_sweeps": 150, "burn_in": 25}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [BERNOULLI_CASE, STUDENT_T], ids=lambda case: case.name)
 def test_geweke_sampled_hyperparameters(case):
-    """Joint test of (θ, f, y) with θ from its prior (constant mean, outputscale, lengthscale), 4000 chains x 300
+    """Joint test of (θ, f, y) with θ from its prior (constant mean, outputscale, lengthscale), 2000 chains x 150
     transitions: every |z| <= 4.5."""
-    z = geweke_z_hyperparameters(case.make(), case.sample_targets)
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, **SLOW_GEWEKE)
     assert z.abs().max() <= Z_TOL, z
 
 
 @pytest.mark.slow
-def test_geweke_detects_the_missing_f_redraw():
-    """The variant without the f redraw after the θ move fails far beyond the threshold, with half the chains and a
-    third of the transitions."""
+@pytest.mark.parametrize(
+    "inducing, num_chains", [(None, 2_000), ((0.3, 1.0), 1_000)], ids=["exact", "inducing"]
+)  # fmt: skip
+def test_geweke_detects_the_missing_f_redraw(inducing, num_chains):
+    """The variant without the f redraw after the θ move (with inducing points: f drawn at the old θ, and without
+    the noise d) fails far beyond the threshold, exact and with the slow test's two inducing inputs, with at most the
+    chains and two thirds of the transitions of the slow tier's runs (SLOW_GEWEKE)."""
     z = geweke_z_hyperparameters(
-        BERNOULLI_CASE.make(), BERNOULLI_CASE.sample_targets, kernel_cls=FRedrawSkipped, num_chains=2_000,
-        num_sweeps=100, burn_in=20,
+        BERNOULLI_CASE.make(), BERNOULLI_CASE.sample_targets, kernel_cls=FRedrawSkipped, num_chains=num_chains,
+        num_sweeps=100, burn_in=20, inducing_points=inducing,
     )  # fmt: skip
     assert z.abs().max() > 3 * Z_TOL, z
 
@@ -600,9 +610,11 @@ class OtherBlocksIgnored(HyperparameterGibbsKernel):
     ids=["bernoulli-inducing", "student_t-inducing", "heteroscedastic_gaussian-blocks"],
 )
 def test_geweke_inducing_points_and_latent_blocks(case, inducing):
-    """Joint test of (θ, f, y) with θ from its prior, 4000 chains x 300 transitions, with two inducing inputs among
-    and between the data, and with latent blocks (two latents, each with its own θ): every |z| <= 4.5."""
-    z = geweke_z_hyperparameters(case.make(), case.sample_targets, inducing_points=inducing)
+    """Joint test of (θ, f, y) with θ from its prior, 2000 chains x 150 transitions, with two inducing inputs among
+    and between the data, and with latent blocks (two latents, each with its own θ): every |z| <= 4.5. The broken
+    kernels fail in these configurations with fewer chains and transitions (test_geweke_detects_the_missing_f_redraw
+    [inducing], test_geweke_quick_latent_blocks)."""
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, inducing_points=inducing, **SLOW_GEWEKE)
     assert z.abs().max() <= Z_TOL, z
 
 
@@ -610,8 +622,8 @@ def test_geweke_inducing_points_and_latent_blocks(case, inducing):
 def test_geweke_quick_inducing_points(theta_sampler):
     """Inducing points in the fast tier, θ by HMC (its gradient by autograd) and by the slice move: two inducing
     inputs (Bernoulli, 400 chains x 60 transitions) and one far from the data, where d carries most of the prior
-    variance (Student-t, 4000 x 150): the kernel passes; the θ density without the noise's constants fails the
-    second."""
+    variance (Student-t, 2000 x 100, the reference's 2.5e5 draws): the kernel passes; the θ density without the
+    noise's constants fails the second."""
     def kernel(cls):
         return lambda target: cls(target, theta_sampler=theta_sampler)
 
@@ -620,7 +632,7 @@ def test_geweke_quick_inducing_points(theta_sampler):
                                  num_sweeps=60, burn_in=10, num_reference=20_000,
                                  inducing_points=(0.3, 1.0))  # fmt: skip
     assert z.abs().max() <= Z_TOL, z
-    kw = {"num_chains": 4_000, "num_sweeps": 150, "burn_in": 10, "num_reference": 20_000, "inducing_points": (3.0,)}
+    kw = {"num_chains": 2_000, "num_sweeps": 100, "burn_in": 10, "inducing_points": (3.0,)}
     z = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, kernel(HyperparameterGibbsKernel), **kw)
     assert z.abs().max() <= Z_TOL, z
     z_broken = geweke_z_hyperparameters(STUDENT_T.make(), STUDENT_T.sample_targets, kernel(NoiseConstantsDropped),
