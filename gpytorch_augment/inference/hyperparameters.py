@@ -415,7 +415,9 @@ class _Run:
         o, data, num_data = self.options, self.data, self.data.num_data
         if num_data != self.cavi.num_data:
             raise ValueError(f"y has {num_data} data points but CAVI was built with num_data={self.cavi.num_data}")
-        order = torch.randperm(num_data, generator=self.generator).to(data.x.device)
+        # drawn on the generator's device (a CPU generator with CUDA data works), then moved to the data's
+        device = torch.device(self.generator.device if self.generator is not None else data.x.device)
+        order = torch.randperm(num_data, generator=self.generator, device=device).to(data.x.device)
         trace, clock = CAVITrace(), Clock()
         stages: list[dict[str, Any]] = []
         size = min(o.subsample_size, num_data)
