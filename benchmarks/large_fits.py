@@ -251,9 +251,10 @@ def summarise(record: dict[str, Any]) -> dict[str, Any]:
     ratios = []
     for s in record["splits"]:
         ours = s["runs"]["ours (auto)"]
-        peers = {k: v for k, v in s["runs"].items() if not k.startswith("ours")}
+        # a peer that failed (e.g. NGD's q(u) no longer positive definite) has no model to compare
+        peers = {k: v for k, v in s["runs"].items() if not k.startswith("ours") and _finite(v["test_nll"])}
         reached = [v["time_to_target"] for v in peers.values() if v["time_to_target"] is not None]
-        fastest_stop = min(v["time"] for v in peers.values())
+        fastest_stop = min((v["time"] for v in peers.values()), default=math.nan)
         ratios.append({
             "seed": s["seed"],
             "to_target": (min(reached) / ours["time_to_target"]) if reached and ours["time_to_target"] else None,
@@ -263,6 +264,11 @@ def summarise(record: dict[str, Any]) -> dict[str, Any]:
             "to_own_stop": fastest_stop / ours["time"],
         })  # fmt: skip
     return {"rows": rows, "ratios": ratios}
+
+
+def _finite(value: float | None) -> bool:
+    """A measured number (a NaN is written to JSON as null)."""
+    return value is not None and math.isfinite(value)
 
 
 def _mean_sd(values: list[float | None], spec: str = ".3g") -> str:
