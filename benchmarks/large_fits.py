@@ -312,8 +312,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     out = common.output_dir(None if args.out == common.RESULTS_DIR else args.out, args.quick)
     machine = common.start_run(threads=1, seed=0)
+    runs_settings: list[dict[str, Any]] = []
     if args.merge:
-        records = [r for path in args.merge for r in json.loads(path.read_text())["results"]]
+        merged = [json.loads(path.read_text()) for path in args.merge]
+        records = [r for m in merged for r in m["results"]]
+        runs_settings = [m["report"]["settings"] for m in merged]
     else:
         pilots = None
         if args.pilots:
@@ -322,6 +325,11 @@ def main(argv: list[str] | None = None) -> None:
     settings = {"problems": ", ".join(r["problem"] for r in records), "seeds": str(args.seeds),
                 "grid": str(GRID), "ours": str(OURS), "target": f"best final test NLL of any method + {NLL_MARGIN}",
                 **_report.machine_settings(common.close_machine_info(machine))}  # fmt: skip
+    if runs_settings:  # a merge: the machine and load of each run, not of the merge
+        settings = {"merged from": ", ".join(str(p.name) for p in args.merge), "grid": str(GRID), "ours": str(OURS),
+                    "target": settings["target"],
+                    **{f"run {i + 1}: {k}": v for i, rs in enumerate(runs_settings) for k, v in rs.items()
+                       if k not in ("grid", "ours", "target")}}  # fmt: skip
     _report.write_report(out, args.out_name, {"results": records, "grid": GRID, "problems": PROBLEMS},
                          "Learned fits at scale: the one-call fit against SVGP, NGD and LargeBatch + Adam",
                          settings, tables(records))  # fmt: skip
