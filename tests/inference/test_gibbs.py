@@ -336,6 +336,42 @@ def test_predict_pairs_each_draw_with_its_sampled_likelihood_constant():
     assert torch.allclose(pred.y_mean, torch.stack(per_draw).mean(0), rtol=1e-10, atol=1e-12)
 
 
+def test_predict_takes_draws_with_equal_recorded_constants_together(monkeypatch):
+    """Draws whose recorded constants are equal share one call of ``likelihood.marginal`` (a constant recorded but
+    held cost one call per draw before); draws with their own values still get one call each, and both give the
+    per-draw average."""
+    x, _ = classification_data(15, seed=4)
+    y = torch.poisson(3.0 * torch.sigmoid(torch.sin(2 * x[:, 0])), generator=torch.Generator().manual_seed(4))
+    likelihood = PoissonLogitLikelihood(rate_scale=3.0, rate_scale_prior=(2.0, 0.5))
+    samples = GibbsSampler(PlainGP(), likelihood, x, y).sample(6, warmup=5, num_chains=3, seed=1, progress=False)
+    calls = []
+    marginal = PoissonLogitLikelihood.marginal
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return marginal(self, *args, **kwargs)
+
+    monkeypatch.setattr(PoissonLogitLikelihood, "marginal", counted)
+    x_new = torch.linspace(0, 4, 5).unsqueeze(-1)
+    varied = samples.predict(x_new, joint=False)
+    assert len(calls) == 18  # every draw has its own rate scale
+    xi = samples.hyperparameters["rate_scale"]
+    held = torch.full_like(xi, 3.0)
+    held[1, 2:] = 2.0  # two runs of equal values in chain order: draws 0-7 at 3, 8-11 at 2, 12-17 at 3
+    samples.hyperparameters["rate_scale"] = held
+    calls.clear()
+    grouped = samples.predict(x_new, joint=False)
+    assert len(calls) == 3
+    samples.hyperparameters["rate_scale"] = xi
+    calls.clear()
+    assert torch.equal(samples.predict(x_new, joint=False).y_mean, varied.y_mean) and len(calls) == 18
+    assert torch.equal(grouped.f_mean, varied.f_mean)  # the conditionals do not depend on the constants
+    one_at_a_time = samples.predict(x_new, joint=False, chunk_size=1)  # (the values as recorded: varied)
+    assert torch.allclose(one_at_a_time.y_mean, varied.y_mean, rtol=1e-12)
+    samples.hyperparameters["rate_scale"] = held
+    assert torch.allclose(samples.predict(x_new, joint=False, chunk_size=1).y_mean, grouped.y_mean, rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------- (c) inducing points
 def test_inducing_sampler_with_z_equal_x_reproduces_exact_sampler():
     """Z = X: the projected-process sampler is the exact sampler. With the whitened update and the same seed the

@@ -331,9 +331,9 @@ class PosteriorSamples:
             point (``False``: nothing is factorised). Only ``f_draws`` depends on it: ``f_mean``, ``f_var``,
             ``y_mean`` and ``y_probs`` are computed from the per-point conditionals either way, so pass
             ``joint=False`` when only they are wanted (cheaper for large :math:`N_*`, and it cannot fail).
-        :param chunk_size: draws per call of ``likelihood.marginal`` (default: about :math:`2^{20}/N_*`); one draw
-            per call when the likelihood's constants were sampled (:attr:`hyperparameters`), each draw with its own
-            values.
+        :param chunk_size: draws per call of ``likelihood.marginal`` (default: about :math:`2^{20}/N_*`); where the
+            likelihood's constants were recorded (:attr:`hyperparameters`), a call takes only consecutive draws with
+            equal values (one draw per call where they were sampled), each with its own values.
         :param kwargs: per-datum keyword data of the likelihood at ``x_new`` (e.g. binomial ``trials``), passed to
             ``likelihood.marginal``.
         :raises ValueError: for a ``chunk_size`` that is not a positive integer.
@@ -474,26 +474,30 @@ class PosteriorSamples:
     ) -> tuple[Tensor | None, Tensor | None]:
         """The mean and probabilities of ``likelihood.marginal`` averaged over the draws, in chunks of draws.
 
-        With sampled likelihood constants (:attr:`hyperparameters`, ``(C, S, *shape)``) every draw is paired with its
-        own values, one draw at a time, because a likelihood's marginal need not broadcast a batch of constants
-        against a batch of predictive distributions. ``var`` is shared by the draws ``(T, n)`` or per draw (sampled
-        prior hyper-parameters, ``(draws, T, n)``)."""
+        With recorded likelihood constants (:attr:`hyperparameters`, ``(C, S, *shape)``) every draw is paired with
+        its own values: a chunk holds consecutive draws whose values are all equal (a constant recorded but held, e.g.
+        the heteroscedastic likelihoods' ``max_precision``, gives whole chunks), because a likelihood's marginal need
+        not broadcast a batch of constants against a batch of predictive distributions. ``var`` is shared by the
+        draws ``(T, n)`` or per draw (sampled prior hyper-parameters, ``(draws, T, n)``)."""
         target = self.target
         if target.likelihood.linear_observations:  # an observation reads several points: no per-point predictive
             return None, None
         n_draws, n_new = means.shape[0], means.shape[-1]
         prior_names = set(self.prior_parameter_names())
         constants = {k: v for k, v in self.hyperparameters.items() if k not in prior_names}
-        chunk = 1 if constants else chunk_size or max(1, (1 << 20) // max(1, n_new * target.num_latents))
+        chunk = chunk_size or max(1, (1 << 20) // max(1, n_new * target.num_latents))
         y_mean_sum, y_probs_sum, has_mean = None, None, True
         constants = {k: v.reshape((n_draws,) + tuple(v.shape[2:])) for k, v in constants.items()}
         per_draw = var.dim() == means.dim()
-        for start in range(0, n_draws, chunk):
-            var_chunk = var[start : start + chunk] if per_draw else var
+        start = 0
+        while start < n_draws:
+            stop = start + _equal_run(constants, start, min(start + chunk, n_draws))
+            var_chunk = var[start:stop] if per_draw else var
             with target.constants({k: v[start] for k, v in constants.items()}):
                 y_mean_sum, y_probs_sum, has_mean = self._accumulate_marginal(
-                    means[start : start + chunk], var_chunk, kwargs, y_mean_sum, y_probs_sum, has_mean
+                    means[start:stop], var_chunk, kwargs, y_mean_sum, y_probs_sum, has_mean
                 )
+            start = stop
         y_mean = y_mean_sum / n_draws if has_mean and y_mean_sum is not None else None
         y_probs = y_probs_sum / n_draws if y_probs_sum is not None else None
         return y_mean, y_probs
@@ -530,3 +534,12 @@ class PosteriorSamples:
             part = probs.sum(0)
             y_probs_sum = part if y_probs_sum is None else y_probs_sum + part
         return y_mean_sum, y_probs_sum, has_mean
+
+
+def _equal_run(constants: Mapping[str, Tensor], start: int, stop: int) -> int:
+    """How many of the draws ``start, ..., stop - 1`` in a row, from ``start``, have the values of draw ``start`` in
+    every tensor of ``constants`` (``(draws, *shape)``): at least one."""
+    if not constants:
+        return stop - start
+    equal = [(v[start:stop] == v[start]).reshape(stop - start, -1).all(-1) for v in constants.values()]
+    return int(torch.stack(equal).all(0).cumprod(0).sum())
