@@ -78,7 +78,7 @@ from .inference import GibbsSampler, PosteriorSamples
 from .inference.mcmc.prior_parameters import PriorParameters
 from .likelihoods import BernoulliLogitLikelihood, PairwiseLogitLikelihood
 from .models import GPPrior
-from .preference import default_covar_module
+from .preference import ComparisonSizes, default_covar_module
 
 __all__ = [
     "FullyBayesianAugmentedClassifier",
@@ -460,7 +460,7 @@ class FullyBayesianAugmentedClassifier(FullyBayesianAugmentedModel):
         return marginal.probs.mean(MCMC_DIM + 1)
 
 
-class FullyBayesianPairwiseGP(FullyBayesianAugmentedModel):
+class FullyBayesianPairwiseGP(ComparisonSizes, FullyBayesianAugmentedModel):
     r"""A fully Bayesian GP preference model as a BoTorch model: :math:`p(x_a \succ x_b \mid f) =
     \sigma(f(x_a) - f(x_b))`, :math:`f \sim \mathcal{GP}(0, k_\theta)` with the kernel's hyper-parameters
     :math:`\theta` under their priors and sampled with :math:`f` by the Pólya-Gamma Gibbs sampler (comparisons are
@@ -518,21 +518,6 @@ class FullyBayesianPairwiseGP(FullyBayesianAugmentedModel):
             "datapoints",
         )
         self.datapoints, self.comparisons = datapoints, comparisons.long()
-
-    @property
-    def dim(self) -> int:
-        """The number of input dimensions."""
-        return int(self.datapoints.shape[-1])
-
-    @property
-    def n(self) -> int:
-        """The number of datapoints."""
-        return int(self.datapoints.shape[-2])
-
-    @property
-    def m(self) -> int:
-        """The number of comparisons."""
-        return int(self.comparisons.shape[-2])
 
     def _sampler_data(self) -> tuple[Any, Tensor, dict[str, Tensor]]:
         ones = torch.ones(self.m, dtype=DTYPE, device=self.datapoints.device)  # the winner comes first

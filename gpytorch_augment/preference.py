@@ -45,6 +45,29 @@ class _UtilityGP(gpytorch.models.ApproximateGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
+class ComparisonSizes:
+    """The sizes of a preference model's data, named as BoTorch's ``PairwiseGP`` names them: ``dim`` (inputs),
+    ``n`` (datapoints, ``(n, d)``) and ``m`` (comparisons, ``(m, 2)``)."""
+
+    datapoints: Tensor
+    comparisons: Tensor
+
+    @property
+    def dim(self) -> int:
+        """The number of input dimensions ``d``."""
+        return int(self.datapoints.shape[-1])
+
+    @property
+    def n(self) -> int:
+        """The number of datapoints."""
+        return int(self.datapoints.shape[-2])
+
+    @property
+    def m(self) -> int:
+        """The number of comparisons."""
+        return int(self.comparisons.shape[-2])
+
+
 def default_covar_module(dim: int) -> gpytorch.kernels.Kernel:
     r"""The default kernel, BoTorch's ``PairwiseGP``'s: a scaled RBF kernel with one lengthscale per input dimension
     (initial value the prior's mode, 0.52), a :math:`\mathrm{Ga}(2.4, 2.7)` prior on the lengthscales and a
@@ -147,7 +170,7 @@ class _ExactState:
         return self.L, self.mean_v(), tri_solve(self.LB, eye).mT
 
 
-class PairwiseAugmentedGP(Model, GP):
+class PairwiseAugmentedGP(ComparisonSizes, Model, GP):
     r"""A Gaussian-process preference model, :math:`p(x_a \succ x_b \mid f) = \sigma(f(x_a) - f(x_b))`, fitted by
     closed-form CAVI on its Pólya-Gamma augmentation (:class:`~gpytorch_augment.PairwiseLogitLikelihood`), with
     the interface of BoTorch's ``PairwiseGP``: ``input_transform=``, ``set_train_data``,
@@ -282,21 +305,6 @@ class PairwiseAugmentedGP(Model, GP):
         self._state = None
         if self.sparse:
             self.cavi = CAVI(self.gp, self.likelihood, num_data=max(int(comparisons.shape[0]), 1))
-
-    @property
-    def dim(self) -> int:
-        """The number of input dimensions ``d``."""
-        return int(self.datapoints.shape[-1])
-
-    @property
-    def n(self) -> int:
-        """The number of datapoints."""
-        return int(self.datapoints.shape[-2])
-
-    @property
-    def m(self) -> int:
-        """The number of comparisons."""
-        return int(self.comparisons.shape[-2])
 
     @property
     def num_outputs(self) -> int:
