@@ -28,10 +28,11 @@ PORTABLE_TESTS := tests/test_regression_pins.py tests/test_numerics.py tests/dis
 
 .PHONY: install install-bench demo test test-fast test-portable bench docs gpu-check
 
-# Everything: the whole suite, slow tier included, then the portable-kernel pass.
+# Everything: the whole suite, slow tier included (spread over the machine's cores by pytest-xdist: every test is
+# seeded on its own, so the order does not matter), then the portable-kernel pass.
 test: install
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto
 	$(MAKE) --no-print-directory test-portable
 
 # Everyday work: the suite without the slow tier (Geweke batteries, notebooks, the Sphinx build, multi-process runs,
