@@ -44,6 +44,7 @@ from torch import Tensor
 from gpytorch_augment.inference import GibbsSampler
 from gpytorch_augment.inference.gibbs import HyperparameterGibbsKernel
 from gpytorch_augment.inference.mcmc import ChainState, MCMCKernel, PosteriorTarget
+from gpytorch_augment.inference.mcmc.prior_parameters import PriorParameters
 from gpytorch_augment.inference.mcmc.target import conditional_variances
 from gpytorch_augment.likelihoods import AugmentedLikelihood
 from gpytorch_augment.models import GPPrior
@@ -206,21 +207,17 @@ def geweke_z(
     # marginal-conditional reference
     f_ref = prior_draws(num_reference)
     ref = _test_functions(f_ref, targets(f_ref), T)
-    ref_mean, ref_se = ref.mean(0), ref.std(0) / math.sqrt(ref.shape[0])
 
     # successive-conditional simulator, chains vectorised
     f = prior_draws(num_chains)
     y = targets(f)
-    total = torch.zeros_like(ref_mean.expand(num_chains, -1))
+    total = torch.zeros_like(ref[0].expand(num_chains, -1))
     for sweep in range(num_sweeps):
         f = sampler.sweep(f, y=y, generator=g).f
         y = targets(f)
         if sweep >= burn_in:
             total += _test_functions(f, y, T)
-    chain_means = total / (num_sweeps - burn_in)
-    sc_mean, sc_se = chain_means.mean(0), chain_means.std(0) / math.sqrt(num_chains)
-    diff, se = sc_mean - ref_mean, (sc_se**2 + ref_se**2).sqrt()
-    return torch.where(se > 0, diff / se, torch.where(diff == 0, 0.0, math.inf))
+    return _z_scores(ref, total / (num_sweeps - burn_in))
 
 
 def violation_geweke(case: LikelihoodCase, z_tol: float = Z_TOL, **kwargs) -> dict[str, float]:
@@ -292,6 +289,39 @@ def _prior_draws(
     return out
 
 
+def _latent_prior_draws(
+    params: PriorParameters, theta: Tensor, x: Tensor, Z: Tensor | None, jitter: float, g: torch.Generator
+) -> Tensor:
+    r"""One draw of the latents ``(n, T, N)`` at each of the ``n`` raw hyper-parameter vectors ``theta``: from the
+    exact prior :math:`\mathcal N(\mu_\theta, K_\theta + \epsilon I)`, or (inducing inputs ``Z``) from the
+    inducing-point prior of :func:`geweke_z_hyperparameters`."""
+    if Z is None:
+        mean, covar, _ = params.evaluate(theta, log_prior=False)
+        eye = torch.eye(covar.shape[-1], dtype=covar.dtype)
+        L = torch.linalg.cholesky((covar + covar.mT) / 2 + jitter * eye)
+        eps = torch.randn(mean.shape, generator=g, dtype=mean.dtype)
+        return mean + (L @ eps.unsqueeze(-1)).squeeze(-1)
+    M = Z.shape[-2]
+    mean, covar, _ = params.evaluate(theta, torch.cat([Z, x]), log_prior=False)
+    eye = torch.eye(M, dtype=covar.dtype)
+    L = torch.linalg.cholesky((covar[..., :M, :M] + covar[..., :M, :M].mT) / 2 + jitter * eye)
+    A = torch.linalg.solve_triangular(L, covar[..., :M, M:], upper=False)
+    d = conditional_variances(covar[..., M:, M:].diagonal(dim1=-2, dim2=-1), A.square().sum(-2), jitter)
+    v = torch.randn(mean[..., :M].shape, generator=g, dtype=mean.dtype)
+    eps = torch.randn(mean[..., M:].shape, generator=g, dtype=mean.dtype)
+    return mean[..., M:] + (v.unsqueeze(-2) @ A).squeeze(-2) + d.sqrt() * eps
+
+
+def _z_scores(reference: Tensor, chain_means: Tensor) -> Tensor:
+    """Geweke's z per test function: the successive-conditional chains' mean (``chain_means``, one row per chain)
+    against the marginal-conditional draws' (``reference``, one row per draw), over their combined standard
+    error; 0 where both agree exactly and infinite where only the standard error vanishes."""
+    ref_mean, ref_se = reference.mean(0), reference.std(0) / math.sqrt(reference.shape[0])
+    sc_mean, sc_se = chain_means.mean(0), chain_means.std(0) / math.sqrt(chain_means.shape[0])
+    diff, se = sc_mean - ref_mean, (sc_se**2 + ref_se**2).sqrt()
+    return torch.where(se > 0, diff / se, torch.where(diff == 0, 0.0, math.inf))
+
+
 def geweke_z_hyperparameters(
     likelihood: AugmentedLikelihood,
     sample_targets: Callable[..., Tensor],
@@ -355,22 +385,7 @@ def geweke_z_hyperparameters(
 
     def joint_draws(n: int) -> tuple[Tensor, Tensor, Tensor]:
         theta = params.from_constrained(_prior_draws(n, g, HYPER_PRIORS, shapes), n)
-        if Z is None:
-            mean, covar, _ = params.evaluate(theta, log_prior=False)
-            eye = torch.eye(covar.shape[-1], dtype=covar.dtype)
-            L = torch.linalg.cholesky((covar + covar.mT) / 2 + jitter * eye)
-            eps = torch.randn(mean.shape, generator=g, dtype=mean.dtype)
-            f = mean + (L @ eps.unsqueeze(-1)).squeeze(-1)  # (n, T, N)
-        else:
-            M = Z.shape[-2]
-            mean, covar, _ = params.evaluate(theta, torch.cat([Z, x]), log_prior=False)
-            eye = torch.eye(M, dtype=covar.dtype)
-            L = torch.linalg.cholesky((covar[..., :M, :M] + covar[..., :M, :M].mT) / 2 + jitter * eye)
-            A = torch.linalg.solve_triangular(L, covar[..., :M, M:], upper=False)
-            d = conditional_variances(covar[..., M:, M:].diagonal(dim1=-2, dim2=-1), A.square().sum(-2), jitter)
-            v = torch.randn(mean[..., :M].shape, generator=g, dtype=mean.dtype)
-            eps = torch.randn(mean[..., M:].shape, generator=g, dtype=mean.dtype)
-            f = mean[..., M:] + (v.unsqueeze(-2) @ A).squeeze(-2) + d.sqrt() * eps
+        f = _latent_prior_draws(params, theta, x, Z, jitter, g)  # (n, T, N)
         f = f[:, 0] if T == 1 else f  # storage layout
         return theta, f, targets(f)
 
@@ -382,12 +397,11 @@ def geweke_z_hyperparameters(
 
     theta, f, y = joint_draws(num_reference)
     ref = test_functions(theta, f, y)
-    ref_mean, ref_se = ref.mean(0), ref.std(0) / math.sqrt(ref.shape[0])
 
     theta, f, y = joint_draws(num_chains)
     state = ChainState(f=f, hyper=params.constrained(theta), coordinates=theta.unsqueeze(0))
     chains = kernel.end_warmup(kernel.init(target.from_storage(f, None), target.checked_targets(y), state, 0))
-    total = torch.zeros_like(ref_mean.expand(num_chains, -1))
+    total = torch.zeros_like(ref[0].expand(num_chains, -1))
     for sweep in range(num_sweeps):
         chains = kernel.step(chains, g, adapt=False)
         f = target.to_storage(chains.f)
@@ -395,7 +409,4 @@ def geweke_z_hyperparameters(
         chains = chains._replace(y=target.checked_targets(y))
         if sweep >= burn_in:
             total += test_functions(chains.theta, f, y)
-    chain_means = total / (num_sweeps - burn_in)
-    sc_mean, sc_se = chain_means.mean(0), chain_means.std(0) / math.sqrt(num_chains)
-    diff, se = sc_mean - ref_mean, (sc_se**2 + ref_se**2).sqrt()
-    return torch.where(se > 0, diff / se, torch.where(diff == 0, 0.0, math.inf))
+    return _z_scores(ref, total / (num_sweeps - burn_in))
