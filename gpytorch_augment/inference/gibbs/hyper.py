@@ -39,48 +39,23 @@ optional: after step 2 the old :math:`f` belongs to the old :math:`\theta`, and 
 :math:`\theta`) samples a wrong joint; the Geweke test of ``tests/inference/test_sampled_hyperparameters.py`` fails
 on exactly that variant.
 
-**Inducing points** (``target.is_sparse``). The model sampled is the inducing-point prior at every :math:`\theta`:
-:math:`u = \mu_Z + L_Z v`, :math:`v \sim \mathcal N(0, I)`, :math:`L_Z = \mathrm{chol}(K_{ZZ} + \epsilon I)`, and
-independently :math:`f_i \mid u \sim \mathcal N(m_i, d_i)`, :math:`m_i = \mu_i + a_i^\top v`,
-:math:`A = L_Z^{-1}K_{ZX}` (M x N), :math:`d_i = \max(k_{ii} - \lVert a_i\rVert^2 - \epsilon, 0)`
-(:func:`~gpytorch_augment.inference.mcmc.target.conditional_variances`; FITC's prior, the one the target's
-``initial_f`` draws from). The inducing inputs are fixed, not sampled. Given :math:`\Omega` both :math:`f` and
-:math:`u` integrate out. Per datum, completing the square in :math:`f_i` (precision
-:math:`P = 1/d_i + \lambda_i = (1 + \lambda_i d_i)/d_i`, linear coefficient :math:`m_i/d_i + h_i`):
+**Inducing points** (``target.is_sparse``). The model sampled is the inducing-point prior at every :math:`\theta`
+(:math:`u = \mu_Z + L_Z v`, :math:`f_i \mid u \sim \mathcal N(m_i, d_i)`, FITC's prior, the inducing inputs fixed).
+Given :math:`\Omega` both :math:`f` and :math:`u` integrate out: each datum's tilt becomes
+:math:`e^{c_i} e^{\tilde h_i m_i - \frac12\tilde\lambda_i m_i^2}` with :math:`\tilde h_i = h_i/(1 + \lambda_i d_i)`,
+:math:`\tilde\lambda_i = \lambda_i/(1 + \lambda_i d_i)` (:func:`~gpytorch_augment.core.noisy_tilts`), whose constant
+:math:`c_i` depends on :math:`\theta` through :math:`d_i` and must stay in the density; step 3 draws :math:`v`, then
+each :math:`f_i` from its tilted conditional (:func:`~gpytorch_augment.core.tilted_conditional`). The chains record
+:math:`u` at their own :math:`\theta` (``ChainState.u``).
 
-.. math::
-    \int \mathcal N(f_i \mid m_i, d_i)\, e^{h_i f_i - \frac12\lambda_i f_i^2}\, df_i
-    = (d_iP)^{-\frac12} e^{\frac{(m_i/d_i + h_i)^2}{2P} - \frac{m_i^2}{2d_i}}
-    = e^{c_i}\, e^{\tilde h_i m_i - \frac12\tilde\lambda_i m_i^2},
+**Latent blocks** (``target.blocks``, e.g. the heteroscedastic likelihoods). For each block :math:`b` in turn: step 1;
+step 2 on :math:`p(\theta \mid \Omega, f_{-b}, y)`, the other latents' prior density at their current values
+(:func:`~gpytorch_augment.core.gaussian_log_density`) times block :math:`b`'s collapsed marginal; step 3 for
+:math:`f_b` only -- a valid partially collapsed Gibbs step per block. Inducing points with latent blocks are refused
+(the other blocks' density has no :math:`O(NM^2)` form there).
 
-:math:`\tilde h_i = h_i/(1 + \lambda_i d_i)`, :math:`\tilde\lambda_i = \lambda_i/(1 + \lambda_i d_i)`,
-:math:`c_i = \frac{h_i^2 d_i}{2(1 + \lambda_i d_i)} - \frac12\log(1 + \lambda_i d_i)` (at :math:`d_i = 0` the tilt
-itself), so :math:`p(\theta \mid \Omega, y) \propto p(\theta)\, e^{\sum_i c_i}\, Z(\theta)` with :math:`Z` the
-collapsed marginal above for :math:`(A, \mu_X)` and the tilts :math:`(\tilde h, \tilde\lambda)`
-(:func:`~gpytorch_augment.core.collapsed_log_marginal` with ``d``; :math:`B` is M x M). :math:`c_i` depends on
-:math:`\theta` through :math:`d_i`: dropping it samples a wrong :math:`\theta` (the Geweke test fails). Step 3 draws
-:math:`v \sim \mathcal N(B^{-1}b, B^{-1})` from the same factorisation, then
-:math:`f_i \sim p(f_i \mid u, \Omega) = \mathcal N\big(\frac{m_i + h_i d_i}{1 + \lambda_i d_i},
-\frac{d_i}{1 + \lambda_i d_i}\big)` (:func:`~gpytorch_augment.core.tilted_conditional`), the full conditional. So the
-chain is the exact partially collapsed Gibbs sampler of :math:`p(\theta, u, f \mid y)` in this model -- not the
-fixed-:math:`\theta` inducing-point sweep, whose :math:`f_i \sim p(f_i \mid u)` ignores the tilt and whose ``alpha``
-does not apply here. The chains record :math:`u = \mu_Z + L_Z v` at their own :math:`\theta` (``ChainState.u``).
-
-**Latent blocks** (``target.blocks``, e.g. the heteroscedastic likelihoods). :math:`\Omega` is redrawn before each
-block and a block's tilts depend on the other blocks' latents, so :math:`f` does not integrate out jointly. For each
-block :math:`b` in turn: step 1; step 2 on
-
-.. math::
-    p(\theta \mid \Omega, f_{-b}, y) \propto p(\theta) \prod_{t \notin b}
-    \mathcal N(f_t \mid \mu_{\theta,t}, K_{\theta,t} + \epsilon I)\ Z_b(\theta),
-
-the other latents' prior density at their current values (independent latents: the prior factorises over
-:math:`t`; :func:`~gpytorch_augment.core.gaussian_log_density` with the factor :math:`L_{\theta,t}` already computed
-for the proposal) times block :math:`b`'s collapsed marginal with its tilts; step 3 for :math:`f_b` only. Steps 2 and
-3 leave :math:`p(\theta, f_b \mid \Omega, f_{-b}, y)` invariant by the argument above with :math:`f_{-b}` fixed: a
-valid partially collapsed Gibbs step per block. (A block whose tilt is collapsed over part of :math:`\Omega`, as the
-heteroscedastic mean block is, samples that part too and discards it; the next block's step 1 redraws it.) Inducing
-points with latent blocks are refused: the other blocks' density has no :math:`O(NM^2)` form there.
+The derivations of both, and why each order is valid: :doc:`/maths/engines` ("Sampling the prior's
+hyper-parameters").
 
 **Cost.** An HMC move takes :math:`\lceil uT/\varepsilon\rceil` leapfrog steps, each one factorisation of
 :math:`I + SK_\theta S` and one vector-Jacobian product through the prior's mean and kernel, then the two
