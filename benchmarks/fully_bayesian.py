@@ -295,12 +295,14 @@ def _ours_arrays(samples: Any, T: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([ls, os_], -1), f
 
 
-def run_ours(p: Problem, lik: Any, mean: list[float], warmup: int, draws: int, seed: int) -> Run:
-    """``GibbsSampler(..., sample_hyperparameters=True)``, 4 chains; the end-to-end clock includes building the
-    sampler."""
+def run_ours(p: Problem, lik: Any, mean: list[float], warmup: int, draws: int, seed: int,
+             surrogate: bool = False) -> Run:  # fmt: skip
+    """``GibbsSampler(..., sample_hyperparameters=True)``, 4 chains (``surrogate``: with the surrogate-data move);
+    the end-to-end clock includes building the sampler."""
     start = start_point(p)
     t0 = time.perf_counter()
     sampler = GibbsSampler(gp_prior(p, mean, start), lik, p.x, p.y, jitter=JITTER, sample_hyperparameters=True)
+    sampler.kernel.surrogate = surrogate
     first = sampler.sample(draws, warmup=warmup, num_chains=CHAINS, seed=seed, progress=False)
     e2e = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -431,9 +433,11 @@ def summarise(run: Run, p: Problem, lik: Any, mean: list[float], predict_draws: 
             "extra": run.extra}  # fmt: skip
 
 
-def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = True) -> dict[str, Any]:
+def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = True,
+             surrogate: bool = False) -> dict[str, Any]:  # fmt: skip
     """One problem at one size: the MAP fit, then ours, NumPyro sequential, NumPyro vectorised (interleaved in one
-    process, one after the other); ``peers=False``: the MAP fit and ours only (no ratios)."""
+    process, one after the other); ``peers=False``: the MAP fit and ours only (no ratios); ``surrogate``: ours with
+    the surrogate-data move too (``ours_surrogate``, after ours; the ratios stay those of ours' default)."""
     p = load_problem(key, n, seed)
     fit = map_fit(p)
     lik = likelihood(p, fit["constants"])
@@ -444,11 +448,14 @@ def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = Tru
     W, S = cfg["warmup"], cfg["draws"]
     methods = {
         "ours": lambda: run_ours(p, lik, fit["mean"], W, S, seed),
+        "ours_surrogate": lambda: run_ours(p, lik, fit["mean"], W, S, seed, surrogate=True),
         "numpyro_sequential": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "sequential"),
         "numpyro_vectorized": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "vectorized"),
     }
+    if not surrogate:
+        del methods["ours_surrogate"]
     if not peers:
-        methods = {"ours": methods["ours"]}
+        methods = {k: v for k, v in methods.items() if k.startswith("ours")}
     runs = {}
     for name, fn in methods.items():
         runs[name] = summarise(fn(), p, lik, fit["mean"], cfg["predict_draws"])
@@ -482,6 +489,7 @@ def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- report
 LABELS = {
     "ours": "Gibbs + HMC θ (ours)",
+    "ours_surrogate": "Gibbs + HMC θ + surrogate move (ours, surrogate=True)",
     "numpyro_sequential": "NumPyro NUTS [sequential]",
     "numpyro_vectorized": "NumPyro NUTS [vectorized]",
 }
@@ -577,6 +585,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--pilot", action="store_true", help="pilot run: PILOT_SEED, output to $TMPDIR")
     parser.add_argument("--no-peers", action="store_true",
                         help="the MAP fit and ours only (sizes where NumPyro's NUTS does not fit the time available)")
+    parser.add_argument("--surrogate", action="store_true",
+                        help="also run ours with the surrogate-data move (ours_surrogate)")
     parser.add_argument(
         "--merge",
         type=Path,
@@ -606,7 +616,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for n in sizes:
         for key in args.only or list(PROBLEMS):
             try:
-                cases.append(run_case(key, n, seed, cfg, peers=not args.no_peers))
+                cases.append(run_case(key, n, seed, cfg, peers=not args.no_peers, surrogate=args.surrogate))
                 part = common.output_dir(args.output_dir, args.quick or args.pilot) / "fully_bayesian_cases"
                 part.mkdir(parents=True, exist_ok=True)  # every finished case at once: a cut run keeps them
                 (part / f"{key}_{n}.json").write_text(json.dumps(_report._jsonable(cases[-1])) + "\n")

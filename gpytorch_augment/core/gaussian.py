@@ -215,6 +215,12 @@ class WhitenedGaussian(NamedTuple):
             t = mean_weight * t
         return tri_solve(self.C, t.unsqueeze(-1)).squeeze(-1)
 
+    def noise_of(self, v: Tensor) -> Tensor:
+        r"""The :math:`\varepsilon` whose pathwise :meth:`draw` is ``v``: :math:`C v - C^{-\top}\theta_1` (one
+        triangular solve and one product)."""
+        t = tri_solve(self.C.mT, self.theta1.unsqueeze(-1), upper=True).squeeze(-1)
+        return (self.C @ v.unsqueeze(-1)).squeeze(-1) - t
+
     def log_normalizer(self) -> Tensor:
         r"""The log normaliser of the tilted standard normal whose natural parameters these are,
 

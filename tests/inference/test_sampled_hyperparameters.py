@@ -244,18 +244,50 @@ def test_geweke_detects_the_missing_f_redraw(inducing, num_chains):
     assert z.abs().max() > 3 * Z_TOL, z
 
 
-@pytest.mark.parametrize("theta_sampler", ["hmc", "slice"])
-def test_geweke_quick(theta_sampler):
-    """A small Geweke run in the fast tier (400 chains x 60 transitions), θ by HMC and by the slice move: the exact
-    kernel passes, the broken one already fails."""
+@pytest.mark.parametrize("theta_sampler, surrogate", [("hmc", True), ("slice", True), ("hmc", False)])
+def test_geweke_quick(theta_sampler, surrogate):
+    """A small Geweke run in the fast tier (400 chains x 60 transitions), θ by HMC and by the slice move, with and
+    without the surrogate-data move: the exact kernel passes, the broken one already fails."""
     case = BERNOULLI_CASE
+    kw = {"theta_sampler": theta_sampler, "surrogate": surrogate}
     z = geweke_z_hyperparameters(case.make(), case.sample_targets, num_chains=400, num_sweeps=60, burn_in=10,
-                                 num_reference=20_000,
-                                 kernel_cls=lambda t: HyperparameterGibbsKernel(t, theta_sampler=theta_sampler))
+                                 num_reference=20_000, kernel_cls=lambda t: HyperparameterGibbsKernel(t, **kw))
     assert z.abs().max() <= Z_TOL, z
     z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, num_chains=400, num_sweeps=60, burn_in=10,
-                                        num_reference=20_000,
-                                        kernel_cls=lambda t: FRedrawSkipped(t, theta_sampler=theta_sampler))
+                                        num_reference=20_000, kernel_cls=lambda t: FRedrawSkipped(t, **kw))
+    assert z_broken.abs().max() > Z_TOL, z_broken
+
+
+class SurrogateMoveOnly(HyperparameterGibbsKernel):
+    """The surrogate-data move of (θ, f) as the whole transition (Ω never read): on its own it must leave the
+    posterior invariant."""
+
+    def __init__(self, target, **kwargs):
+        super().__init__(target, surrogate=True, **kwargs)
+
+    def step(self, chains, generator, adapt):
+        return self.surrogate_step(chains, generator, adapt)
+
+
+class SurrogateMarginalDropped(SurrogateMoveOnly):
+    """A deliberately wrong surrogate-data move: θ moved on p(θ) p(y | f_θ), without the surrogate data's marginal
+    N(g | μ_θ, K_θ + S). (Dropping p(y | f_θ) instead would leave the *prior* invariant, which Geweke's test cannot
+    tell from the posterior: the brute-force tests catch that one.)"""
+
+    def _collapsed(self, mean, A, log_prior, ok, h, lam, d=None, others=None):
+        log_p, q = super()._collapsed(mean, A, log_prior, ok, h, lam, d, others)
+        log_z = log_p - log_prior
+        return torch.where(torch.isfinite(log_z), log_p - log_z, log_p), q
+
+
+@pytest.mark.parametrize("case", [BERNOULLI_CASE, STUDENT_T], ids=lambda case: case.name)
+def test_geweke_quick_surrogate_move(case):
+    """The surrogate-data move alone as the transition (Bernoulli, Student-t; 400 chains x 60 transitions) passes;
+    without the surrogate data's marginal it fails."""
+    kw = {"num_chains": 400, "num_sweeps": 60, "burn_in": 10, "num_reference": 20_000}
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, SurrogateMoveOnly, **kw)
+    assert z.abs().max() <= Z_TOL, z
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, SurrogateMarginalDropped, **kw)
     assert z_broken.abs().max() > Z_TOL, z_broken
 
 
@@ -335,13 +367,16 @@ def _brute_force_log_lengthscale(likelihood, y, outputscale, jitter, grid=241, n
 
 
 @pytest.mark.parametrize(
-    "name, theta_sampler", [*((name, "hmc") for name in BF_CASES), ("bernoulli", "slice")], ids=lambda v: str(v)
-)
-def test_lengthscale_posterior_against_brute_force(name, theta_sampler):
+    "name, theta_sampler, surrogate",
+    [*((name, "hmc", False) for name in BF_CASES), ("bernoulli", "slice", False),
+     *((name, "hmc", True) for name in ("poisson", "student_t"))],
+    ids=lambda v: str(v),
+)  # fmt: skip
+def test_lengthscale_posterior_against_brute_force(name, theta_sampler, surrogate):
     make, y, outputscale = BF_CASES[name]
     likelihood, y = make(), torch.tensor(y, dtype=torch.float64)
     sampler = GibbsSampler(_lengthscale_only_prior(outputscale), likelihood, BF_X, y, sample_hyperparameters=True)
-    sampler.kernel.theta_sampler = theta_sampler
+    sampler.kernel.theta_sampler, sampler.kernel.surrogate = theta_sampler, surrogate
     assert [p.name for p in sampler.kernel.hyperparameters.parameters] == [LENGTHSCALE]
     u, density, _ = _brute_force_log_lengthscale(likelihood, y, outputscale, sampler.target.jitter)
     true_mean = float(torch.trapezoid(density * u, u))
@@ -430,6 +465,15 @@ def test_unsupported_options_are_refused():
         HyperparameterGibbsKernel(target, theta_sampler="nuts")
     with pytest.raises(ValueError, match="max_steps must be a positive integer"):
         HyperparameterGibbsKernel(target, max_steps=0)
+    with pytest.raises(ValueError, match="surrogate must be True or False"):
+        HyperparameterGibbsKernel(target, surrogate=None)
+    sparse_target = PosteriorTarget(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4])
+    with pytest.raises(ValueError, match="surrogate=True needs the exact model"):
+        HyperparameterGibbsKernel(sparse_target, surrogate=True)
+    sparse = GibbsSampler(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4], sample_hyperparameters=True)
+    sparse.kernel.surrogate = True  # set after construction: refused when a run starts
+    with pytest.raises(ValueError, match="surrogate=True needs the exact model"):
+        sparse.sample(2, warmup=0, num_chains=2, seed=0, progress=False)
     sampler = posterior_sampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
     assert isinstance(sampler, GibbsSampler) and isinstance(sampler.kernel, HyperparameterGibbsKernel)
 
@@ -474,6 +518,26 @@ def test_resume_continues_bit_for_bit(run):
     assert torch.equal(sampler.resume(restored, 10, progress=False).f, whole.f)
     joined = PosteriorSamples.cat([samples, samples], dim="chain")
     assert joined.last_state().hyper[LENGTHSCALE].shape == (6, 1, 1)
+
+
+def test_surrogate_move_runs_adapts_and_resumes_bit_for_bit():
+    """With the surrogate-data move: its noise S and width are adapted in warm-up, kept in the last state
+    (``ChainState.tuning``, through ``state_dict``), and a resumed run continues bit for bit."""
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        x, y = _data()
+        sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+        sampler.kernel.surrogate = True
+        samples = sampler.sample(20, warmup=20, num_chains=3, seed=0, progress=False)
+        tuning = samples.last_state().tuning
+        assert tuning["surrogate_noise"].shape == (1, 20) and bool((tuning["surrogate_noise"] > 0).all())
+        assert tuning["surrogate_width"].shape == () and float(tuning["surrogate_width"]) > 0
+        assert sampler.kernel.last_run["surrogate_width"] == pytest.approx(float(tuning["surrogate_width"]))
+        whole = sampler.sample(30, warmup=20, num_chains=3, seed=0, progress=False)
+        restored = PosteriorSamples.from_state_dict(samples.state_dict(), sampler=sampler)
+        more = sampler.resume(restored, 10, progress=False)
+    assert torch.equal(more.f, whole.f)
+    assert all(torch.equal(more.hyperparameters[k], whole.hyperparameters[k]) for k in whole.hyperparameters)
 
 
 def test_resume_by_the_other_kind_is_refused(run):
@@ -862,3 +926,15 @@ def test_per_class_values_are_not_read_as_per_chain_when_classes_equal_chains():
     assert draws["class_scales"].shape == (3, 4, 3) and draws["mean_module.constant"].shape == (3, 4, 3)
     more = sampler.resume(samples, 2, progress=False)
     assert more.hyperparameters["class_scales"].shape == (3, 6, 3)  # resume returns all draws
+
+
+def test_noise_of_inverts_the_pathwise_draw():
+    """``WhitenedGaussian.noise_of`` (the surrogate move's η) gives back the standard normal of a pathwise draw."""
+    g = torch.Generator().manual_seed(0)
+    M = torch.randn(3, 6, 6, generator=g, dtype=torch.float64)
+    C = torch.linalg.cholesky(torch.eye(6, dtype=torch.float64) + M @ M.mT).mT.tril()  # any lower C, C diag > 0
+    C = C + 2.0 * torch.eye(6, dtype=torch.float64)
+    q = WhitenedGaussian(torch.randn(3, 6, generator=g, dtype=torch.float64), C)
+    eps = torch.randn(3, 6, generator=g, dtype=torch.float64)
+    assert torch.allclose(q.noise_of(q.draw(eps)), eps, atol=1e-12)
+    assert torch.allclose(q.draw(q.noise_of(q.mean)), q.mean, atol=1e-12)

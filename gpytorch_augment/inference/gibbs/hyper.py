@@ -91,6 +91,7 @@ from ..mcmc.slice import MAX_STEPS_OUT, LogDensity, SliceMove, slice_move
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget, conditional_variances
 from .kernel import GibbsKernel
+from .surrogate import surrogate_move
 
 __all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel", "PriorAt"]
 
@@ -107,6 +108,9 @@ THETA_SAMPLERS = ("hmc", "slice")
 #: re-estimated (from the chains' draws since the previous end)
 HMC_STEP, HMC_LENGTH, HMC_LENGTH_BOUNDS, HMC_MAX_STEPS, HMC_TARGET = 0.2, 1.0, (0.1, 10.0), 32, 0.8
 HMC_WINDOWS = (0.15, 0.4, 0.75)
+#: the least expected augmented precision the surrogate move's noise is computed from (its noise is at most the
+#: inverse)
+MIN_PRECISION = 1e-6
 
 
 class HyperChains(NamedTuple):
@@ -117,7 +121,8 @@ class HyperChains(NamedTuple):
     (``adapted``), and HMC's ``scale`` (P,) and trajectory ``length``. Inducing-point model: ``A`` =
     :math:`L_Z^{-1}K_{ZX}` (C, T, M, N), and at the same :math:`\\theta` the variances ``d`` (C, T, N) of
     :math:`p(f_i \\mid u)`, ``mu_Z`` (C, T, M), ``L`` = chol(K_ZZ + jitter I) (C, T, M, M), with the whitened inducing
-    values ``v`` (C, T, M) of the last draw (``None`` before one)."""
+    values ``v`` (C, T, M) of the last draw (``None`` before one). With the surrogate-data move: its ``noise``
+    :math:`S` (T, N) and slice width ``surrogate_width`` (C,)."""
 
     f: Tensor
     aux: AuxDict
@@ -135,6 +140,8 @@ class HyperChains(NamedTuple):
     mu_Z: Tensor | None = None
     L: Tensor | None = None
     v: Tensor | None = None
+    noise: Tensor | None = None
+    surrogate_width: Tensor | None = None
 
     @property
     def prior(self) -> PriorAt:
@@ -179,10 +186,14 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     :param max_steps_out: Neal's :math:`m`, the most steps of the stepping-out procedure.
     :param adapt_width: adapt the width in warm-up.
     :param max_steps: the most leapfrog steps of one HMC trajectory.
+    :param surrogate: begin every transition with the surrogate-data move of :math:`(\theta, f)`, :math:`\Omega`
+        integrated out (:mod:`~gpytorch_augment.inference.gibbs.surrogate`), which lets :math:`\theta` cross
+        :math:`p(\theta \mid y)` where :math:`\Omega` pins it (e.g. large counts). It costs some 5-7 more
+        evaluations per transition, so it is off by default; the exact model with pointwise observations only.
 
     :raises ValueError: with inducing points *and* a likelihood with ``latent_blocks``, for a parameter that requires
-        grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, or a
-        non-positive width.
+        grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, a
+        non-positive width, or ``surrogate=True`` with inducing points or linear observations.
 
     Attributes after a run (a report; a later run never reads them): :attr:`last_run`, with the mean number of
     batched density evaluations per transition and the final width.
@@ -212,7 +223,11 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         adapt_width: bool = True,
         theta_sampler: str = "hmc",
         max_steps: int = HMC_MAX_STEPS,
+        surrogate: bool = False,
     ) -> None:
+        #: run the surrogate-data move of (θ, f) first in every transition (:mod:`.surrogate`)
+        self.surrogate = surrogate
+        self._check_surrogate(target)
         if theta_sampler not in THETA_SAMPLERS:
             raise ValueError(f"theta_sampler must be one of {THETA_SAMPLERS}, got {theta_sampler!r}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
@@ -237,6 +252,15 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         self._hyperparameters = self._checked_parameters()
         self.last_run: dict[str, float] = {}
         self._evaluations = 0
+
+    def _check_surrogate(self, target: PosteriorTarget) -> None:
+        if not isinstance(self.surrogate, bool):
+            raise ValueError(f"surrogate must be True or False, got {self.surrogate!r}")
+        if self.surrogate and (target.is_sparse or target.design is not None):
+            raise ValueError(
+                "surrogate=True needs the exact model with pointwise observations: the surrogate-data move is not "
+                "implemented with inducing_points or linear observations; leave surrogate=False"
+            )
 
     def _checked_parameters(self) -> PriorParameters:
         target = self.target
@@ -380,6 +404,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     @torch.no_grad()
     def init(self, f: Tensor, y: Tensor, state: ChainState | None, num_warmup: int) -> HyperChains:
         C, target = f.shape[0], self.target
+        self._check_surrogate(target)
         names = {p.name for p in self.hyperparameters.parameters}
         hyper = dict(state.hyper) if state is not None else {}
         theta_values = {k: v for k, v in hyper.items() if k in names}
@@ -419,10 +444,53 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         if hmc and num_warmup > 0:
             self._dual = DualAveraging(width.clone(), HMC_TARGET)
             self._chees = ChEESAdaptation(length, num_warmup, HMC_LENGTH_BOUNDS)
+        noise, surrogate_width = self._initial_surrogate(f, y, constants, state)
+        self._precision_sum, self._precision_count = None, 0
         return HyperChains(
             f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, scale, length, prior.d, prior.mu_Z,
-            prior.L,
+            prior.L, None, noise, surrogate_width,
         )  # fmt: skip
+
+    def _initial_surrogate(
+        self, f: Tensor, y: Tensor, constants: dict[str, Tensor], state: ChainState | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        r"""The surrogate move's noise :math:`S` (T, N) and width (C,) a run starts from: its ``init`` state's
+        (``ChainState.tuning``), else :math:`1 / E[\lambda \mid f, y]` at the starting latents (averaged over the
+        chains) and :data:`DEFAULT_SLICE_WIDTH`; ``(None, None)`` without the move."""
+        if not self.surrogate:
+            return None, None
+        C = f.shape[0]
+        tuning = state.tuning if state is not None else {}
+        noise, width = tuning.get("surrogate_noise"), tuning.get("surrogate_width")
+        fits = isinstance(noise, Tensor) and noise.shape == f.shape[1:]
+        if fits and isinstance(width, Tensor) and width.numel() == 1:
+            return noise.to(f).clone(), width.to(f).reshape(1).expand(C).clone()
+        return 1.0 / self.expected_precision(f, y, constants), f.new_full((C,), self.slice_width)
+
+    def log_likelihood(self, chains: HyperChains) -> Callable[[Tensor, Tensor], Tensor]:
+        r"""``log_lik(f, index)``: :math:`\log p(y \mid f)` ``(n,)`` of the chains ``index`` ``(n,)`` at latents
+        ``f`` ``(n, T, N)``, under their targets and sampled constants."""
+        target, constants = self.target, chains.constants
+        per_chain = chains.y.dim() > target.y.dim()  # Geweke's test: targets drawn per chain
+
+        def log_lik(f: Tensor, index: Tensor) -> Tensor:
+            y = chains.y[index] if per_chain else chains.y
+            with target.constants({k: v[index] for k, v in constants.items()}):
+                value = target.likelihood.log_prob_at(y, target.to_likelihood(f))
+            return value.reshape(f.shape[0], -1).sum(-1).to(f.dtype)
+
+        return log_lik
+
+    def expected_precision(self, f: Tensor, y: Tensor, constants: dict[str, Tensor]) -> Tensor:
+        r""":math:`E[\lambda \mid f, y]`, the augmented precision's mean given the latents ``f`` (C, T, N), averaged
+        over the chains and bounded below by :data:`MIN_PRECISION`: (T, N)."""
+        target, likelihood = self.target, self.target.likelihood
+        f_lik = target.to_likelihood(f)
+        zero = torch.zeros_like(f_lik)
+        with target.constants(constants):
+            q_aux = likelihood.aux_posterior(y, f_lik, zero)
+            _, lam = likelihood.expected_potential_and_precision(y, q_aux, f_lik, zero)
+        return target.from_likelihood(lam, f.shape).mean(0).clamp_min(MIN_PRECISION)
 
     def _initial_theta(self, values: dict[str, Tensor], state: ChainState | None, num_chains: int) -> Tensor:
         """The coordinates a run starts from: the state's (its exact raw ``coordinates`` where they give its
@@ -450,6 +518,8 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     @with_linalg_advice("sampling the hyper-parameters")
     @torch.no_grad()
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
+        if self.surrogate:
+            chains = self.surrogate_step(chains, generator, adapt)
         moves: list[HMCMove | SliceMove] = []
         for block in self.target.blocks or [None]:
             aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
@@ -473,6 +543,35 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
                 self._accepted += float(move.accept_prob.mean()) / len(self.target.blocks or [None])
             moves.append(move)
         return self._adapted(chains, moves) if adapt else chains
+
+    def surrogate_step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
+        r"""The surrogate-data move of :math:`(\theta, f)` (:func:`~.surrogate.surrogate_move`), :math:`\Omega`
+        integrated out, at the chains' noise :math:`S` and width. In warm-up (``adapt``) the width becomes the running
+        mean of three times the distance moved (pooled over chains, as the slice move's), and :math:`S` the inverse
+        of :meth:`expected_precision` averaged over the warm-up iterations so far, restarted at half the warm-up;
+        both are fixed afterwards."""
+        def collapsed(prior: PriorAt, h: Tensor, lam: Tensor) -> tuple[Tensor, WhitenedGaussian]:
+            return self._collapsed(prior.mean, prior.A, prior.log_prior, prior.ok, h, lam)
+
+        move = surrogate_move(chains.theta, chains.f, chains.prior, chains.noise, self._prior, collapsed,
+                              self.log_likelihood(chains), chains.surrogate_width, generator, self.max_steps_out,
+                              chains.scale)  # fmt: skip
+        self._evaluations += move.evaluations
+        f, mean, A, log_prior = move.payload
+        chains = chains._replace(theta=move.x, f=f, mean=mean, A=A, log_prior=log_prior)
+        if not adapt:
+            return chains
+        done = chains.adapted
+        width = (chains.surrogate_width.mean() * done + 3.0 * move.t.abs().mean()) / (done + 1)
+        if done == self._num_warmup // 2:
+            self._precision_sum, self._precision_count = None, 0
+        precision = self.expected_precision(f, chains.y, chains.constants)
+        self._precision_sum = precision if self._precision_sum is None else self._precision_sum + precision
+        self._precision_count += 1
+        return chains._replace(
+            surrogate_width=width.clamp(*WIDTH_BOUNDS).expand_as(chains.surrogate_width).clone(),
+            noise=self._precision_count / self._precision_sum,
+        )
 
     def _adapted(self, chains: HyperChains, moves: list[HMCMove | SliceMove]) -> HyperChains:
         """The warm-up adaptation after a transition's moves (one per latent block). Slice: the width, the running
@@ -617,6 +716,8 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
                                  acceptance=self._accepted / total, divergences=self._divergences)  # fmt: skip
         else:
             self.last_run["slice_width"] = float(chains.width.mean())
+        if self.surrogate:
+            self.last_run["surrogate_width"] = float(chains.surrogate_width.mean())
 
     def last_state(self, chains: HyperChains) -> ChainState:
         """The latents, the last Ω draw, and in ``hyper`` the likelihood's sampled constants and the prior's
@@ -636,4 +737,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             trajectory_length=chains.length if self.theta_sampler == "hmc" else None,
             scale=chains.scale.clone() if self.theta_sampler == "hmc" and chains.scale is not None else None,
             coordinates=chains.theta.unsqueeze(0).clone(),
-        )
+            tuning={} if chains.noise is None else {
+                "surrogate_noise": chains.noise.clone(), "surrogate_width": chains.surrogate_width.mean().clone()
+            },
+        )  # fmt: skip

@@ -208,6 +208,7 @@ class PosteriorSamples:
                 ),
                 trajectory_length=first.last.trajectory_length,  # one length for the joined chains: the first's
                 scale=first.last.scale,
+                tuning=dict(first.last.tuning),  # shared by the chains: the first run's
                 coordinates=(
                     torch.cat([r.last.coordinates for r in runs], dim=1)
                     if all(isinstance(r.last.coordinates, Tensor) for r in runs)

@@ -36,6 +36,9 @@ class ChainState:
         preconditioned ``z``, ``(groups, chains, n)``), so that a continued run starts from the very same state
         rather than from ``f`` mapped back (which rounds). A kernel uses them only where they map exactly to ``f``
         under its current coordinates; otherwise (another preconditioner, an edited ``f``) it starts from ``f``.
+    :ivar tuning: other settings a kernel adapted in warm-up, by name, shared by the chains (the surrogate-data move
+        of sampled hyper-parameters: ``surrogate_noise`` ``(T, N)`` and ``surrogate_width`` ``()``); a kernel reads
+        those it knows whose shapes fit, and adapts or recomputes the others.
 
     Example::
 
@@ -56,6 +59,7 @@ class ChainState:
     trajectory_length: float | None = None
     coordinates: Tensor | None = None
     scale: Tensor | None = None
+    tuning: dict[str, Tensor] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +73,7 @@ class ChainState:
             "trajectory_length": self.trajectory_length,
             "coordinates": self.coordinates,
             "scale": self.scale,
+            "tuning": dict(self.tuning),
         }
 
     @classmethod
@@ -84,4 +89,5 @@ class ChainState:
             trajectory_length=state.get("trajectory_length"),
             coordinates=state.get("coordinates"),
             scale=state.get("scale"),
+            tuning=dict(state.get("tuning") or {}),
         )
