@@ -280,14 +280,19 @@ class SurrogateMarginalDropped(SurrogateMoveOnly):
         return torch.where(torch.isfinite(log_z), log_p - log_z, log_p), q
 
 
-@pytest.mark.parametrize("case", [BERNOULLI_CASE, STUDENT_T], ids=lambda case: case.name)
-def test_geweke_quick_surrogate_move(case):
-    """The surrogate-data move alone as the transition (Bernoulli, Student-t; 400 chains x 60 transitions) passes;
-    without the surrogate data's marginal it fails."""
+@pytest.mark.parametrize(
+    "case, theta_sampler", [(BERNOULLI_CASE, "hmc"), (STUDENT_T, "hmc"), (BERNOULLI_CASE, "slice")],
+    ids=lambda v: getattr(v, "name", v),
+)  # fmt: skip
+def test_geweke_quick_surrogate_move(case, theta_sampler):
+    """The surrogate-data move alone as the transition (Bernoulli, Student-t; 400 chains x 60 transitions), by HMC
+    and by the slice move, passes; without the surrogate data's marginal it fails."""
     kw = {"num_chains": 400, "num_sweeps": 60, "burn_in": 10, "num_reference": 20_000}
-    z = geweke_z_hyperparameters(case.make(), case.sample_targets, SurrogateMoveOnly, **kw)
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets,
+                                 lambda t: SurrogateMoveOnly(t, theta_sampler=theta_sampler), **kw)
     assert z.abs().max() <= Z_TOL, z
-    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, SurrogateMarginalDropped, **kw)
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets,
+                                        lambda t: SurrogateMarginalDropped(t, theta_sampler=theta_sampler), **kw)
     assert z_broken.abs().max() > Z_TOL, z_broken
 
 

@@ -1,5 +1,6 @@
 r"""The surrogate-data move of the hyper-parameters and the latents together, :math:`\Omega` integrated out
-(Murray & Adams 2010, *Slice sampling covariance hyperparameters of latent Gaussian models*): :func:`surrogate_move`.
+(Murray & Adams 2010, *Slice sampling covariance hyperparameters of latent Gaussian models*): :func:`surrogate_move`
+(slice sampling) and :func:`surrogate_hmc`.
 
 Given :math:`\Omega` the blocked sampler's :math:`\theta`-move sees pseudo-observations of :math:`f` with the
 augmentation's precision :math:`\lambda`. Where that exceeds the likelihood's own information (counts, several
@@ -14,7 +15,8 @@ from sweep to sweep however well each move mixes. This move conditions on *surro
    (:func:`~gpytorch_augment.core.collapsed_log_marginal`), fix the standard normal :math:`\eta` whose pathwise draw
    from :math:`q_\theta` is the chains' current :math:`v = L_\theta^{-1}(f - \mu_\theta)`
    (:meth:`~gpytorch_augment.core.WhitenedGaussian.noise_of`);
-3. slice-sample :math:`\theta` (:mod:`~gpytorch_augment.inference.mcmc.slice`) on
+3. move :math:`\theta` by slice sampling (:func:`surrogate_move`) or Hamiltonian Monte Carlo
+   (:func:`surrogate_hmc`, the gradient by autograd through the factorisations) on
 
    .. math::
        \log p(\theta) + \log Z_\theta + \log p(y \mid f_\theta),\qquad
@@ -48,9 +50,10 @@ from torch import Tensor
 
 from ...core import WhitenedGaussian
 from ...core.linalg import tri_solve
+from ..mcmc.hmc_move import HMCMove, hmc_move
 from ..mcmc.slice import SliceMove, slice_move
 
-__all__ = ["surrogate_move"]
+__all__ = ["surrogate_hmc", "surrogate_move"]
 
 
 class _Prior(Protocol):
@@ -61,55 +64,113 @@ class _Prior(Protocol):
     log_prior: Tensor
 
 
+#: ``prior_at(theta, grad)``: the prior at coordinates ``(n, P)``; ``grad``: autograd's graph from ``theta`` kept
+PriorAt = Callable[[Tensor, bool], _Prior]
+#: ``collapsed(prior, h, lam)``: (:math:`\log p(\theta) + \log Z_\theta` per chain, ``-inf`` where the prior could
+#: not be factorised, :math:`q_\theta(v)`)
+Collapsed = Callable[[_Prior, Tensor, Tensor], tuple[Tensor, WhitenedGaussian]]
+#: ``log_lik(f, index)``: :math:`\log p(y \mid f)` ``(n,)`` of the chains ``index`` at latents ``f`` ``(n, T, N)``
+LogLik = Callable[[Tensor, Tensor], Tensor]
+
+
+class _Surrogate:
+    r"""The surrogate data of one move and the density of :math:`\theta` given them and :math:`\eta`."""
+
+    def __init__(self, f: Tensor, prior: _Prior, noise: Tensor, prior_at: PriorAt, collapsed: Collapsed,
+                 log_lik: LogLik, generator: torch.Generator | None) -> None:  # fmt: skip
+        eps = torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device)
+        self.h = f / noise + eps / noise.sqrt()  # g / S with g = f + S^½ ε
+        self.lam = (1.0 / noise).expand_as(f)
+        self.prior_at, self.collapsed, self.log_lik = prior_at, collapsed, log_lik
+        log_c0, q0 = collapsed(prior, self.h, self.lam)
+        v = tri_solve(prior.A.mT, (f - prior.mean).unsqueeze(-1)).squeeze(-1)
+        self.eta = q0.noise_of(v)
+        index = torch.arange(f.shape[0], device=f.device)
+        self.log_p0 = log_c0 + log_lik(f, index)
+        self.payload0 = (f, prior.mean, prior.A, prior.log_prior)
+
+    def __call__(self, theta: Tensor, index: Tensor, grad: bool = False) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The log density at ``theta`` ``(n, P)`` of the chains ``index`` and the payload ``(f, mean, A,
+        log_prior)`` there (``grad``: with autograd's graph from ``theta``)."""
+        at = self.prior_at(theta, grad)
+        log_c, q = self.collapsed(at, self.h[index], self.lam[index])
+        f = at.mean + (q.draw(self.eta[index]).unsqueeze(-2) @ at.A).squeeze(-2)
+        log_p = log_c + self.log_lik(f, index)
+        return log_p, (f, at.mean, at.A, at.log_prior)
+
+
+def _finite(log_p: Tensor) -> Tensor:
+    return torch.where(torch.isfinite(log_p), log_p, torch.full_like(log_p, -math.inf))
+
+
 def surrogate_move(
     theta: Tensor,
     f: Tensor,
     prior: _Prior,
     noise: Tensor,
-    prior_at: Callable[[Tensor], _Prior],
-    collapsed: Callable[[_Prior, Tensor, Tensor], tuple[Tensor, WhitenedGaussian]],
-    log_lik: Callable[[Tensor, Tensor], Tensor],
+    prior_at: PriorAt,
+    collapsed: Collapsed,
+    log_lik: LogLik,
     width: Tensor,
     generator: torch.Generator | None,
     max_steps_out: int,
     scale: Tensor | None = None,
 ) -> SliceMove:
-    r"""One surrogate-data move of :math:`(\theta, f)` (the module docstring has the maths).
+    r"""One surrogate-data move of :math:`(\theta, f)` by slice sampling (the module docstring has the maths).
 
     :param theta: the chains' coordinates ``(C, P)``.
     :param f: their latents ``(C, T, N)``, with ``prior`` the prior at ``theta`` (``mean`` ``(C, T, N)``, ``A`` =
         :math:`L^\top` ``(C, T, N, N)``, ``log_prior`` ``(C,)``).
     :param noise: the surrogate noise :math:`S` ``(T, N)`` (positive).
-    :param prior_at: coordinates ``(n, P)`` -> the prior there.
-    :param collapsed: ``(prior, h, lam)`` -> :math:`(\log p(\theta) + \log Z_\theta` per chain, ``-inf`` where the
-        prior could not be factorised, :math:`q_\theta(v))`.
-    :param log_lik: ``(f, index)`` -> :math:`\log p(y \mid f)` ``(n,)`` of the chains ``index`` at latents ``f``
-        ``(n, T, N)``.
+    :param prior_at: see :data:`PriorAt`; ``collapsed``: :data:`Collapsed`; ``log_lik``: :data:`LogLik`.
     :param width: the slice widths ``(C,)``, in the coordinates :math:`\theta / s`.
     :param scale: :math:`s` ``(P,)``, a fixed scale of the coordinates (e.g. the posterior's standard deviations
         estimated in warm-up); the slice's random direction is uniform in :math:`\theta / s`. Default: ones.
     :return: the :class:`~gpytorch_augment.inference.mcmc.slice.SliceMove` of :math:`\theta`, its payload
         ``(f, mean, A, log_prior)`` at the new :math:`\theta`.
     """
-    eps = torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device)
-    h = f / noise + eps / noise.sqrt()  # g / S with g = f + S^½ ε
-    lam = (1.0 / noise).expand_as(f)
-    log_c0, q0 = collapsed(prior, h, lam)
-    v = tri_solve(prior.A.mT, (f - prior.mean).unsqueeze(-1)).squeeze(-1)
-    eta = q0.noise_of(v)
-
+    target = _Surrogate(f, prior, noise, prior_at, collapsed, log_lik, generator)
     s = torch.ones_like(theta[0]) if scale is None else scale.to(theta)
 
     def log_density(z: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
-        at = prior_at(z * s)
-        log_c, q = collapsed(at, h[index], lam[index])
-        f_new = at.mean + (q.draw(eta[index]).unsqueeze(-2) @ at.A).squeeze(-2)
-        log_p = log_c + log_lik(f_new, index)
-        log_p = torch.where(torch.isfinite(log_p), log_p, torch.full_like(log_p, -math.inf))
-        return log_p, (f_new, at.mean, at.A, at.log_prior)
+        log_p, payload = target(z * s, index)
+        return _finite(log_p), payload
+
+    move = slice_move(theta / s, target.log_p0, target.payload0, log_density, width, generator, max_steps_out)
+    return move._replace(x=move.x * s)
+
+
+def surrogate_hmc(
+    theta: Tensor,
+    f: Tensor,
+    prior: _Prior,
+    noise: Tensor,
+    prior_at: PriorAt,
+    collapsed: Collapsed,
+    log_lik: LogLik,
+    step_size: Tensor,
+    time: float,
+    generator: torch.Generator | None,
+    max_steps: int,
+    scale: Tensor | None = None,
+) -> HMCMove:
+    r"""One surrogate-data move of :math:`(\theta, f)` by Hamiltonian Monte Carlo
+    (:func:`~gpytorch_augment.inference.mcmc.hmc_move.hmc_move`: step sizes ``step_size`` ``(C,)``, integration time
+    ``time``, at most ``max_steps`` leapfrog steps, the diagonal ``scale``), the gradient by autograd through both
+    factorisations, :math:`q_\theta`'s draw and :math:`\log p(y \mid f_\theta)`; the arguments otherwise as
+    :func:`surrogate_move`'s, the payload too."""
+    target = _Surrogate(f, prior, noise, prior_at, collapsed, log_lik, generator)
+
+    def log_density(th: Tensor, index: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+        with torch.enable_grad():
+            x = th.detach().requires_grad_(True)
+            log_p, payload = target(x, index, grad=True)
+            ok = torch.isfinite(log_p)
+            (grad,) = torch.autograd.grad(torch.where(ok, log_p, torch.zeros_like(log_p)).sum(), x)
+        ok = ok & torch.isfinite(grad).all(-1)
+        return _finite(torch.where(ok, log_p.detach(), -math.inf)), grad, tuple(t.detach() for t in payload)
 
     index = torch.arange(theta.shape[0], device=theta.device)
-    log_p0 = log_c0 + log_lik(f, index)
-    payload0 = (f, prior.mean, prior.A, prior.log_prior)
-    move = slice_move(theta / s, log_p0, payload0, log_density, width, generator, max_steps_out)
-    return move._replace(x=move.x * s)
+    log_p0, grad0, _ = log_density(theta, index)
+    s = torch.ones_like(theta[0]) if scale is None else scale.to(theta)
+    return hmc_move(theta, log_p0, grad0, target.payload0, log_density, s, step_size, time, generator, max_steps)
