@@ -285,8 +285,9 @@ class SurrogateMarginalDropped(SurrogateMoveOnly):
     ids=lambda v: getattr(v, "name", v),
 )  # fmt: skip
 def test_geweke_quick_surrogate_move(case, theta_sampler):
-    """The surrogate-data move alone as the transition (Bernoulli, Student-t; 400 chains x 60 transitions), by HMC
-    and by the slice move, passes; without the surrogate data's marginal it fails."""
+    """The surrogate-data move alone as the transition (Bernoulli, Student-t; 400 chains x 60 transitions; its slice
+    scaled by the HMC move's scale, or not with the slice θ-sampler) passes; without the surrogate data's marginal it
+    fails."""
     kw = {"num_chains": 400, "num_sweeps": 60, "burn_in": 10, "num_reference": 20_000}
     z = geweke_z_hyperparameters(case.make(), case.sample_targets,
                                  lambda t: SurrogateMoveOnly(t, theta_sampler=theta_sampler), **kw)

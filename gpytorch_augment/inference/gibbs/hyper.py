@@ -91,7 +91,7 @@ from ..mcmc.slice import MAX_STEPS_OUT, LogDensity, SliceMove, slice_move
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget, conditional_variances
 from .kernel import GibbsKernel
-from .surrogate import surrogate_hmc, surrogate_move
+from .surrogate import surrogate_move
 
 __all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel", "PriorAt"]
 
@@ -446,8 +446,6 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             self._chees = ChEESAdaptation(length, num_warmup, HMC_LENGTH_BOUNDS)
         noise, surrogate_width = self._initial_surrogate(f, y, constants, state)
         self._precision_sum, self._precision_count = None, 0
-        if self.surrogate and hmc and num_warmup > 0:
-            self._surrogate_dual = DualAveraging(surrogate_width[:1].clone(), HMC_TARGET)
         return HyperChains(
             f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, scale, length, prior.d, prior.mu_Z,
             prior.L, None, noise, surrogate_width,
@@ -467,8 +465,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         fits = isinstance(noise, Tensor) and noise.shape == f.shape[1:]
         if fits and isinstance(width, Tensor) and width.numel() == 1:
             return noise.to(f).clone(), width.to(f).reshape(1).expand(C).clone()
-        width = HMC_STEP if self.theta_sampler == "hmc" else self.slice_width
-        return 1.0 / self.expected_precision(f, y, constants), f.new_full((C,), width)
+        return 1.0 / self.expected_precision(f, y, constants), f.new_full((C,), self.slice_width)
 
     def log_likelihood(self, chains: HyperChains) -> Callable[[Tensor, Tensor], Tensor]:
         r"""``log_lik(f, index)``: :math:`\log p(y \mid f)` ``(n,)`` of the chains ``index`` ``(n,)`` at latents
@@ -548,39 +545,26 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         return self._adapted(chains, moves) if adapt else chains
 
     def surrogate_step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
-        r"""The surrogate-data move of :math:`(\theta, f)`, :math:`\Omega` integrated out, by the kernel's
-        ``theta_sampler``: HMC (:func:`~.surrogate.surrogate_hmc`; the θ-move's scale and trajectory length, a step
-        size of its own shared by the chains) or the slice move (:func:`~.surrogate.surrogate_move`, in the
-        coordinates scaled by the same scale). In warm-up (``adapt``) the step size follows dual averaging on the
-        chains' mean acceptance (restarted where the scale is re-estimated), the slice width the running mean of three
-        times the distance moved, and :math:`S` the inverse of :meth:`expected_precision` averaged over the warm-up
-        iterations so far, restarted at half the warm-up; all are fixed afterwards."""
+        r"""The surrogate-data move of :math:`(\theta, f)` (:func:`~.surrogate.surrogate_move`), :math:`\Omega`
+        integrated out: a slice move in the coordinates scaled by the HMC move's adapted scale (ones with
+        ``theta_sampler="slice"``), whatever the kernel's ``theta_sampler`` (a slice move costs fewer evaluations, and
+        HMC with autograd's gradient mixed no better per second in the pilots of ``benchmarks/README.md``). In warm-up
+        (``adapt``) the width becomes the running mean of three times the distance moved (pooled over the chains, as
+        the slice move's), and :math:`S` the inverse of :meth:`expected_precision` averaged over the warm-up
+        iterations so far, restarted at half the warm-up; both are fixed afterwards."""
         def collapsed(prior: PriorAt, h: Tensor, lam: Tensor) -> tuple[Tensor, WhitenedGaussian]:
             return self._collapsed(prior.mean, prior.A, prior.log_prior, prior.ok, h, lam)
 
-        args = (chains.theta, chains.f, chains.prior, chains.noise, self._prior, collapsed, self.log_likelihood(chains))
-        move: HMCMove | SliceMove
-        if self.theta_sampler == "hmc":
-            u = float(torch.rand((), generator=generator, dtype=chains.theta.dtype, device=chains.theta.device))
-            move = surrogate_hmc(*args, chains.surrogate_width, u * chains.length, generator, self.max_steps,
-                                 chains.scale)  # fmt: skip
-            self._divergences += int(move.diverged.sum())
-        else:
-            move = surrogate_move(*args, chains.surrogate_width, generator, self.max_steps_out, chains.scale)
+        move = surrogate_move(chains.theta, chains.f, chains.prior, chains.noise, self._prior, collapsed,
+                              self.log_likelihood(chains), chains.surrogate_width, generator, self.max_steps_out,
+                              chains.scale)  # fmt: skip
         self._evaluations += move.evaluations
         f, mean, A, log_prior = move.payload
         chains = chains._replace(theta=move.x, f=f, mean=mean, A=A, log_prior=log_prior)
         if not adapt:
             return chains
         done = chains.adapted
-        if isinstance(move, HMCMove):
-            if done in self._window_ends:  # the last transition re-estimated the scale: start afresh
-                self._surrogate_dual = DualAveraging(self._surrogate_dual.step_size.clone(), HMC_TARGET)
-            self._surrogate_dual.update(move.accept_prob.mean().reshape(1))
-            last = done + 1 >= self._num_warmup
-            width = (self._surrogate_dual.final if last else self._surrogate_dual.step_size)[0]
-        else:
-            width = (chains.surrogate_width.mean() * done + 3.0 * move.t.abs().mean()) / (done + 1)
+        width = (chains.surrogate_width.mean() * done + 3.0 * move.t.abs().mean()) / (done + 1)
         if done == self._num_warmup // 2:
             self._precision_sum, self._precision_count = None, 0
         precision = self.expected_precision(f, chains.y, chains.constants)

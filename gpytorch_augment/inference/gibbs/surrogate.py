@@ -1,6 +1,5 @@
 r"""The surrogate-data move of the hyper-parameters and the latents together, :math:`\Omega` integrated out
-(Murray & Adams 2010, *Slice sampling covariance hyperparameters of latent Gaussian models*): :func:`surrogate_move`
-(slice sampling) and :func:`surrogate_hmc`.
+(Murray & Adams 2010, *Slice sampling covariance hyperparameters of latent Gaussian models*): :func:`surrogate_move`.
 
 Given :math:`\Omega` the blocked sampler's :math:`\theta`-move sees pseudo-observations of :math:`f` with the
 augmentation's precision :math:`\lambda`. Where that exceeds the likelihood's own information (counts, several
@@ -15,8 +14,7 @@ from sweep to sweep however well each move mixes. This move conditions on *surro
    (:func:`~gpytorch_augment.core.collapsed_log_marginal`), fix the standard normal :math:`\eta` whose pathwise draw
    from :math:`q_\theta` is the chains' current :math:`v = L_\theta^{-1}(f - \mu_\theta)`
    (:meth:`~gpytorch_augment.core.WhitenedGaussian.noise_of`);
-3. move :math:`\theta` by slice sampling (:func:`surrogate_move`) or Hamiltonian Monte Carlo
-   (:func:`surrogate_hmc`, the gradient by autograd through the factorisations) on
+3. slice-sample :math:`\theta` (:mod:`~gpytorch_augment.inference.mcmc.slice`) on
 
    .. math::
        \log p(\theta) + \log Z_\theta + \log p(y \mid f_\theta),\qquad
@@ -50,10 +48,9 @@ from torch import Tensor
 
 from ...core import WhitenedGaussian
 from ...core.linalg import tri_solve
-from ..mcmc.hmc_move import HMCMove, hmc_move
 from ..mcmc.slice import SliceMove, slice_move
 
-__all__ = ["surrogate_hmc", "surrogate_move"]
+__all__ = ["surrogate_move"]
 
 
 class _Prior(Protocol):
@@ -64,8 +61,8 @@ class _Prior(Protocol):
     log_prior: Tensor
 
 
-#: ``prior_at(theta, grad)``: the prior at coordinates ``(n, P)``; ``grad``: autograd's graph from ``theta`` kept
-PriorAt = Callable[[Tensor, bool], _Prior]
+#: ``prior_at(theta)``: the prior at coordinates ``(n, P)``
+PriorAt = Callable[[Tensor], _Prior]
 #: ``collapsed(prior, h, lam)``: (:math:`\log p(\theta) + \log Z_\theta` per chain, ``-inf`` where the prior could
 #: not be factorised, :math:`q_\theta(v)`)
 Collapsed = Callable[[_Prior, Tensor, Tensor], tuple[Tensor, WhitenedGaussian]]
@@ -89,10 +86,10 @@ class _Surrogate:
         self.log_p0 = log_c0 + log_lik(f, index)
         self.payload0 = (f, prior.mean, prior.A, prior.log_prior)
 
-    def __call__(self, theta: Tensor, index: Tensor, grad: bool = False) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def __call__(self, theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         """The log density at ``theta`` ``(n, P)`` of the chains ``index`` and the payload ``(f, mean, A,
-        log_prior)`` there (``grad``: with autograd's graph from ``theta``)."""
-        at = self.prior_at(theta, grad)
+        log_prior)`` there."""
+        at = self.prior_at(theta)
         log_c, q = self.collapsed(at, self.h[index], self.lam[index])
         f = at.mean + (q.draw(self.eta[index]).unsqueeze(-2) @ at.A).squeeze(-2)
         log_p = log_c + self.log_lik(f, index)
@@ -138,39 +135,3 @@ def surrogate_move(
 
     move = slice_move(theta / s, target.log_p0, target.payload0, log_density, width, generator, max_steps_out)
     return move._replace(x=move.x * s)
-
-
-def surrogate_hmc(
-    theta: Tensor,
-    f: Tensor,
-    prior: _Prior,
-    noise: Tensor,
-    prior_at: PriorAt,
-    collapsed: Collapsed,
-    log_lik: LogLik,
-    step_size: Tensor,
-    time: float,
-    generator: torch.Generator | None,
-    max_steps: int,
-    scale: Tensor | None = None,
-) -> HMCMove:
-    r"""One surrogate-data move of :math:`(\theta, f)` by Hamiltonian Monte Carlo
-    (:func:`~gpytorch_augment.inference.mcmc.hmc_move.hmc_move`: step sizes ``step_size`` ``(C,)``, integration time
-    ``time``, at most ``max_steps`` leapfrog steps, the diagonal ``scale``), the gradient by autograd through both
-    factorisations, :math:`q_\theta`'s draw and :math:`\log p(y \mid f_\theta)`; the arguments otherwise as
-    :func:`surrogate_move`'s, the payload too."""
-    target = _Surrogate(f, prior, noise, prior_at, collapsed, log_lik, generator)
-
-    def log_density(th: Tensor, index: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-        with torch.enable_grad():
-            x = th.detach().requires_grad_(True)
-            log_p, payload = target(x, index, grad=True)
-            ok = torch.isfinite(log_p)
-            (grad,) = torch.autograd.grad(torch.where(ok, log_p, torch.zeros_like(log_p)).sum(), x)
-        ok = ok & torch.isfinite(grad).all(-1)
-        return _finite(torch.where(ok, log_p.detach(), -math.inf)), grad, tuple(t.detach() for t in payload)
-
-    index = torch.arange(theta.shape[0], device=theta.device)
-    log_p0, grad0, _ = log_density(theta, index)
-    s = torch.ones_like(theta[0]) if scale is None else scale.to(theta)
-    return hmc_move(theta, log_p0, grad0, target.payload0, log_density, s, step_size, time, generator, max_steps)
