@@ -544,6 +544,10 @@ def test_surrogate_move_runs_adapts_and_resumes_bit_for_bit():
         more = sampler.resume(restored, 10, progress=False)
     assert torch.equal(more.f, whole.f)
     assert all(torch.equal(more.hyperparameters[k], whole.hyperparameters[k]) for k in whole.hyperparameters)
+    with torch.random.fork_rng():
+        sampler.kernel.surrogate = False  # converged with the move, continued without it: its tuning is not read
+        plain = sampler.resume(restored, 5, progress=False)
+    assert plain.f.shape == (3, 25, 20) and plain.last_state().tuning == {}
 
 
 def test_resume_by_the_other_kind_is_refused(run):
