@@ -548,6 +548,12 @@ def test_surrogate_move_runs_adapts_and_resumes_bit_for_bit():
         sampler.kernel.surrogate = False  # converged with the move, continued without it: its tuning is not read
         plain = sampler.resume(restored, 5, progress=False)
     assert plain.f.shape == (3, 25, 20) and plain.last_state().tuning == {}
+    # a state whose tuning is not usable (NaN, wrong shape) is recomputed, not read
+    bad = dataclasses.replace(samples.last_state(), tuning={"surrogate_noise": torch.full((1, 20), math.nan),
+                                                            "surrogate_width": torch.tensor(1.0)})
+    sampler.kernel.surrogate = True
+    again = sampler.sample(3, warmup=0, num_chains=3, init=bad, progress=False)
+    assert bool(torch.isfinite(again.last_state().tuning["surrogate_noise"]).all())
 
 
 def test_resume_by_the_other_kind_is_refused(run):

@@ -455,15 +455,17 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         self, f: Tensor, y: Tensor, constants: dict[str, Tensor], state: ChainState | None
     ) -> tuple[Tensor | None, Tensor | None]:
         r"""The surrogate move's noise :math:`S` (T, N) and width (C,) a run starts from: its ``init`` state's
-        (``ChainState.tuning``), else :math:`1 / E[\lambda \mid f, y]` at the starting latents (averaged over the
-        chains) and :data:`DEFAULT_SLICE_WIDTH`; ``(None, None)`` without the move."""
+        (``ChainState.tuning``, where their shapes fit and they are positive and finite), else
+        :math:`1 / E[\lambda \mid f, y]` at the starting latents (averaged over the chains) and
+        :data:`DEFAULT_SLICE_WIDTH`; ``(None, None)`` without the move."""
         if not self.surrogate:
             return None, None
         C = f.shape[0]
         tuning = state.tuning if state is not None else {}
         noise, width = tuning.get("surrogate_noise"), tuning.get("surrogate_width")
-        fits = isinstance(noise, Tensor) and noise.shape == f.shape[1:]
-        if fits and isinstance(width, Tensor) and width.numel() == 1:
+        fits = isinstance(noise, Tensor) and noise.shape == f.shape[1:] and isinstance(width, Tensor)
+        valid = fits and width.numel() == 1 and bool((torch.isfinite(noise) & (noise > 0)).all())
+        if valid and math.isfinite(float(width)) and float(width) > 0:
             return noise.to(f).clone(), width.to(f).reshape(1).expand(C).clone()
         return 1.0 / self.expected_precision(f, y, constants), f.new_full((C,), self.slice_width)
 
