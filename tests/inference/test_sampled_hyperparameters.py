@@ -471,7 +471,7 @@ def test_unsupported_options_are_refused():
         HyperparameterGibbsKernel(target, theta_sampler="nuts")
     with pytest.raises(ValueError, match="max_steps must be a positive integer"):
         HyperparameterGibbsKernel(target, max_steps=0)
-    with pytest.raises(ValueError, match="surrogate must be True or False"):
+    with pytest.raises(ValueError, match="surrogate must be True, False or .warmup."):
         HyperparameterGibbsKernel(target, surrogate=None)
     sparse_target = PosteriorTarget(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4])
     with pytest.raises(ValueError, match="surrogate=True needs the exact model"):
@@ -554,6 +554,23 @@ def test_surrogate_move_runs_adapts_and_resumes_bit_for_bit():
     sampler.kernel.surrogate = True
     again = sampler.sample(3, warmup=0, num_chains=3, init=bad, progress=False)
     assert bool(torch.isfinite(again.last_state().tuning["surrogate_noise"]).all())
+
+
+def test_surrogate_move_in_warmup_only():
+    """``surrogate="warmup"``: the move runs in warm-up only, so the draws after it are those of the kernel without
+    the move from the same state (same seed stream), and a run without warm-up never makes it."""
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        x, y = _data()
+        sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+        sampler.kernel.surrogate = "warmup"
+        first = sampler.sample(5, warmup=10, num_chains=2, seed=0, progress=False)
+        state = first.last_state()
+        assert "surrogate_noise" in state.tuning
+        with_move = sampler.sample(8, warmup=0, num_chains=2, init=state, progress=False)
+        sampler.kernel.surrogate = False
+        without = sampler.sample(8, warmup=0, num_chains=2, init=state, progress=False)
+    assert torch.equal(with_move.f, without.f)
 
 
 def test_resume_by_the_other_kind_is_refused(run):

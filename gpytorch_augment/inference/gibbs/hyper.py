@@ -188,8 +188,9 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     :param max_steps: the most leapfrog steps of one HMC trajectory.
     :param surrogate: begin every transition with the surrogate-data move of :math:`(\theta, f)`, :math:`\Omega`
         integrated out (:mod:`~gpytorch_augment.inference.gibbs.surrogate`), which lets :math:`\theta` cross
-        :math:`p(\theta \mid y)` where :math:`\Omega` pins it (e.g. large counts). It costs some 5-7 more
-        evaluations per transition, so it is off by default; the exact model with pointwise observations only.
+        :math:`p(\theta \mid y)` where :math:`\Omega` pins it (e.g. large counts); ``"warmup"``: in warm-up only, to
+        converge. It costs some 5-7 more evaluations per transition, so it is off by default; the exact model with
+        pointwise observations only.
 
     :raises ValueError: with inducing points *and* a likelihood with ``latent_blocks``, for a parameter that requires
         grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, a
@@ -223,7 +224,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         adapt_width: bool = True,
         theta_sampler: str = "hmc",
         max_steps: int = HMC_MAX_STEPS,
-        surrogate: bool = False,
+        surrogate: bool | str = False,
     ) -> None:
         #: run the surrogate-data move of (θ, f) first in every transition (:mod:`.surrogate`)
         self.surrogate = surrogate
@@ -254,8 +255,8 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         self._evaluations = 0
 
     def _check_surrogate(self, target: PosteriorTarget) -> None:
-        if not isinstance(self.surrogate, bool):
-            raise ValueError(f"surrogate must be True or False, got {self.surrogate!r}")
+        if not (isinstance(self.surrogate, bool) or self.surrogate == "warmup"):
+            raise ValueError(f"surrogate must be True, False or 'warmup', got {self.surrogate!r}")
         if self.surrogate and (target.is_sparse or target.design is not None):
             raise ValueError(
                 "surrogate=True needs the exact model with pointwise observations: the surrogate-data move is not "
@@ -520,7 +521,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
     @with_linalg_advice("sampling the hyper-parameters")
     @torch.no_grad()
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
-        if self.surrogate:
+        if self.surrogate is True or (self.surrogate == "warmup" and adapt):
             chains = self.surrogate_step(chains, generator, adapt)
         moves: list[HMCMove | SliceMove] = []
         for block in self.target.blocks or [None]:
