@@ -296,7 +296,7 @@ def _ours_arrays(samples: Any, T: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_ours(p: Problem, lik: Any, mean: list[float], warmup: int, draws: int, seed: int,
-             surrogate: bool = False) -> Run:  # fmt: skip
+             surrogate: bool | str = False) -> Run:  # fmt: skip
     """``GibbsSampler(..., sample_hyperparameters=True)``, 4 chains (``surrogate``: with the surrogate-data move);
     the end-to-end clock includes building the sampler."""
     start = start_point(p)
@@ -434,7 +434,7 @@ def summarise(run: Run, p: Problem, lik: Any, mean: list[float], predict_draws: 
 
 
 def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = True,
-             surrogate: bool = False) -> dict[str, Any]:  # fmt: skip
+             surrogate: bool | str = False) -> dict[str, Any]:  # fmt: skip
     """One problem at one size: the MAP fit, then ours, NumPyro sequential, NumPyro vectorised (interleaved in one
     process, one after the other); ``peers=False``: the MAP fit and ours only (no ratios); ``surrogate``: ours with
     the surrogate-data move too (``ours_surrogate``, after ours; the ratios stay those of ours' default)."""
@@ -448,7 +448,7 @@ def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = Tru
     W, S = cfg["warmup"], cfg["draws"]
     methods = {
         "ours": lambda: run_ours(p, lik, fit["mean"], W, S, seed),
-        "ours_surrogate": lambda: run_ours(p, lik, fit["mean"], W, S, seed, surrogate=True),
+        "ours_surrogate": lambda: run_ours(p, lik, fit["mean"], W, S, seed, surrogate=surrogate or True),
         "numpyro_sequential": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "sequential"),
         "numpyro_vectorized": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "vectorized"),
     }
@@ -489,7 +489,7 @@ def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- report
 LABELS = {
     "ours": "Gibbs + HMC θ (ours)",
-    "ours_surrogate": "Gibbs + HMC θ + surrogate move (ours, surrogate=True)",
+    "ours_surrogate": "Gibbs + HMC θ + surrogate move (ours, surrogate=True or 'warmup': the run's settings)",
     "numpyro_sequential": "NumPyro NUTS [sequential]",
     "numpyro_vectorized": "NumPyro NUTS [vectorized]",
 }
@@ -585,8 +585,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--pilot", action="store_true", help="pilot run: PILOT_SEED, output to $TMPDIR")
     parser.add_argument("--no-peers", action="store_true",
                         help="the MAP fit and ours only (sizes where NumPyro's NUTS does not fit the time available)")
-    parser.add_argument("--surrogate", action="store_true",
-                        help="also run ours with the surrogate-data move (ours_surrogate)")
+    parser.add_argument("--surrogate", nargs="?", const="on", choices=("on", "warmup"), default=None,
+                        help="also run ours with the surrogate-data move (ours_surrogate): in every transition (on, "
+                        "the default of the flag) or in warm-up only (warmup)")
     parser.add_argument(
         "--merge",
         type=Path,
@@ -616,7 +617,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for n in sizes:
         for key in args.only or list(PROBLEMS):
             try:
-                cases.append(run_case(key, n, seed, cfg, peers=not args.no_peers, surrogate=args.surrogate))
+                surrogate = {"on": True, "warmup": "warmup"}.get(args.surrogate, False)
+                cases.append(run_case(key, n, seed, cfg, peers=not args.no_peers, surrogate=surrogate))
                 part = common.output_dir(args.output_dir, args.quick or args.pilot) / "fully_bayesian_cases"
                 part.mkdir(parents=True, exist_ok=True)  # every finished case at once: a cut run keeps them
                 (part / f"{key}_{n}.json").write_text(json.dumps(_report._jsonable(cases[-1])) + "\n")
@@ -630,7 +632,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "fully_bayesian", "issue": "issue 40, item 5",
         "command": "python benchmarks/fully_bayesian.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "config": {"quick": args.quick, "pilot": args.pilot, "peers": not args.no_peers, "seed": seed,
+        "config": {"quick": args.quick, "pilot": args.pilot, "peers": not args.no_peers, "surrogate": args.surrogate,
+                   "seed": seed,
                    "pilot_seed": PILOT_SEED, "sizes": list(SIZES if not args.quick else QUICK_SIZES),
                    "sizes_run": list(sizes),
                    "chains": CHAINS, **cfg, "target_ratio": TARGET_RATIO, "nll_target_max_n": NLL_TARGET_MAX_N,
