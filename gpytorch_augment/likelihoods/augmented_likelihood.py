@@ -241,6 +241,14 @@ class AugmentedLikelihood(Likelihood, ABC):
             (grad,) = torch.autograd.grad(value.sum(), f_)
         return value.detach(), grad
 
+    def log_prob_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
+        r""":math:`\partial/\partial f \sum \log p(y \mid f)` alone, the shape of ``f``: the leapfrog step of
+        :class:`~gpytorch_augment.HMCSampler` needs no value. The default takes the gradient of
+        :meth:`log_prob_and_grad`; a likelihood whose value costs extra operations may override it, and must then
+        return that gradient to the bit (HMC mixes the two, and a resumed run must continue exactly; the shared suite
+        checks it)."""
+        return self.log_prob_and_grad(y, f, **kwargs)[1]
+
     def expected_log_prob(
         self, observations: Tensor | ObservedData, function_dist: MultivariateNormal, *args: Any, **kwargs: Any
     ) -> Tensor:

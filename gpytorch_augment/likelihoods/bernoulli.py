@@ -77,10 +77,11 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
         return torch.nn.functional.logsigmoid(self._sign(y) * f)
 
     def log_prob_and_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        r""":math:`\log\sigma(s f)` and its derivative :math:`s\,\sigma(-s f)`, :math:`s = 2y - 1`."""
-        s = self._sign(y)
-        sf = s * f
-        return torch.nn.functional.logsigmoid(sf), s * torch.sigmoid(-sf)
+        r""":math:`\log\sigma(s f)`, :math:`s = 2y - 1`, and its derivative :math:`\mathbb 1[y > 0] - \sigma(f)`."""
+        return torch.nn.functional.logsigmoid(self._sign(y) * f), _logit_grad(y, f)
+
+    def log_prob_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
+        return _logit_grad(y, f)
 
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> Bernoulli:
         r""":math:`p(y_* = 1) = E_{q(f_*)} \sigma(f_*)` by Gauss--Hermite quadrature."""
@@ -125,3 +126,8 @@ class BernoulliLogitLikelihood(AugmentedLikelihood):
 
     def collapsed_bound(self, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
         return log_sigma_tilde_plus(self._sign(y).to(f_mean.dtype) * f_mean, pg_tilt_c(f_mean, f_var))
+
+
+def _logit_grad(y: Tensor, f: Tensor) -> Tensor:
+    r""":math:`\partial_f \log\sigma(sf) = \mathbb 1[y > 0] - \sigma(f)` for labels in {0, 1} or {-1, 1}."""
+    return y.clamp_min(0) - torch.sigmoid(f)

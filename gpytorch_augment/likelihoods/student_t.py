@@ -121,9 +121,13 @@ class StudentTLikelihood(ContinuousPredictive, AugmentedLikelihood):
         :math:`r = y - f`."""
         df, scale = self.df.detach(), self.scale.detach()
         r = y - f
-        c = df * scale**2
         const = torch.lgamma((df + 1) / 2) - torch.lgamma(df / 2) - 0.5 * torch.log(math.pi * df) - scale.log()
+        c = df * scale**2
         return const - (df + 1) / 2 * torch.log1p(r * r / c), (df + 1) * r / (c + r * r)
+
+    def log_prob_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
+        df, r = self.df.detach(), y - f
+        return (df + 1) * r / (df * self.scale.detach() ** 2 + r * r)
 
     def marginal(self, function_dist: MultivariateNormal, *args: Any, **kwargs: Any) -> StudentTPredictive:
         return StudentTPredictive(self.df, function_dist.mean, function_dist.variance, self.scale)

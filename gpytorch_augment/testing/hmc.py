@@ -89,8 +89,9 @@ def hmc_posterior_z(case: LikelihoodCase, num_chains: int = 64, num_samples: int
 
 
 def violation_log_prob_and_grad(case: LikelihoodCase, seed: int = 0, atol: float = 1e-10) -> dict[str, float]:
-    """``{"value": ..., "grad": ...}``: max |closed form - autograd| / ``atol`` of ``log_prob_and_grad`` at random
-    latents (float64); each must be ``<= 1``."""
+    """``{"value": ..., "grad": ..., "grad_only": ...}``: max |closed form - autograd| / ``atol`` of
+    ``log_prob_and_grad`` at random latents (float64), and ``grad_only`` 0 where ``log_prob_grad`` returns its
+    gradient to the bit (else infinite); each must be ``<= 1``."""
     likelihood = case.make()
     T = likelihood.num_latents
     g = torch.Generator().manual_seed(seed)
@@ -99,6 +100,8 @@ def violation_log_prob_and_grad(case: LikelihoodCase, seed: int = 0, atol: float
     y = likelihood.check_targets(case.sample_targets(f[0], g, **kwargs), **kwargs)
     value, grad = likelihood.log_prob_and_grad(y, f)
     ref_value, ref_grad = AugmentedLikelihood.log_prob_and_grad(likelihood, y, f)
+    grad_only = likelihood.log_prob_grad(y, f)
     scale = 1.0 + float(ref_value.abs().max())
     return {"value": float((value - ref_value).abs().max()) / (atol * scale),
-            "grad": float((grad - ref_grad).abs().max()) / (atol * scale)}
+            "grad": float((grad - ref_grad).abs().max()) / (atol * scale),
+            "grad_only": 0.0 if torch.equal(grad_only, grad) else math.inf}

@@ -30,6 +30,9 @@ class HalvedLogLik(BernoulliLogitLikelihood):
         value, grad = super().log_prob_and_grad(y, f, **kwargs)
         return value / 2, grad / 2
 
+    def log_prob_grad(self, y, f, **kwargs):
+        return super().log_prob_grad(y, f, **kwargs) / 2
+
     def log_prob_at(self, y, f, **kwargs):
         return super().log_prob_at(y, f, **kwargs) / 2
 

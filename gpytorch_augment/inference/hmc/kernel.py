@@ -51,8 +51,9 @@ The preconditioner is computed once (L-BFGS to the mode of :math:`U(v)`, then th
 per-point :math:`T \times T` curvature by double back-propagation) and cached with the prior; ``target.refresh()``
 recomputes both.
 
-The likelihood is used only through ``log_prob_and_grad(y, f)`` (closed form where the likelihood provides one,
-else autograd of ``log_prob_at``): any
+The likelihood is used only through ``log_prob_grad(y, f)`` (the inner leapfrog steps, which need no value) and
+``log_prob_and_grad(y, f)`` (the trajectory's end; closed forms where the likelihood provides them, else autograd of
+``log_prob_at``): any
 :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` whose :math:`\log p(y \mid f)` is differentiable in
 :math:`f`, with one or several latents. The likelihood's constants (e.g. class scales, noise scales) stay fixed at
 their current values: a likelihood with a prior on them (``samples_constants``) is refused (use
@@ -104,10 +105,10 @@ class LaplacePreconditioner(NamedTuple):
     one group of :math:`TN`, latent-major; diagonal: :math:`T` groups of :math:`N`): mode ``f_hat`` (T, N),
     ``v_hat`` (T, N), per-point curvature ``W`` (N, T, T), ``A`` = :math:`L C^{-\top}` (G, n, n), ``C`` =
     chol(:math:`I + L^\top W L`) (G, n, n), ``b`` = :math:`C^{-1}\hat v` (G, 1, n), ``const`` =
-    :math:`\tfrac12\lVert\hat v\rVert^2`, ``w_rows`` (``W`` laid out for the product :math:`Wd` with a
-    latent-major ``d`` (T, C, N): its diagonal (T, 1, N) where ``W`` is diagonal -- one latent or diagonal
-    curvature -- else (T, T, 1, N)) and ``At`` (:math:`A^\top`, stored contiguous: a product with a transposed view
-    takes a slower BLAS path)."""
+    :math:`\tfrac12\lVert\hat v\rVert^2 - \tfrac12\lVert b\rVert^2`, ``At`` (:math:`A^\top`, stored
+    contiguous: a product with a transposed view takes a slower BLAS path), the mode in the grouped layout ``f_rows``
+    (G, 1, n), and ``w``, :math:`W` for products with grouped latents: (T, T, N) where it couples the latents of a
+    point (joint curvature, several latents), else its diagonal (T, 1, N)."""
 
     f_hat: Tensor
     v_hat: Tensor
@@ -116,13 +117,21 @@ class LaplacePreconditioner(NamedTuple):
     C: Tensor
     b: Tensor
     const: Tensor
-    w_rows: Tensor
     At: Tensor
+    f_rows: Tensor
+    w: Tensor
 
 
 def _matmul(z: Tensor, M: Tensor) -> Tensor:
     """Grouped ``z @ M`` ((G, C, n) @ (G, n, n)); one group as a plain matrix product (faster than ``bmm``)."""
     return (z[0] @ M[0]).unsqueeze(0) if z.shape[0] == 1 else z @ M
+
+
+def _affine(x: Tensor, z: Tensor, M: Tensor, alpha: float = 1.0) -> Tensor:
+    """Grouped ``x + alpha z @ M`` in one fused product (``addmm``, ``baddbmm`` over several groups)."""
+    if z.shape[0] == 1:
+        return torch.addmm(x[0], z[0], M[0], alpha=alpha).unsqueeze(0)
+    return torch.baddbmm(x.expand(z.shape[0], z.shape[1], M.shape[-1]), z, M, alpha=alpha)
 
 
 class _Proposal(NamedTuple):
@@ -248,14 +257,68 @@ class HMCKernel(MCMCKernel[HMCChains]):
         self._version = target.version
 
     # ------------------------------------------------------------------ the target
-    def _log_lik(self, f: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        r"""Latent-major ``f`` (T, C, N) -> (:math:`\sum \log p(y \mid f)` per chain (C,), its gradient (T, C, N)),
-        by the likelihood's ``log_prob_and_grad``."""
+    def _to_lik(self, f: Tensor) -> Tensor:
+        """Grouped latents (G, C, n) -> the likelihood's layout, (C, N) for one latent, else (C, N, T)."""
         T = self.target.num_latents
-        f_lik = f.to(self.target.dtype)
-        value, grad = self.target.likelihood.log_prob_and_grad(y, f_lik[0] if T == 1 else f_lik.permute(1, 2, 0))
-        grad = grad.unsqueeze(0) if T == 1 else grad.permute(2, 0, 1)
-        return value.reshape(value.shape[0], -1).sum(-1).to(self.target.linalg_dtype), grad.to(self.target.linalg_dtype)
+        if T == 1:
+            f = f[0]
+        elif f.shape[0] == T:
+            f = f.permute(1, 2, 0)
+        else:
+            f = f[0].view(f.shape[1], T, -1).transpose(1, 2)
+        return f if f.dtype == self.target.dtype else f.to(self.target.dtype)
+
+    def _from_lik(self, g: Tensor, groups: int) -> Tensor:
+        """The likelihood's layout -> grouped (``groups``, C, n), in the linear-algebra dtype."""
+        g = g if g.dtype == self.target.linalg_dtype else g.to(self.target.linalg_dtype)
+        if g.dim() == 2:
+            return g.unsqueeze(0)
+        return g.permute(2, 0, 1) if groups > 1 else g.transpose(1, 2).reshape(1, g.shape[0], -1)
+
+    def _times_w(self, d: Tensor) -> Tensor:
+        """:math:`Wd` per point, grouped (G, C, n) like ``d``."""
+        w = self.laplace.w
+        if w.shape[1] > 1:  # joint curvature of T latents, w (T, T, N): sum over the second latent index
+            C, T = d.shape[1], w.shape[0]
+            return (w * d[0].view(C, 1, T, -1)).sum(2).view(1, C, -1)
+        return w * d
+
+    def _gradient(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        r""":math:`\nabla U(z) = z + b - A^\top(\nabla_f \log p(y \mid f) + Wd)` for grouped coordinates ``z``
+        (G, C, n), and the latents :math:`f = \hat f + Az` (grouped): the leapfrog's inner step, which needs no value
+        of the potential (two fused products and the likelihood's ``log_prob_grad``)."""
+        P = self.laplace
+        f = _affine(P.f_rows, z, P.At)
+        g = self._from_lik(self.target.likelihood.log_prob_grad(y, self._to_lik(f)), z.shape[0])
+        return _affine(z + P.b, g + self._times_w(f - P.f_rows), P.A, alpha=-1.0), f
+
+    def _potential(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        r"""(:math:`U(z)` per chain (C,), :math:`\nabla U(z)`, the latents :math:`f`) for grouped coordinates ``z``
+        (G, C, n), with one call of the likelihood's ``log_prob_and_grad``; the gradient is the same to the bit as
+        :meth:`_gradient`'s (``log_prob_grad`` returns ``log_prob_and_grad``'s gradient to the bit), so a resumed
+        run continues exactly."""
+        P = self.laplace
+        f = _affine(P.f_rows, z, P.At)
+        log_lik, g = self.target.likelihood.log_prob_and_grad(y, self._to_lik(f))
+        d, zb = f - P.f_rows, z + P.b
+        wd = self._times_w(d)
+        grad = _affine(zb, self._from_lik(g, z.shape[0]) + wd, P.A, alpha=-1.0)
+        return self._energy(zb, d, wd, log_lik), grad, f
+
+    def _value(self, z: Tensor, f: Tensor, y: Tensor) -> Tensor:
+        """:math:`U(z)` per chain (C,), given the latents ``f`` (grouped) at ``z``."""
+        P = self.laplace
+        log_lik, _ = self.target.likelihood.log_prob_and_grad(y, self._to_lik(f))
+        d = f - P.f_rows
+        return self._energy(z + P.b, d, self._times_w(d), log_lik)
+
+    def _energy(self, zb: Tensor, d: Tensor, wd: Tensor, log_lik: Tensor) -> Tensor:
+        r""":math:`U = \tfrac12\lVert\hat v\rVert^2 - \tfrac12\lVert b\rVert^2 + \tfrac12\lVert z + b\rVert^2 -
+        \tfrac12 d^\top W d - \log p(y \mid f)` per chain, from :math:`z + b`, :math:`d = Az`, :math:`Wd` and the
+        per-datum log-likelihood."""
+        quad = 0.5 * ((zb * zb).sum((0, 2)) - (d * wd).sum((0, 2)))
+        log_lik = log_lik.reshape(log_lik.shape[0], -1).sum(-1).to(self.target.linalg_dtype)
+        return self.laplace.const + quad - log_lik
 
     def _split(self, z: Tensor) -> Tensor:
         """Grouped coordinates (G, C, n) -> latent-major (T, C, N)."""
@@ -266,15 +329,6 @@ class HMCKernel(MCMCKernel[HMCChains]):
     def _join(self, r: Tensor, groups: int) -> Tensor:
         """Latent-major (T, C, N) -> grouped (G, C, n)."""
         return r if groups == r.shape[0] else r.transpose(0, 1).reshape(1, r.shape[1], -1)
-
-    def _potential(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """(U(z) per chain, ∇U(z)) for grouped coordinates ``z`` (G, C, n)."""
-        P = self.laplace
-        d = self._split(_matmul(z, P.At))  # A z per chain, (T, C, N)
-        ll, g = self._log_lik(P.f_hat.unsqueeze(1) + d, y)
-        Wd = P.w_rows * d if P.w_rows.dim() == 3 else (P.w_rows * d).sum(1)
-        quad = (z * (P.b + 0.5 * z)).sum((0, 2)) - 0.5 * (d * Wd).sum((0, 2))
-        return P.const + quad - ll, z + P.b - _matmul(self._join(g + Wd, z.shape[0]), P.A)
 
     # ------------------------------------------------------------------ preconditioner
     @property
@@ -343,19 +397,20 @@ class HMCKernel(MCMCKernel[HMCChains]):
             v_hat, f_hat = torch.zeros_like(terms.mu), terms.mu.clone()
             W = torch.zeros(N, T, T, dtype=terms.mu.dtype, device=terms.mu.device)
         if T == 1 or self.curvature == "diagonal":  # T groups: B_t = I + L_t^T diag(W_tt) L_t
-            w_rows = W.diagonal(dim1=-2, dim2=-1).mT.unsqueeze(1)  # (T, 1, N)
-            B, root = L.mT @ (w_rows.mT * L), L
+            w = W.diagonal(dim1=-2, dim2=-1).mT.unsqueeze(1)  # (T, 1, N)
+            B, root = L.mT @ (w.mT * L), L
         else:  # one group: B = I + L^T W L, block (t, s) = L_t^T diag(W[:, t, s]) L_s
             B = torch.cat([torch.cat([L[t].mT @ (W[:, t, s].unsqueeze(-1) * L[s]) for s in range(T)], -1)
                            for t in range(T)], -2).unsqueeze(0)
             root = torch.block_diag(*L.unbind(0)).unsqueeze(0)
-            w_rows = W.permute(1, 2, 0).unsqueeze(2).contiguous()  # (T, T, 1, N)
+            w = W.permute(1, 2, 0).contiguous()  # (T, T, N)
         B = add_to_diagonal(B, 1.0)
         C = torch.linalg.cholesky((B + B.mT) / 2)
         A = tri_solve(C, root.mT).mT.contiguous()  # L C^{-T}
         b = tri_solve(C, self._join(v_hat.unsqueeze(1), C.shape[0]).mT).mT
-        const = 0.5 * (v_hat * v_hat).sum()
-        return LaplacePreconditioner(f_hat, v_hat, W, A, C, b, const, w_rows, A.mT.contiguous())
+        const = 0.5 * ((v_hat * v_hat).sum() - (b * b).sum())
+        f_rows = self._join(f_hat.unsqueeze(1), C.shape[0])
+        return LaplacePreconditioner(f_hat, v_hat, W, A, C, b, const, A.mT.contiguous(), f_rows, w)
 
     def _to_z(self, f: Tensor) -> Tensor:
         """Internal chain latents (C, T, N) -> grouped coordinates z (G, C, n)."""
@@ -384,24 +439,28 @@ class HMCKernel(MCMCKernel[HMCChains]):
         while the others go on), of size ``eps`` per chain, (C,)."""
         p0 = torch.randn(z.shape, generator=generator, dtype=z.dtype, device=z.device)
         e = eps.view(1, -1, 1)
-        p = p0 - 0.5 * e * grad
-        z1 = z
+        p = torch.addcmul(p0, e, grad, value=-0.5)
+        z1, g1 = z, grad
         if isinstance(steps, int):
-            for i in range(steps):
-                z1 = z1 + e * p
-                U1, g1 = self._potential(z1, y)
-                p = p - (e if i < steps - 1 else 0.5 * e) * g1
+            for _ in range(steps - 1):
+                z1 = torch.addcmul(z1, e, p)
+                p = torch.addcmul(p, e, self._gradient(z1, y)[0], value=-1.0)
+            z1 = torch.addcmul(z1, e, p)
+            U1, g1, _ = self._potential(z1, y)
+            p = torch.addcmul(p, e, g1, value=-0.5)
         else:
-            U1, g1 = U, grad
+            f1 = z  # the latents at the chains' ends, set at the first step (every chain takes at least one)
             for i in range(int(steps.max())):
                 moving = (i < steps).view(1, -1, 1)
-                z1 = torch.where(moving, z1 + e * p, z1)
-                U_i, g_i = self._potential(z1, y)
-                U1, g1 = torch.where(moving.view(-1), U_i, U1), torch.where(moving, g_i, g1)
+                z1 = torch.where(moving, torch.addcmul(z1, e, p), z1)
+                g_i, f_i = self._gradient(z1, y)
+                g1 = torch.where(moving, g_i, g1)
+                f1 = f_i if i == 0 else torch.where(moving, f_i, f1)
                 half = (i == steps - 1).view(1, -1, 1)
                 p = torch.where(moving, p - torch.where(half, 0.5 * e, e) * g_i, p)
+            U1 = self._value(z1, f1, y)
         log_ratio = (U - U1) + 0.5 * ((p0 * p0).sum((0, 2)) - (p * p).sum((0, 2)))
-        log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, torch.full_like(log_ratio, -math.inf))
+        log_ratio = log_ratio.nan_to_num(-math.inf, -math.inf, -math.inf)  # a non-finite energy is rejected
         u = torch.rand(log_ratio.shape, generator=generator, dtype=z.dtype, device=z.device)
         accept = u.log() < log_ratio
         keep = accept.view(1, -1, 1)
@@ -439,7 +498,7 @@ class HMCKernel(MCMCKernel[HMCChains]):
         adapts them."""
         C = f.shape[0]
         z = self._start(f, state)
-        U, grad = self._potential(z, y)
+        U, grad, _ = self._potential(z, y)
         eps = self._chain_step_size(C, state.step_size if state is not None else None)
         adapt = DualAveraging(eps, self.target_accept) if num_warmup > 0 else None
         length = self.trajectory_length

@@ -31,7 +31,7 @@ class HMCSampler(MCMC):
     ``laplace`` preconditioner) and ``sampler.target`` (model, likelihood, data, prior).
 
     :param model: as for :class:`~gpytorch_augment.GibbsSampler` (``model.forward(x)`` returns the prior).
-    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (``log_prob_at`` and
+    :param likelihood: an :class:`~gpytorch_augment.likelihoods.AugmentedLikelihood` (``log_prob_grad`` and
         ``log_prob_and_grad`` are used).
     :param x: training inputs ``(N, D)``.
     :param y: training targets ``(N,)``.
