@@ -55,7 +55,11 @@ step 2 on :math:`p(\theta \mid \Omega, f_{-b}, y)`, the other latents' prior den
 (the other blocks' density has no :math:`O(NM^2)` form there).
 
 The derivations of both, and why each order is valid: :doc:`/maths/engines` ("Sampling the prior's
-hyper-parameters").
+hyper-parameters"). The kernel is composed of the collapsed density of :math:`\theta`
+(:mod:`~gpytorch_augment.inference.gibbs.collapsed_density`), its moves (step 2,
+:mod:`~gpytorch_augment.inference.gibbs.theta_moves`) and the optional surrogate-data move
+(:mod:`~gpytorch_augment.inference.gibbs.surrogate`); this module holds the transition, the latents' draw (step 3),
+the run's state and its continuation.
 
 **Cost.** An HMC move takes :math:`\lceil uT/\varepsilon\rceil` leapfrog steps, each one factorisation of
 :math:`I + SK_\theta S` and one vector-Jacobian product through the prior's mean and kernel, then the two
@@ -73,102 +77,35 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ...core import WhitenedGaussian, collapsed_log_marginal, gaussian_log_density, tilted_conditional
-from ...core.collapsed import collapsed_marginal_adjoints
-from ...core.linalg import add_to_diagonal, tri_solve
+from ...core import WhitenedGaussian, tilted_conditional
 from ...core.prior import FactorizationError, with_linalg_advice
-from ...likelihoods.augmented_likelihood import AuxDict
-from ..hmc.adaptation import ChEESAdaptation, DualAveraging
-from ..mcmc.hmc_move import HMCMove, hmc_move
+from ..mcmc.hmc_move import HMCMove
 from ..mcmc.kernel import MCMCKernel
 from ..mcmc.prior_parameters import PriorParameters
-from ..mcmc.slice import MAX_STEPS_OUT, LogDensity, SliceMove, slice_move
+from ..mcmc.slice import MAX_STEPS_OUT, SliceMove
 from ..mcmc.state import ChainState
-from ..mcmc.target import PosteriorTarget, conditional_variances
+from ..mcmc.target import PosteriorTarget
+from .hyper_state import HyperChains, PriorAt
 from .kernel import GibbsKernel
 from .surrogate import surrogate_move
+from .theta_moves import HMC_MAX_STEPS, THETA_SAMPLERS, WIDTH_BOUNDS, ThetaMoves
 
 __all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel", "PriorAt"]
 
 #: the slice width a run starts from (raw coordinates, along a unit direction); warm-up adapts it
 DEFAULT_SLICE_WIDTH = 1.0
-#: the width adapted in warm-up stays within these bounds
-WIDTH_BOUNDS = (1e-3, 1e3)
 #: the kernel's name (``PosteriorSamples.f_update`` of its draws)
 HYPER_KERNEL_NAME = "hyper"
-#: the samplers of θ (``theta_sampler=``)
-THETA_SAMPLERS = ("hmc", "slice")
-#: HMC on θ: the step size and the trajectory length a run starts from, the bounds of the ChEES length, the most
-#: leapfrog steps of a trajectory, the target acceptance, and the warm-up fractions at whose ends the scale is
-#: re-estimated (from the chains' draws since the previous end)
-HMC_STEP, HMC_LENGTH, HMC_LENGTH_BOUNDS, HMC_MAX_STEPS, HMC_TARGET = 0.2, 1.0, (0.1, 10.0), 32, 0.8
-HMC_WINDOWS = (0.15, 0.4, 0.75)
 #: the least expected augmented precision the surrogate move's noise is computed from (its noise is at most the
 #: inverse)
 MIN_PRECISION = 1e-6
 
 
-class HyperChains(NamedTuple):
-    """The chains of :class:`HyperparameterGibbsKernel` between transitions: latents ``f`` (C, T, N), the last
-    :math:`\\Omega` draw ``aux``, the likelihood's sampled ``constants``, the targets ``y``, the coordinates
-    ``theta`` (C, P) and the prior at them (``mean`` (C, T, N), ``A`` = :math:`L^\\top` (C, T, N, N),
-    ``log_prior`` (C,)), the slice ``width`` (C,) (HMC: the step sizes), the warm-up iterations adapted so far
-    (``adapted``), and HMC's ``scale`` (P,) and trajectory ``length``. Inducing-point model: ``A`` =
-    :math:`L_Z^{-1}K_{ZX}` (C, T, M, N), and at the same :math:`\\theta` the variances ``d`` (C, T, N) of
-    :math:`p(f_i \\mid u)`, ``mu_Z`` (C, T, M), ``L`` = chol(K_ZZ + jitter I) (C, T, M, M), with the whitened inducing
-    values ``v`` (C, T, M) of the last draw (``None`` before one). With the surrogate-data move: its ``noise``
-    :math:`S` (T, N) and slice width ``surrogate_width`` (C,)."""
-
-    f: Tensor
-    aux: AuxDict
-    constants: dict[str, Tensor]
-    y: Tensor
-    theta: Tensor
-    mean: Tensor
-    A: Tensor
-    log_prior: Tensor
-    width: Tensor
-    adapted: int
-    scale: Tensor | None = None
-    length: float = HMC_LENGTH
-    d: Tensor | None = None
-    mu_Z: Tensor | None = None
-    L: Tensor | None = None
-    v: Tensor | None = None
-    noise: Tensor | None = None
-    surrogate_width: Tensor | None = None
-
-    @property
-    def prior(self) -> PriorAt:
-        """The prior at the chains' :math:`\\theta` (``ok`` ``None``: it was factorised when accepted)."""
-        return PriorAt(self.mean, self.A, self.log_prior, None, self.d, self.mu_Z, self.L)
-
-
-class PriorAt(NamedTuple):
-    """The prior at a batch of coordinates (n, P): ``mean`` :math:`\\mu_X` (n, T, N), ``A`` (exact:
-    :math:`L^\\top`, (n, T, N, N); inducing points: :math:`L_Z^{-1}K_{ZX}`, (n, T, M, N)), ``log_prior`` (n,),
-    ``ok`` (n,) where every factorisation succeeded (``None``: known to), and for the inducing-point model ``d``,
-    ``mu_Z``, ``L`` (see :class:`HyperChains`)."""
-
-    mean: Tensor
-    A: Tensor
-    log_prior: Tensor
-    ok: Tensor | None
-    d: Tensor | None = None
-    mu_Z: Tensor | None = None
-    L: Tensor | None = None
-
-    def extras(self) -> tuple[Tensor, ...]:
-        """``(d, mu_Z, L)`` of the inducing-point model, else ``()`` (the tail of a slice move's payload)."""
-        return () if self.d is None else (self.d, self.mu_Z, self.L)
-
-
-class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
+class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
     r"""Blocked Gibbs over :math:`(\Omega, \theta, f)`: :math:`\Omega \mid f` (and the likelihood's constants), then
     :math:`\theta \mid \Omega` with :math:`f` integrated out (HMC or slice sampling), then
     :math:`f \mid \theta, \Omega` (the module docstring has the maths and why the order matters).
@@ -287,119 +224,6 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
         it samples them), recorded in ``hyper``."""
         return True
 
-    # ------------------------------------------------------------------ the prior at a batch of θ
-    def _prior(self, theta: Tensor, grad: bool = False) -> PriorAt:
-        r"""The prior at coordinates ``theta`` (n, P) (:class:`PriorAt`): exact, ``A = chol(K + jitter I)ᵀ``;
-        inducing points, the target's whitened terms at each :math:`\theta` (:math:`L_Z`, :math:`A`, :math:`d` as
-        :meth:`PosteriorTarget.refresh` computes them at the model's). ``ok`` marks the chains whose factorisation
-        succeeded. ``grad``: autograd's graph from ``theta`` is kept, and a failed factor is replaced by the identity
-        (``ok`` false) so that the gradient stays finite."""
-        target = self.target
-        if target.is_sparse:
-            return self._sparse_prior(theta, grad)
-        mean, covar, log_prior = self.hyperparameters.evaluate(theta, grad=grad)
-        K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
-        L, ok = self._factor(K, theta.shape[0], grad)
-        return PriorAt(mean, L.mT, log_prior, ok)
-
-    @staticmethod
-    def _factor(K: Tensor, num_chains: int, grad: bool) -> tuple[Tensor, Tensor]:
-        """``(L, ok)``: the Cholesky factors of a batch and the chains whose factorisations all succeeded."""
-        L, info = torch.linalg.cholesky_ex(K)
-        if grad:
-            eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
-            L = torch.where((info == 0)[..., None, None], L, eye)
-        return L, (info == 0).reshape(num_chains, -1).all(-1)
-
-    def _sparse_prior(self, theta: Tensor, grad: bool = False) -> PriorAt:
-        target = self.target
-        Z, x = target.inducing_points, target.x
-        if Z.shape[:-2] != x.shape[:-2]:
-            batch = torch.broadcast_shapes(Z.shape[:-2], x.shape[:-2])
-            Z, x = Z.expand(*batch, *Z.shape[-2:]), x.expand(*batch, *x.shape[-2:])
-        M = Z.shape[-2]
-        mean, K_ZZ, K_ZX, k_diag, log_prior = self.hyperparameters.evaluate_blocks(
-            theta, torch.cat([Z.to(x), x], dim=-2), M, grad=grad
-        )
-        L, ok = self._factor(add_to_diagonal((K_ZZ + K_ZZ.mT) / 2, target.jitter), theta.shape[0], grad)
-        A = tri_solve(L, K_ZX)
-        d = conditional_variances(k_diag, A.square().sum(-2), target.jitter)
-        return PriorAt(mean[..., M:], A, log_prior, ok, d, mean[..., :M], L)
-
-    def _collapsed(
-        self,
-        mean: Tensor,
-        A: Tensor,
-        log_prior: Tensor,
-        ok: Tensor | None,
-        h: Tensor,
-        lam: Tensor,
-        d: Tensor | None = None,
-        others: Tensor | None = None,
-    ) -> tuple[Tensor, WhitenedGaussian]:
-        r""":math:`\log p(\theta) + \log Z(\theta)` per chain (``-inf`` where not ``ok`` or not finite) and
-        :math:`q(v)`, for the latents whose prior ``mean``, ``A`` (and variances ``d``, inducing points) are given;
-        ``others`` adds the log prior density of the other latents at their current values (latent blocks)."""
-        design = self.target.design
-        A_obs, mean_obs = (A, mean) if design is None else (design.apply(A), design.apply(mean))
-        log_z, q = collapsed_log_marginal(A_obs, mean_obs, h, lam, d)
-        log_p = log_prior + log_z.sum(-1)
-        if others is not None:
-            log_p = log_p + others
-        valid = torch.isfinite(log_p) if ok is None else torch.isfinite(log_p) & ok
-        return torch.where(valid, log_p, torch.full_like(log_p, -math.inf)), q
-
-    def collapsed_density(
-        self, chains: HyperChains, h: Tensor, lam: Tensor, block: tuple[int, ...] | None = None
-    ) -> tuple[Tensor, tuple[Tensor, ...], LogDensity]:
-        r"""What the :math:`\theta` move samples: the log density of :math:`\theta` at the chains' current values,
-        its payload there, and the closure ``log_density(theta, index)``
-        (:data:`~gpytorch_augment.inference.mcmc.slice.LogDensity`), whose payload is
-        ``(mean, A, log_prior, theta1, C, *extras)`` (:class:`PriorAt`, the block's :math:`q(v)`).
-
-        Without ``block``: :math:`\log p(\theta) + \log Z(\theta)`, every latent integrated out with the tilts
-        ``h``, ``lam`` (C, T, n) (inducing points: :math:`u` and :math:`f` integrated out, :func:`noisy_tilts
-        <gpytorch_augment.core.noisy_tilts>`). With the latents ``block``: :math:`\log p(\theta) + \log
-        Z_b(\theta) + \sum_{t \notin b} \log \mathcal N(f_t \mid \mu_{\theta,t}, K_{\theta,t})`, ``h``, ``lam``
-        the tilts of all latents (the block's are used)."""
-        density = self._density(chains, h, lam, block)
-        current = chains.prior
-        log_p0, q0 = density(current, None)
-        payload0 = (current.mean, current.A, current.log_prior, q0.theta1, q0.C, *current.extras())
-
-        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
-            prior = self._prior(theta)
-            log_p, q = density(prior, index)
-            return log_p, (prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras())
-
-        return log_p0, payload0, log_density
-
-    def _density(
-        self, chains: HyperChains, h: Tensor, lam: Tensor, block: tuple[int, ...] | None
-    ) -> Callable[[PriorAt, Tensor | None], tuple[Tensor, WhitenedGaussian]]:
-        """``density(prior, index)``: :meth:`collapsed_density`'s log density and :math:`q(v)` of the chains
-        ``index`` (``None``: all) at a :class:`PriorAt` of theirs."""
-        picked = list(block) if block is not None else None
-        rest = None
-        if picked is not None:
-            h, lam = h[:, picked], lam[:, picked]
-            others = [t for t in range(self.target.num_latents) if t not in picked]
-            rest = (others, chains.f[:, others]) if others else None
-
-        def density(prior: PriorAt, index: Tensor | None) -> tuple[Tensor, WhitenedGaussian]:
-            h_, lam_ = (h, lam) if index is None else (h[index], lam[index])
-            f_rest = None if rest is None else rest[1] if index is None else rest[1][index]
-            mean, A, d = prior.mean, prior.A, prior.d
-            other = None
-            if picked is not None:
-                mean, A, d = mean[:, picked], A[:, picked], None if d is None else d[:, picked]
-                if f_rest is not None:
-                    idx = rest[0]
-                    other = gaussian_log_density(f_rest, prior.mean[:, idx], prior.A[:, idx].mT).sum(-1)
-            return self._collapsed(mean, A, prior.log_prior, prior.ok, h_, lam_, d, other)
-
-        return density
-
     # ------------------------------------------------------------------ the MCMCKernel protocol
     @with_linalg_advice("sampling the hyper-parameters")
     @torch.no_grad()
@@ -428,23 +252,7 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
                 "the prior density of the starting hyper-parameters is zero (or not finite): start the model's "
                 "parameters inside the support of their priors"
             )
-        hmc = self.theta_sampler == "hmc"
-        width = torch.full((C,), HMC_STEP if hmc else self.slice_width, dtype=theta.dtype, device=theta.device)
-        step = state.step_size if state is not None else None
-        if isinstance(step, Tensor) and step.dim() == 1 and step.shape[0] in (1, C):
-            width = step.to(width).expand(C).clone()
-        scale, length = theta.new_ones(theta.shape[-1]), HMC_LENGTH
-        if hmc and state is not None:
-            if isinstance(state.scale, Tensor) and state.scale.shape == scale.shape:
-                scale = state.scale.to(scale).clone()
-            if state.trajectory_length is not None:
-                length = float(state.trajectory_length)
-        self._evaluations, self._divergences, self._accepted = 0, 0, 0.0
-        self._num_warmup, self._window = num_warmup, []
-        self._window_ends = {max(1, round(frac * num_warmup)) for frac in HMC_WINDOWS} if num_warmup >= 20 else set()
-        if hmc and num_warmup > 0:
-            self._dual = DualAveraging(width.clone(), HMC_TARGET)
-            self._chees = ChEESAdaptation(length, num_warmup, HMC_LENGTH_BOUNDS)
+        width, scale, length = self._initial_tuning(theta, state, num_warmup)
         noise, surrogate_width = self._initial_surrogate(f, y, constants, state)
         self._precision_sum, self._precision_count = None, 0
         return HyperChains(
@@ -577,119 +385,6 @@ class HyperparameterGibbsKernel(MCMCKernel[HyperChains]):
             surrogate_width=width.clamp(*WIDTH_BOUNDS).expand_as(chains.surrogate_width).clone(),
             noise=self._precision_count / self._precision_sum,
         )
-
-    def _adapted(self, chains: HyperChains, moves: list[HMCMove | SliceMove]) -> HyperChains:
-        """The warm-up adaptation after a transition's moves (one per latent block). Slice: the width, the running
-        mean of three times the distance moved (pooled over chains and blocks). HMC: the step sizes by dual averaging
-        (on the smallest acceptance probability of the blocks' moves: one step size serves them all), the trajectory
-        length by ChEES (from the last move), the scale from the pooled variance of the chains' draws at the ends of
-        the windows :data:`HMC_WINDOWS` (Stan's regularisation towards :math:`10^{-3}`), each end restarting the dual
-        averaging."""
-        adapted, move = chains.adapted + 1, moves[-1]
-        if isinstance(move, SliceMove):
-            if not self.adapt_width:
-                return chains
-            distance = torch.stack([m.t.abs() for m in moves]).mean()
-            pooled = (chains.width.mean() * adapted + 3.0 * distance) / (adapted + 1)
-            return chains._replace(width=pooled.clamp(*WIDTH_BOUNDS).expand_as(chains.width).clone(), adapted=adapted)
-        self._dual.update(torch.stack([m.accept_prob for m in moves]).amin(0))
-        self._chees.update(move.z0[None], move.z1[None], move.p1[None], move.accept_prob, move.times)
-        self._window.append(move.x)
-        scale = chains.scale
-        if adapted in self._window_ends:
-            draws = torch.cat(self._window)
-            n = draws.shape[0]
-            var = draws.var(0) * n / (n + 5.0) + 1e-3 * 5.0 / (n + 5.0)
-            scale, self._window = var.sqrt(), []
-            self._dual = DualAveraging(self._dual.step_size.clone(), HMC_TARGET)
-        last = adapted >= self._num_warmup
-        width = (self._dual.final if last else self._dual.step_size).clone()
-        length = self._chees.final if last else self._chees.length
-        return chains._replace(width=width, adapted=adapted, scale=scale, length=length)
-
-    def theta_move(
-        self,
-        chains: HyperChains,
-        h: Tensor,
-        lam: Tensor,
-        generator: torch.Generator | None,
-        block: tuple[int, ...] | None = None,
-    ) -> HMCMove | SliceMove:
-        r"""Step 2, the move of :math:`\theta` on :math:`p(\theta \mid \Omega, y)` (with ``block``:
-        :math:`p(\theta \mid \Omega, f_{-b}, y)`) for the tilts ``h``, ``lam`` (C, T, n) (:meth:`theta_hmc` or
-        :meth:`theta_slice`); its payload holds the prior and :math:`q(v)` at the new :math:`\theta`:
-        ``(mean, A, log_prior, theta1, C, *extras)`` (:meth:`collapsed_density`)."""
-        if self.theta_sampler == "hmc":
-            return self.theta_hmc(chains, h, lam, generator, block)
-        return self.theta_slice(chains, h, lam, generator, block)
-
-    def theta_hmc(
-        self,
-        chains: HyperChains,
-        h: Tensor,
-        lam: Tensor,
-        generator: torch.Generator | None,
-        block: tuple[int, ...] | None = None,
-    ) -> HMCMove:
-        r"""Step 2 by HMC on :math:`\log p(\theta \mid \Omega, y)` for the tilts ``h``, ``lam`` (C, T, n), the
-        integration time :math:`uT`, :math:`u \sim \mathcal U(0, 1)` shared by the chains; the payload as
-        :meth:`theta_move`'s, computed once at the chains' new :math:`\theta`.
-
-        Each leapfrog step evaluates the collapsed marginal and its gradient from :math:`B = I + SKS` and the adjoints
-        of :math:`(\mu, K)` (:func:`~gpytorch_augment.core.collapsed.collapsed_marginal_adjoints`): one
-        factorisation and one vector-Jacobian product through the prior's mean and kernel, never through a
-        factorisation. With linear observations (``design``), inducing points or latent blocks autograd
-        differentiates the factor form of :meth:`collapsed_density`'s density instead."""
-        target, params = self.target, self.hyperparameters
-        density = self._density(chains, h, lam, block)
-        adjoints = target.design is None and not target.is_sparse and block is None
-
-        def log_density(theta: Tensor, index: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-            with torch.enable_grad():
-                th = theta.detach().requires_grad_(True)
-                if adjoints:
-                    mean, covar, log_prior = params.evaluate(th, grad=True)
-                    K = add_to_diagonal((covar + covar.mT) / 2, target.jitter)
-                    out = collapsed_marginal_adjoints(K.detach(), mean.detach(), h[index], lam[index])
-                    log_p = log_prior.detach() + out.log_z.sum(-1)
-                    ok = out.ok.reshape(theta.shape[0], -1).all(-1) & torch.isfinite(log_p)
-                    zero = ~ok
-                    d_cov = torch.where(zero[:, None, None, None], 0.0, out.d_covariance)
-                    d_mean = torch.where(zero[:, None, None], 0.0, out.d_mean)
-                    pairs = [(o, g) for o, g in ((covar, d_cov), (mean, d_mean), (log_prior, ok.to(th.dtype)))
-                             if o.requires_grad]  # fmt: skip
-                    (grad,) = torch.autograd.grad([o for o, _ in pairs], th, [g for _, g in pairs])
-                else:
-                    log_p, _ = density(self._prior(th, grad=True), index)
-                    ok = torch.isfinite(log_p)
-                    (grad,) = torch.autograd.grad(torch.where(ok, log_p, torch.zeros_like(log_p)).sum(), th)
-                    log_p = log_p.detach()
-            return torch.where(ok, log_p, torch.full_like(log_p, -math.inf)), grad, ()
-
-        index = torch.arange(chains.theta.shape[0], device=chains.theta.device)
-        log_p0, grad0, _ = log_density(chains.theta, index)
-        u = float(torch.rand((), generator=generator, dtype=chains.theta.dtype, device=chains.theta.device))
-        move = hmc_move(chains.theta, log_p0, grad0, (), log_density, chains.scale, chains.width,
-                        u * chains.length, generator, self.max_steps)  # fmt: skip
-        prior = self._prior(move.x)
-        _, q = density(prior, None)
-        self._evaluations += move.evaluations + 2
-        return move._replace(payload=(prior.mean, prior.A, prior.log_prior, q.theta1, q.C, *prior.extras()))
-
-    def theta_slice(
-        self,
-        chains: HyperChains,
-        h: Tensor,
-        lam: Tensor,
-        generator: torch.Generator | None,
-        block: tuple[int, ...] | None = None,
-    ) -> SliceMove:
-        r"""Step 2 by the random-direction slice move (:mod:`~gpytorch_augment.inference.mcmc.slice`) on
-        :meth:`collapsed_density`; the payload as :meth:`theta_move`'s."""
-        log_p0, payload0, log_density = self.collapsed_density(chains, h, lam, block)
-        move = slice_move(chains.theta, log_p0, payload0, log_density, chains.width, generator, self.max_steps_out)
-        self._evaluations += move.evaluations
-        return move
 
     @staticmethod
     def latent_draw(mean: Tensor, A: Tensor, q: WhitenedGaussian, generator: torch.Generator | None) -> Tensor:

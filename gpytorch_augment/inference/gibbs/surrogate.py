@@ -54,7 +54,7 @@ __all__ = ["surrogate_move"]
 
 
 class _Prior(Protocol):
-    """The prior at a batch of coordinates (``PriorAt`` of :mod:`~gpytorch_augment.inference.gibbs.hyper`)."""
+    """The prior at a batch of coordinates (``PriorAt`` of :mod:`~gpytorch_augment.inference.gibbs.hyper_state`)."""
 
     mean: Tensor
     A: Tensor

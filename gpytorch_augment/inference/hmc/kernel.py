@@ -436,7 +436,8 @@ class HMCKernel(MCMCKernel[HMCChains]):
     ) -> _Proposal:
         """One Metropolis-corrected leapfrog trajectory from the state (z, U, ∇U) for all chains: ``steps`` leapfrog
         steps for every chain, or one count per chain, (C,) (a chain that has taken its steps stays where it is
-        while the others go on), of size ``eps`` per chain, (C,)."""
+        while the others go on), of size ``eps`` per chain, (C,). The inner steps evaluate only the gradient
+        (:meth:`_gradient`), the end the potential too."""
         p0 = torch.randn(z.shape, generator=generator, dtype=z.dtype, device=z.device)
         e = eps.view(1, -1, 1)
         p = torch.addcmul(p0, e, grad, value=-0.5)
@@ -448,16 +449,15 @@ class HMCKernel(MCMCKernel[HMCChains]):
             z1 = torch.addcmul(z1, e, p)
             U1, g1, _ = self._potential(z1, y)
             p = torch.addcmul(p, e, g1, value=-0.5)
-        else:
-            f1 = z  # the latents at the chains' ends, set at the first step (every chain takes at least one)
-            for i in range(int(steps.max())):
-                moving = (i < steps).view(1, -1, 1)
-                z1 = torch.where(moving, torch.addcmul(z1, e, p), z1)
-                g_i, f_i = self._gradient(z1, y)
-                g1 = torch.where(moving, g_i, g1)
-                f1 = f_i if i == 0 else torch.where(moving, f_i, f1)
-                half = (i == steps - 1).view(1, -1, 1)
-                p = torch.where(moving, p - torch.where(half, 0.5 * e, e) * g_i, p)
+        else:  # a chain that has taken its steps moves by zero while the others go on (its gradient is recomputed
+            # at the same point, so the last one computed is every chain's own)
+            index = torch.arange(int(steps.max()), device=z.device).unsqueeze(-1)
+            step_z = (index < steps) * eps  # (S, C)
+            step_p = torch.where(index == steps - 1, 0.5, 1.0) * step_z
+            for i in range(step_z.shape[0]):
+                z1 = torch.addcmul(z1, step_z[i].view(1, -1, 1), p)
+                g1, f1 = self._gradient(z1, y)
+                p = torch.addcmul(p, step_p[i].view(1, -1, 1), g1, value=-1.0)
             U1 = self._value(z1, f1, y)
         log_ratio = (U - U1) + 0.5 * ((p0 * p0).sum((0, 2)) - (p * p).sum((0, 2)))
         log_ratio = log_ratio.nan_to_num(-math.inf, -math.inf, -math.inf)  # a non-finite energy is rejected
