@@ -128,10 +128,8 @@ def _matmul(z: Tensor, M: Tensor) -> Tensor:
 
 
 def _affine(x: Tensor, z: Tensor, M: Tensor, alpha: float = 1.0) -> Tensor:
-    """Grouped ``x + alpha z @ M`` in one fused product (``addmm``, ``baddbmm`` over several groups)."""
-    if z.shape[0] == 1:
-        return torch.addmm(x[0], z[0], M[0], alpha=alpha).unsqueeze(0)
-    return torch.baddbmm(x.expand(z.shape[0], z.shape[1], M.shape[-1]), z, M, alpha=alpha)
+    """Grouped ``x + alpha z @ M`` ((G, C, n) @ (G, n, n), ``x`` broadcast) in one fused product."""
+    return torch.baddbmm(x, z, M, alpha=alpha)
 
 
 class _Proposal(NamedTuple):
@@ -275,13 +273,17 @@ class HMCKernel(MCMCKernel[HMCChains]):
             return g.unsqueeze(0)
         return g.permute(2, 0, 1) if groups > 1 else g.transpose(1, 2).reshape(1, g.shape[0], -1)
 
-    def _times_w(self, d: Tensor) -> Tensor:
+    def _w_times(self, d: Tensor) -> Tensor:
         """:math:`Wd` per point, grouped (G, C, n) like ``d``."""
         w = self.laplace.w
         if w.shape[1] > 1:  # joint curvature of T latents, w (T, T, N): sum over the second latent index
             C, T = d.shape[1], w.shape[0]
             return (w * d[0].view(C, 1, T, -1)).sum(2).view(1, C, -1)
         return w * d
+
+    def _plus_w_times(self, g: Tensor, d: Tensor) -> Tensor:
+        """:math:`g + Wd` (one fused operation where :math:`W` is diagonal)."""
+        return torch.addcmul(g, self.laplace.w, d) if self.laplace.w.shape[1] == 1 else g + self._w_times(d)
 
     def _gradient(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         r""":math:`\nabla U(z) = z + b - A^\top(\nabla_f \log p(y \mid f) + Wd)` for grouped coordinates ``z``
@@ -290,7 +292,7 @@ class HMCKernel(MCMCKernel[HMCChains]):
         P = self.laplace
         f = _affine(P.f_rows, z, P.At)
         g = self._from_lik(self.target.likelihood.log_prob_grad(y, self._to_lik(f)), z.shape[0])
-        return _affine(z + P.b, g + self._times_w(f - P.f_rows), P.A, alpha=-1.0), f
+        return _affine(z + P.b, self._plus_w_times(g, f - P.f_rows), P.A, alpha=-1.0), f
 
     def _potential(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         r"""(:math:`U(z)` per chain (C,), :math:`\nabla U(z)`, the latents :math:`f`) for grouped coordinates ``z``
@@ -301,22 +303,21 @@ class HMCKernel(MCMCKernel[HMCChains]):
         f = _affine(P.f_rows, z, P.At)
         log_lik, g = self.target.likelihood.log_prob_and_grad(y, self._to_lik(f))
         d, zb = f - P.f_rows, z + P.b
-        wd = self._times_w(d)
-        grad = _affine(zb, self._from_lik(g, z.shape[0]) + wd, P.A, alpha=-1.0)
-        return self._energy(zb, d, wd, log_lik), grad, f
+        r = self._plus_w_times(self._from_lik(g, z.shape[0]), d)
+        grad = _affine(zb, r, P.A, alpha=-1.0)
+        return self._energy(zb, d, log_lik), grad, f
 
     def _value(self, z: Tensor, f: Tensor, y: Tensor) -> Tensor:
         """:math:`U(z)` per chain (C,), given the latents ``f`` (grouped) at ``z``."""
         P = self.laplace
         log_lik, _ = self.target.likelihood.log_prob_and_grad(y, self._to_lik(f))
-        d = f - P.f_rows
-        return self._energy(z + P.b, d, self._times_w(d), log_lik)
+        return self._energy(z + P.b, f - P.f_rows, log_lik)
 
-    def _energy(self, zb: Tensor, d: Tensor, wd: Tensor, log_lik: Tensor) -> Tensor:
+    def _energy(self, zb: Tensor, d: Tensor, log_lik: Tensor) -> Tensor:
         r""":math:`U = \tfrac12\lVert\hat v\rVert^2 - \tfrac12\lVert b\rVert^2 + \tfrac12\lVert z + b\rVert^2 -
-        \tfrac12 d^\top W d - \log p(y \mid f)` per chain, from :math:`z + b`, :math:`d = Az`, :math:`Wd` and the
-        per-datum log-likelihood."""
-        quad = 0.5 * ((zb * zb).sum((0, 2)) - (d * wd).sum((0, 2)))
+        \tfrac12 d^\top W d - \log p(y \mid f)` per chain, from :math:`z + b`, :math:`d = Az` and the per-datum
+        log-likelihood."""
+        quad = 0.5 * ((zb * zb).sum((0, 2)) - (d * self._w_times(d)).sum((0, 2)))
         log_lik = log_lik.reshape(log_lik.shape[0], -1).sum(-1).to(self.target.linalg_dtype)
         return self.laplace.const + quad - log_lik
 
