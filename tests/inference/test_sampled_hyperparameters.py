@@ -476,6 +476,8 @@ def test_unsupported_options_are_refused():
     sparse_target = PosteriorTarget(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4])
     with pytest.raises(ValueError, match="surrogate=True needs the exact model"):
         HyperparameterGibbsKernel(sparse_target, surrogate=True)
+    with pytest.raises(ValueError, match="surrogate='warmup' needs the exact model"):
+        HyperparameterGibbsKernel(sparse_target, surrogate="warmup")
     sparse = GibbsSampler(model, BernoulliLogitLikelihood(), x, y, inducing_points=x[::4], sample_hyperparameters=True)
     sparse.kernel.surrogate = True  # set after construction: refused when a run starts
     with pytest.raises(ValueError, match="surrogate=True needs the exact model"):

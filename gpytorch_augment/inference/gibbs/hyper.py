@@ -196,8 +196,8 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
             raise ValueError(f"surrogate must be True, False or 'warmup', got {self.surrogate!r}")
         if self.surrogate and (target.is_sparse or target.design is not None):
             raise ValueError(
-                "surrogate=True needs the exact model with pointwise observations: the surrogate-data move is not "
-                "implemented with inducing_points or linear observations; leave surrogate=False"
+                f"surrogate={self.surrogate!r} needs the exact model with pointwise observations: the surrogate-data "
+                "move is not implemented with inducing_points or linear observations; leave surrogate=False"
             )
 
     def _checked_parameters(self) -> PriorParameters:
