@@ -92,7 +92,7 @@ from ..mcmc.target import PosteriorTarget
 from .hyper_state import HyperChains, PriorAt
 from .kernel import GibbsKernel
 from .surrogate import surrogate_move
-from .theta_moves import HMC_MAX_STEPS, THETA_SAMPLERS, WIDTH_BOUNDS, ThetaMoves
+from .theta_moves import HMC_MAX_STEPS, THETA_SAMPLERS, ThetaMoves, running_width
 
 __all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel", "PriorAt"]
 
@@ -375,14 +375,13 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
         if not adapt:
             return chains
         done = chains.adapted
-        width = (chains.surrogate_width.mean() * done + 3.0 * move.t.abs().mean()) / (done + 1)
         if done == self._num_warmup // 2:
             self._precision_sum, self._precision_count = None, 0
         precision = self.expected_precision(f, chains.y, chains.constants)
         self._precision_sum = precision if self._precision_sum is None else self._precision_sum + precision
         self._precision_count += 1
         return chains._replace(
-            surrogate_width=width.clamp(*WIDTH_BOUNDS).expand_as(chains.surrogate_width).clone(),
+            surrogate_width=running_width(chains.surrogate_width, done, move.t.abs().mean()),
             noise=self._precision_count / self._precision_sum,
         )
 

@@ -22,7 +22,7 @@ from ..mcmc.state import ChainState
 from .collapsed_density import CollapsedThetaDensity
 from .hyper_state import HMC_LENGTH, HyperChains
 
-__all__ = ["THETA_SAMPLERS", "ThetaMoves"]
+__all__ = ["THETA_SAMPLERS", "ThetaMoves", "running_width"]
 
 #: the slice width adapted in warm-up stays within these bounds
 WIDTH_BOUNDS = (1e-3, 1e3)
@@ -33,6 +33,13 @@ THETA_SAMPLERS = ("hmc", "slice")
 #: chains' draws since the previous end)
 HMC_STEP, HMC_LENGTH_BOUNDS, HMC_MAX_STEPS, HMC_TARGET = 0.2, (0.1, 10.0), 32, 0.8
 HMC_WINDOWS = (0.15, 0.4, 0.75)
+
+
+def running_width(width: Tensor, count: int, distance: Tensor) -> Tensor:
+    """A slice width adapted in warm-up: the running mean of three times the ``distance`` moved, pooled over the
+    chains (the current width weighs as ``count`` earlier updates), within :data:`WIDTH_BOUNDS`; one per chain."""
+    pooled = (width.mean() * count + 3.0 * distance) / (count + 1)
+    return pooled.clamp(*WIDTH_BOUNDS).expand_as(width).clone()
 
 
 class ThetaMoves(CollapsedThetaDensity):
@@ -86,8 +93,7 @@ class ThetaMoves(CollapsedThetaDensity):
             if not self.adapt_width:
                 return chains
             distance = torch.stack([m.t.abs() for m in moves]).mean()
-            pooled = (chains.width.mean() * adapted + 3.0 * distance) / (adapted + 1)
-            return chains._replace(width=pooled.clamp(*WIDTH_BOUNDS).expand_as(chains.width).clone(), adapted=adapted)
+            return chains._replace(width=running_width(chains.width, adapted, distance), adapted=adapted)
         self._dual.update(torch.stack([m.accept_prob for m in moves]).amin(0))
         self._chees.update(move.z0[None], move.z1[None], move.p1[None], move.accept_prob, move.times)
         self._window.append(move.x)
