@@ -185,6 +185,9 @@ class PairwiseLogitLikelihood(AugmentedLikelihood):
     def log_prob_and_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor]:
         return self.pointwise.log_prob_and_grad(self.split_targets(y)[0], f)
 
+    def log_prob_grad(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
+        return self.pointwise.log_prob_grad(self.split_targets(y)[0], f)
+
     def aux_prior(self, y: Tensor) -> AuxiliaryDistribution:
         return self.pointwise.aux_prior(self.split_targets(y)[0])
 
