@@ -236,3 +236,15 @@ def test_comparisons_are_whole_indices_at_every_entry_point_and_stored_exactly()
         assert torch.equal(likelihood.split_targets(target)[1], pairs), dtype
         with pytest.raises(ValueError, match=f"found indices in 0..{index}"):
             likelihood.observation_design(target, 5)
+
+
+def test_log_prob_grad_is_log_prob_and_grads_gradient_to_the_bit():
+    """At the comparisons' values g, ``log_prob_grad`` returns the gradient of ``log_prob_and_grad`` exactly (the
+    rule of every likelihood; the shared suite checks the registered ones)."""
+    likelihood = PairwiseLogitLikelihood()
+    y = likelihood.check_targets(LABELS, comparisons=PAIRS)
+    g = torch.randn(3, len(PAIRS), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    value, grad = likelihood.log_prob_and_grad(y, g)
+    assert value.shape == grad.shape == g.shape
+    assert torch.equal(likelihood.log_prob_grad(y, g), grad)
+    torch.testing.assert_close(grad, LABELS - torch.sigmoid(g))
