@@ -296,13 +296,14 @@ def _ours_arrays(samples: Any, T: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_ours(p: Problem, lik: Any, mean: list[float], warmup: int, draws: int, seed: int,
-             surrogate: bool | str = False) -> Run:  # fmt: skip
-    """``GibbsSampler(..., sample_hyperparameters=True)``, 4 chains (``surrogate``: with the surrogate-data move);
+             surrogate: bool | str = False, latent_moves: int = 0) -> Run:  # fmt: skip
+    """``GibbsSampler(..., sample_hyperparameters=True)``, 4 chains (``surrogate``: with the surrogate-data move;
+    ``latent_moves``: with that many HMC moves of the whitened latents per transition);
     the end-to-end clock includes building the sampler."""
     start = start_point(p)
     t0 = time.perf_counter()
     sampler = GibbsSampler(gp_prior(p, mean, start), lik, p.x, p.y, jitter=JITTER, sample_hyperparameters=True)
-    sampler.kernel.surrogate = surrogate
+    sampler.kernel.surrogate, sampler.kernel.latent_moves = surrogate, latent_moves
     first = sampler.sample(draws, warmup=warmup, num_chains=CHAINS, seed=seed, progress=False)
     e2e = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -434,10 +435,11 @@ def summarise(run: Run, p: Problem, lik: Any, mean: list[float], predict_draws: 
 
 
 def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = True,
-             surrogate: bool | str = False) -> dict[str, Any]:  # fmt: skip
+             surrogate: bool | str = False, latent_moves: int = 0) -> dict[str, Any]:  # fmt: skip
     """One problem at one size: the MAP fit, then ours, NumPyro sequential, NumPyro vectorised (interleaved in one
     process, one after the other); ``peers=False``: the MAP fit and ours only (no ratios); ``surrogate``: ours with
-    the surrogate-data move too (``ours_surrogate``, after ours; the ratios stay those of ours' default)."""
+    the surrogate-data move too (``ours_surrogate``, after ours; the ratios stay those of ours' default);
+    ``latent_moves``: ours with that many latent moves per transition too (``ours_latent``, likewise)."""
     p = load_problem(key, n, seed)
     fit = map_fit(p)
     lik = likelihood(p, fit["constants"])
@@ -449,11 +451,14 @@ def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = Tru
     methods = {
         "ours": lambda: run_ours(p, lik, fit["mean"], W, S, seed),
         "ours_surrogate": lambda: run_ours(p, lik, fit["mean"], W, S, seed, surrogate=surrogate or True),
+        "ours_latent": lambda: run_ours(p, lik, fit["mean"], W, S, seed, latent_moves=latent_moves),
         "numpyro_sequential": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "sequential"),
         "numpyro_vectorized": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "vectorized"),
     }
     if not surrogate:
         del methods["ours_surrogate"]
+    if not latent_moves:
+        del methods["ours_latent"]
     if not peers:
         methods = {k: v for k, v in methods.items() if k.startswith("ours")}
     runs = {}
@@ -490,6 +495,7 @@ def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 LABELS = {
     "ours": "Gibbs + HMC θ (ours)",
     "ours_surrogate": "Gibbs + HMC θ + surrogate move (ours, surrogate=True or 'warmup': the run's settings)",
+    "ours_latent": "Gibbs + HMC θ + latent moves (ours, latent_moves=K: the run's settings)",
     "numpyro_sequential": "NumPyro NUTS [sequential]",
     "numpyro_vectorized": "NumPyro NUTS [vectorized]",
 }
@@ -588,6 +594,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--surrogate", nargs="?", const="on", choices=("on", "warmup"), default=None,
                         help="also run ours with the surrogate-data move (ours_surrogate): in every transition (on, "
                         "the default of the flag) or in warm-up only (warmup)")
+    parser.add_argument("--latent-moves", type=int, default=0, metavar="K",
+                        help="also run ours with K HMC moves of the whitened latents per transition (ours_latent)")
     parser.add_argument(
         "--merge",
         type=Path,
@@ -618,7 +626,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for key in args.only or list(PROBLEMS):
             try:
                 surrogate = {"on": True, "warmup": "warmup"}.get(args.surrogate, False)
-                cases.append(run_case(key, n, seed, cfg, peers=not args.no_peers, surrogate=surrogate))
+                cases.append(run_case(key, n, seed, cfg, peers=not args.no_peers, surrogate=surrogate,
+                                      latent_moves=args.latent_moves))
                 part = common.output_dir(args.output_dir, args.quick or args.pilot) / "fully_bayesian_cases"
                 part.mkdir(parents=True, exist_ok=True)  # every finished case at once: a cut run keeps them
                 (part / f"{key}_{n}.json").write_text(json.dumps(_report._jsonable(cases[-1])) + "\n")
@@ -633,6 +642,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "fully_bayesian", "issue": "issue 40, item 5",
         "command": "python benchmarks/fully_bayesian.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "config": {"quick": args.quick, "pilot": args.pilot, "peers": not args.no_peers, "surrogate": args.surrogate,
+                   "latent_moves": args.latent_moves,
                    "seed": seed,
                    "pilot_seed": PILOT_SEED, "sizes": list(SIZES if not args.quick else QUICK_SIZES),
                    "sizes_run": list(sizes),

@@ -62,6 +62,7 @@ from gpytorch_augment.testing.examples import BERNOULLI_CASE
 from gpytorch_augment.testing.geweke import Z_TOL, geweke_z_hyperparameters
 from tests.likelihoods.cases_heteroscedastic import HETEROSCEDASTIC_GAUSSIAN
 from tests.likelihoods.cases_robust import STUDENT_T
+from tests.likelihoods.toy_multilatent import TWO_BIT_LOGIT
 
 LENGTHSCALE = "covar_module.base_kernel.lengthscale"
 OUTPUTSCALE = "covar_module.outputscale"
@@ -973,3 +974,88 @@ def test_noise_of_inverts_the_pathwise_draw():
     eps = torch.randn(3, 6, generator=g, dtype=torch.float64)
     assert torch.allclose(q.noise_of(q.draw(eps)), eps, atol=1e-12)
     assert torch.allclose(q.draw(q.noise_of(q.mean)), q.mean, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- (g) latent moves
+class LatentMovesOnly(HyperparameterGibbsKernel):
+    """The latent moves (HMC on p(f | θ, y), whitened) as the whole transition, θ and Ω never moved: on their own
+    they must leave the posterior invariant."""
+
+    def __init__(self, target, **kwargs):
+        super().__init__(target, latent_moves=2, **kwargs)
+
+    def step(self, chains, generator, adapt):
+        return self.latent_step(chains, generator, adapt)
+
+
+class LatentPriorDropped(LatentMovesOnly):
+    """A deliberately wrong latent move: the whitened prior's term -|v|²/2 left out of its density (the likelihood
+    alone, a flat prior on v)."""
+
+    def _latent_density(self, chains):
+        density = super()._latent_density(chains)
+
+        def log_density(x, index):
+            log_p, grad, payload = density(x, index)
+            return log_p + 0.5 * x.square().sum(-1), grad + x, payload
+
+        return log_density
+
+
+@pytest.mark.parametrize("case", [BERNOULLI_CASE, STUDENT_T, TWO_BIT_LOGIT], ids=lambda case: case.name)
+def test_geweke_quick_latent_moves(case):
+    """The latent moves alone as the transition (400 chains x 60 transitions; one latent and two) pass Geweke's
+    test; without the whitened prior's term they fail it."""
+    kw = {"num_chains": 400, "num_sweeps": 60, "burn_in": 10, "num_reference": 20_000}
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, LatentMovesOnly, **kw)
+    assert z.abs().max() <= Z_TOL, z
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, LatentPriorDropped, **kw)
+    assert z_broken.abs().max() > Z_TOL, z_broken
+
+
+def test_geweke_quick_with_latent_moves():
+    """The whole transition with a latent move first (Bernoulli, 400 chains x 60 transitions) passes."""
+    case = BERNOULLI_CASE
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, num_chains=400, num_sweeps=60, burn_in=10,
+                                 num_reference=20_000,
+                                 kernel_cls=lambda t: HyperparameterGibbsKernel(t, latent_moves=1))
+    assert z.abs().max() <= Z_TOL, z
+
+
+def test_latent_moves_adapt_and_resume_bit_for_bit():
+    """With latent moves: their step sizes are adapted in warm-up, kept in the last state (``ChainState.tuning``,
+    through ``state_dict``), and a resumed run continues bit for bit; a state without them starts from the default."""
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        x, y = _data()
+        sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+        sampler.kernel.latent_moves = 2
+        samples = sampler.sample(20, warmup=20, num_chains=3, seed=0, progress=False)
+        step = samples.last_state().tuning["latent_step_size"]
+        assert step.shape == (3,) and bool((step > 0).all()) and not torch.equal(step, torch.full_like(step, 0.1))
+        assert sampler.kernel.last_run["latent_step_size"] == pytest.approx(float(step.mean()))
+        assert sampler.kernel.last_run["latent_evaluations_per_step"] > 2
+        whole = sampler.sample(30, warmup=20, num_chains=3, seed=0, progress=False)
+        restored = PosteriorSamples.from_state_dict(samples.state_dict(), sampler=sampler)
+        more = sampler.resume(restored, 10, progress=False)
+    assert torch.equal(more.f, whole.f)
+    assert all(torch.equal(more.hyperparameters[k], whole.hyperparameters[k]) for k in whole.hyperparameters)
+    bad = dataclasses.replace(samples.last_state(), tuning={"latent_step_size": torch.full((3,), math.nan)})
+    again = sampler.sample(3, warmup=0, num_chains=3, init=bad, progress=False)
+    assert torch.equal(again.last_state().tuning["latent_step_size"], torch.full((3,), 0.1, dtype=torch.float64))
+
+
+def test_latent_moves_are_refused_where_not_implemented():
+    x, y = _data(8)
+    target = PosteriorTarget(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y)
+    for bad in (-1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="latent_moves must be a non-negative integer"):
+            HyperparameterGibbsKernel(target, latent_moves=bad)
+    sparse = PosteriorTarget(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, inducing_points=x[::2])
+    with pytest.raises(ValueError, match="latent_moves=1 needs the exact model with pointwise observations"):
+        HyperparameterGibbsKernel(sparse, latent_moves=1)
+    sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, inducing_points=x[::2],
+                           sample_hyperparameters=True)
+    sampler.kernel.latent_moves = 1  # set after construction: refused when a run starts
+    with pytest.raises(ValueError, match="latent_moves=1 needs the exact model"):
+        sampler.sample(2, warmup=0, num_chains=2, seed=0, progress=False)

@@ -57,9 +57,10 @@ step 2 on :math:`p(\theta \mid \Omega, f_{-b}, y)`, the other latents' prior den
 The derivations of both, and why each order is valid: :doc:`/maths/engines` ("Sampling the prior's
 hyper-parameters"). The kernel is composed of the collapsed density of :math:`\theta`
 (:mod:`~gpytorch_augment.inference.gibbs.collapsed_density`), its moves (step 2,
-:mod:`~gpytorch_augment.inference.gibbs.theta_moves`) and the optional surrogate-data move
-(:mod:`~gpytorch_augment.inference.gibbs.surrogate`); this module holds the transition, the latents' draw (step 3),
-the run's state and its continuation.
+:mod:`~gpytorch_augment.inference.gibbs.theta_moves`), the optional surrogate-data move
+(:mod:`~gpytorch_augment.inference.gibbs.surrogate`) and the optional latent moves
+(:mod:`~gpytorch_augment.inference.gibbs.latent_moves`); this module holds the transition, the latents' draw (step
+3), the run's state and its continuation.
 
 **Cost.** An HMC move takes :math:`\lceil uT/\varepsilon\rceil` leapfrog steps, each one factorisation of
 :math:`I + SK_\theta S` and one vector-Jacobian product through the prior's mean and kernel, then the two
@@ -91,6 +92,7 @@ from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget
 from .hyper_state import HyperChains, PriorAt
 from .kernel import GibbsKernel
+from .latent_moves import LatentMoves
 from .surrogate import surrogate_move
 from .theta_moves import HMC_MAX_STEPS, THETA_SAMPLERS, ThetaMoves, running_width
 
@@ -105,7 +107,7 @@ HYPER_KERNEL_NAME = "hyper"
 MIN_PRECISION = 1e-6
 
 
-class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
+class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]):
     r"""Blocked Gibbs over :math:`(\Omega, \theta, f)`: :math:`\Omega \mid f` (and the likelihood's constants), then
     :math:`\theta \mid \Omega` with :math:`f` integrated out (HMC or slice sampling), then
     :math:`f \mid \theta, \Omega` (the module docstring has the maths and why the order matters).
@@ -128,10 +130,16 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
         :math:`p(\theta \mid y)` where :math:`\Omega` pins it (e.g. large counts); ``"warmup"``: in warm-up only, to
         converge. It costs some 5-7 more evaluations per transition, so it is off by default; the exact model with
         pointwise observations only.
+    :param latent_moves: begin every transition with this many HMC moves of the whitened latents on
+        :math:`p(f \mid \theta, y)`, :math:`\Omega` integrated out
+        (:mod:`~gpytorch_augment.inference.gibbs.latent_moves`), which cross the directions where :math:`\Omega`
+        pins the latents (e.g. the logistic-softmax likelihood); the exact model with pointwise observations only.
+        Default 0: where the augmented draw mixes, they cost time for nothing.
 
     :raises ValueError: with inducing points *and* a likelihood with ``latent_blocks``, for a parameter that requires
         grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, a
-        non-positive width, or ``surrogate=True`` with inducing points or linear observations.
+        non-positive width, ``surrogate=True`` or ``latent_moves > 0`` with inducing points or linear observations, or
+        a negative or non-integer ``latent_moves``.
 
     Attributes after a run (a report; a later run never reads them): :attr:`last_run`, with the mean number of
     batched density evaluations per transition and the final width.
@@ -162,10 +170,14 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
         theta_sampler: str = "hmc",
         max_steps: int = HMC_MAX_STEPS,
         surrogate: bool | str = False,
+        latent_moves: int = 0,
     ) -> None:
         #: run the surrogate-data move of (θ, f) first in every transition (:mod:`.surrogate`)
         self.surrogate = surrogate
         self._check_surrogate(target)
+        #: HMC moves of the whitened latents on p(f | θ, y) at the start of every transition (:mod:`.latent_moves`)
+        self.latent_moves = latent_moves
+        self._check_latent_moves(target)
         if theta_sampler not in THETA_SAMPLERS:
             raise ValueError(f"theta_sampler must be one of {THETA_SAMPLERS}, got {theta_sampler!r}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
@@ -189,7 +201,7 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
         self.gibbs = GibbsKernel(target, f_update="whitened")
         self._hyperparameters = self._checked_parameters()
         self.last_run: dict[str, float] = {}
-        self._evaluations = 0
+        self._evaluations = self._latent_evaluations = 0
 
     def _check_surrogate(self, target: PosteriorTarget) -> None:
         if not (isinstance(self.surrogate, bool) or self.surrogate == "warmup"):
@@ -230,6 +242,7 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
     def init(self, f: Tensor, y: Tensor, state: ChainState | None, num_warmup: int) -> HyperChains:
         C, target = f.shape[0], self.target
         self._check_surrogate(target)
+        self._check_latent_moves(target)
         names = {p.name for p in self.hyperparameters.parameters}
         hyper = dict(state.hyper) if state is not None else {}
         theta_values = {k: v for k, v in hyper.items() if k in names}
@@ -254,10 +267,11 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
             )
         width, scale, length = self._initial_tuning(theta, state, num_warmup)
         noise, surrogate_width = self._initial_surrogate(f, y, constants, state)
+        latent_step = self._initial_latent_step(f, state.tuning if state is not None else {}, num_warmup)
         self._precision_sum, self._precision_count = None, 0
         return HyperChains(
             f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, scale, length, prior.d, prior.mu_Z,
-            prior.L, None, noise, surrogate_width,
+            prior.L, None, noise, surrogate_width, latent_step,
         )  # fmt: skip
 
     def _initial_surrogate(
@@ -331,6 +345,8 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
         if self.surrogate is True or (self.surrogate == "warmup" and adapt):
             chains = self.surrogate_step(chains, generator, adapt)
+        if self.latent_moves:
+            chains = self.latent_step(chains, generator, adapt)
         moves: list[HMCMove | SliceMove] = []
         for block in self.target.blocks or [None]:
             aux, constants, h, lam = self.gibbs.conditional_tilts(chains.f, chains.y, generator, chains.constants)
@@ -410,6 +426,9 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
     def finish(self, chains: HyperChains, num_kept_iterations: int) -> None:
         total = max(1, chains.adapted + num_kept_iterations)
         self.last_run = {"evaluations_per_step": self._evaluations / total}
+        if self.latent_moves:
+            self.last_run.update(latent_evaluations_per_step=self._latent_evaluations / total,
+                                 latent_step_size=float(chains.latent_step.mean()))  # fmt: skip
         if self.theta_sampler == "hmc":
             self.last_run.update(step_size=float(chains.width.mean()), trajectory_length=chains.length,
                                  acceptance=self._accepted / total, divergences=self._divergences)  # fmt: skip
@@ -436,7 +455,16 @@ class HyperparameterGibbsKernel(ThetaMoves, MCMCKernel[HyperChains]):
             trajectory_length=chains.length if self.theta_sampler == "hmc" else None,
             scale=chains.scale.clone() if self.theta_sampler == "hmc" and chains.scale is not None else None,
             coordinates=chains.theta.unsqueeze(0).clone(),
-            tuning={} if chains.noise is None else {
-                "surrogate_noise": chains.noise.clone(), "surrogate_width": chains.surrogate_width.mean().clone()
-            },
+            tuning=self._tuning(chains),
         )  # fmt: skip
+
+    @staticmethod
+    def _tuning(chains: HyperChains) -> dict[str, Tensor]:
+        """What a continued run needs beside the step sizes: the surrogate move's noise and width, the latent moves'
+        step sizes (per chain)."""
+        tuning = {}
+        if chains.noise is not None:
+            tuning.update(surrogate_noise=chains.noise.clone(), surrogate_width=chains.surrogate_width.mean().clone())
+        if chains.latent_step is not None:
+            tuning["latent_step_size"] = chains.latent_step.clone()
+        return tuning

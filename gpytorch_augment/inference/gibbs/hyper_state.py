@@ -26,7 +26,8 @@ class HyperChains(NamedTuple):
     :math:`L_Z^{-1}K_{ZX}` (C, T, M, N), and at the same :math:`\\theta` the variances ``d`` (C, T, N) of
     :math:`p(f_i \\mid u)`, ``mu_Z`` (C, T, M), ``L`` = chol(K_ZZ + jitter I) (C, T, M, M), with the whitened
     inducing values ``v`` (C, T, M) of the last draw (``None`` before one). With the surrogate-data move: its
-    ``noise`` :math:`S` (T, N) and slice width ``surrogate_width`` (C,)."""
+    ``noise`` :math:`S` (T, N) and slice width ``surrogate_width`` (C,). With latent moves: their step sizes
+    ``latent_step`` (C,)."""
 
     f: Tensor
     aux: AuxDict
@@ -46,6 +47,7 @@ class HyperChains(NamedTuple):
     v: Tensor | None = None
     noise: Tensor | None = None
     surrogate_width: Tensor | None = None
+    latent_step: Tensor | None = None
 
     @property
     def prior(self) -> PriorAt:

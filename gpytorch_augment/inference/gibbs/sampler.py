@@ -64,6 +64,10 @@ class GibbsSampler(MCMC):
     or be 1); the draws of :math:`u` (at their own :math:`\theta`) are recorded and ``predict`` conditions on them.
     With a likelihood with ``latent_blocks`` :math:`\theta` moves once per block, on its density given the other
     blocks' latents. Not with ``overrelaxation``, nor with inducing points *and* ``latent_blocks`` (``ValueError``).
+    The kernel's options (``sampler.kernel``, :class:`~gpytorch_augment.inference.gibbs.HyperparameterGibbsKernel`):
+    ``theta_sampler``, ``surrogate`` (a move of :math:`(\theta, f)` with :math:`\Omega` integrated out, for
+    :math:`\theta` pinned by :math:`\Omega`) and ``latent_moves`` (HMC moves of :math:`f \mid \theta, y`, for
+    latents pinned by :math:`\Omega`).
 
     **Structure.** ``GibbsSampler(...)`` only constructs: it is the driver
     :class:`~gpytorch_augment.inference.mcmc.MCMC` (``sample``, ``resume``, ``sweep``) composed with a
