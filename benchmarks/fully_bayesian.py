@@ -304,6 +304,7 @@ def run_ours(p: Problem, lik: Any, mean: list[float], warmup: int, draws: int, s
     t0 = time.perf_counter()
     sampler = GibbsSampler(gp_prior(p, mean, start), lik, p.x, p.y, jitter=JITTER, sample_hyperparameters=True)
     sampler.kernel.surrogate, sampler.kernel.latent_moves = surrogate, latent_moves
+    sampler.kernel.init_spread = 0.0  # the protocol: every chain of both samplers starts at the same θ₀
     first = sampler.sample(draws, warmup=warmup, num_chains=CHAINS, seed=seed, progress=False)
     e2e = time.perf_counter() - t0
     t1 = time.perf_counter()

@@ -1059,3 +1059,66 @@ def test_latent_moves_are_refused_where_not_implemented():
     sampler.kernel.latent_moves = 1  # set after construction: refused when a run starts
     with pytest.raises(ValueError, match="latent_moves=1 needs the exact model"):
         sampler.sample(2, warmup=0, num_chains=2, seed=0, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------- (h) dispersed starts
+def _fresh_chains(kernel, num_chains, seed):
+    g = torch.Generator().manual_seed(seed)
+    f = kernel.target.initial_f(num_chains, g)
+    return kernel.init(f, kernel.target.y, None, 0), g
+
+
+def test_fresh_runs_start_the_chains_apart():
+    """A fresh run moves each chain's coordinates by U(-s, s) (``init_spread``, default 1): the chains differ, stay
+    within the spread of the model's values, with their prior recomputed; the same seed gives the same starts;
+    ``init_spread=0`` keeps every chain at the model's values."""
+    x, y = _data(8)
+    kernel = HyperparameterGibbsKernel(PosteriorTarget(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y))
+    chains, g = _fresh_chains(kernel, 5, 0)
+    spread = kernel.overdisperse(chains, g)
+    delta = spread.theta - chains.theta
+    assert bool((delta.abs() <= kernel.init_spread).all()) and float(delta.abs().min()) > 0
+    assert float(spread.theta.std(0).min()) > 0.1  # the chains differ
+    again = kernel.overdisperse(*_fresh_chains(kernel, 5, 0))
+    assert torch.equal(again.theta, spread.theta)
+    prior = kernel._prior(spread.theta)
+    assert torch.allclose(spread.A, prior.A) and torch.allclose(spread.log_prior, prior.log_prior)
+    kernel.init_spread = 0.0
+    assert torch.equal(kernel.overdisperse(chains, g).theta, chains.theta)
+    for bad in (-0.5, math.nan, True, "1"):
+        with pytest.raises(ValueError, match="init_spread must be a non-negative number"):
+            HyperparameterGibbsKernel(kernel.target, init_spread=bad)
+
+
+class FirstChainUnfactorisable(HyperparameterGibbsKernel):
+    """Once ``failing`` is set (after ``init``), the prior reports chain 0's factorisation as failed."""
+
+    failing = False
+
+    def _prior(self, theta, grad=False):
+        prior = super()._prior(theta, grad)
+        ok = prior.ok.clone()
+        ok[0] = ok[0] and not self.failing
+        return prior._replace(ok=ok)
+
+
+def test_a_start_that_cannot_be_factorised_keeps_the_model_values():
+    x, y = _data(8)
+    kernel = FirstChainUnfactorisable(PosteriorTarget(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y))
+    chains, g = _fresh_chains(kernel, 3, 0)
+    kernel.failing = True
+    spread = kernel.overdisperse(chains, g)
+    assert torch.equal(spread.theta[0], chains.theta[0]) and torch.equal(spread.A[0], chains.A[0])
+    assert not torch.equal(spread.theta[1], chains.theta[1])
+
+
+def test_sample_disperses_fresh_runs_only():
+    """``sample`` without ``init`` calls the hook (the chains' first draws differ from those of ``init_spread=0``);
+    a resumed run does not (it continues bit for bit: ``test_resume_continues_bit_for_bit``)."""
+    x, y = _data(8)
+    runs = []
+    for spread in (1.0, 0.0):
+        sampler = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+        sampler.kernel.init_spread = spread
+        runs.append(sampler.sample(2, warmup=0, num_chains=3, seed=0, progress=False))
+    assert not torch.equal(runs[0].hyperparameters[LENGTHSCALE], runs[1].hyperparameters[LENGTHSCALE])

@@ -96,10 +96,16 @@ from .latent_moves import LatentMoves
 from .surrogate import surrogate_move
 from .theta_moves import HMC_MAX_STEPS, THETA_SAMPLERS, ThetaMoves, running_width
 
-__all__ = ["DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel", "PriorAt"]
+__all__ = [
+    "DEFAULT_INIT_SPREAD", "DEFAULT_SLICE_WIDTH", "HYPER_KERNEL_NAME", "HyperChains", "HyperparameterGibbsKernel",
+    "PriorAt",
+]  # fmt: skip
 
 #: the slice width a run starts from (raw coordinates, along a unit direction); warm-up adapts it
 DEFAULT_SLICE_WIDTH = 1.0
+#: a fresh run moves each chain's starting coordinates by a uniform draw within this half-width (log coordinates of
+#: positive parameters: a factor within e^{±1}, as Stan's and NumPyro's uniform starts of width 2 per coordinate)
+DEFAULT_INIT_SPREAD = 1.0
 #: the kernel's name (``PosteriorSamples.f_update`` of its draws)
 HYPER_KERNEL_NAME = "hyper"
 #: the least expected augmented precision the surrogate move's noise is computed from (its noise is at most the
@@ -136,10 +142,14 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
         pins the latents (e.g. the logistic-softmax likelihood); the exact model with pointwise observations only.
         Default 0: where the augmented draw mixes, they cost time for nothing.
 
+    :param init_spread: a fresh run (no ``init`` state) moves each chain's starting coordinates by a uniform draw
+        within :math:`\pm` this (:meth:`overdisperse`; log coordinates for positive parameters), so that
+        :math:`\hat R` compares chains that did not start together; 0: every chain starts at the model's values.
+
     :raises ValueError: with inducing points *and* a likelihood with ``latent_blocks``, for a parameter that requires
         grad without a prior (:class:`PriorParameters`), an unknown ``theta_sampler``, a
         non-positive width, ``surrogate=True`` or ``latent_moves > 0`` with inducing points or linear observations, or
-        a negative or non-integer ``latent_moves``.
+        a negative or non-integer ``latent_moves``, or a negative ``init_spread``.
 
     Attributes after a run (a report; a later run never reads them): :attr:`last_run`, with the mean number of
     batched density evaluations per transition and the final width.
@@ -171,6 +181,7 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
         max_steps: int = HMC_MAX_STEPS,
         surrogate: bool | str = False,
         latent_moves: int = 0,
+        init_spread: float = DEFAULT_INIT_SPREAD,
     ) -> None:
         #: run the surrogate-data move of (θ, f) first in every transition (:mod:`.surrogate`)
         self.surrogate = surrogate
@@ -178,6 +189,9 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
         #: HMC moves of the whitened latents on p(f | θ, y) at the start of every transition (:mod:`.latent_moves`)
         self.latent_moves = latent_moves
         self._check_latent_moves(target)
+        #: a fresh run moves each chain's starting coordinates by U(-s, s) (:meth:`overdisperse`)
+        self.init_spread = init_spread
+        self._check_init_spread()
         if theta_sampler not in THETA_SAMPLERS:
             raise ValueError(f"theta_sampler must be one of {THETA_SAMPLERS}, got {theta_sampler!r}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
@@ -202,6 +216,11 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
         self._hyperparameters = self._checked_parameters()
         self.last_run: dict[str, float] = {}
         self._evaluations = self._latent_evaluations = 0
+
+    def _check_init_spread(self) -> None:
+        s = self.init_spread
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and s >= 0):
+            raise ValueError(f"init_spread must be a non-negative number, got {s!r}")
 
     def _check_surrogate(self, target: PosteriorTarget) -> None:
         if not (isinstance(self.surrogate, bool) or self.surrogate == "warmup"):
@@ -243,6 +262,7 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
         C, target = f.shape[0], self.target
         self._check_surrogate(target)
         self._check_latent_moves(target)
+        self._check_init_spread()
         names = {p.name for p in self.hyperparameters.parameters}
         hyper = dict(state.hyper) if state is not None else {}
         theta_values = {k: v for k, v in hyper.items() if k in names}
@@ -272,6 +292,32 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
         return HyperChains(
             f, {}, constants, y, theta, prior.mean, prior.A, log_prior, width, 0, scale, length, prior.d, prior.mu_Z,
             prior.L, None, noise, surrogate_width, latent_step,
+        )  # fmt: skip
+
+    @with_linalg_advice("sampling the hyper-parameters")
+    @torch.no_grad()
+    def overdisperse(self, chains: HyperChains, generator: torch.Generator | None) -> HyperChains:
+        r"""A fresh run's starting hyper-parameters spread over the chains: each coordinate of each chain moved by
+        :math:`\mathcal U(-s, s)`, :math:`s` = ``init_spread`` (0: every chain at the model's values), so that
+        :math:`\hat R` can see chains that settle in different modes (an input relevant in one, not in another). A
+        chain whose moved coordinates have no factorisation or zero prior density keeps the model's values."""
+        if self.init_spread == 0:
+            return chains
+        theta = chains.theta
+        u = torch.rand(theta.shape, generator=generator, dtype=theta.dtype, device=theta.device)
+        moved = theta + (2.0 * u - 1.0) * self.init_spread
+        prior = self._prior(moved)
+        ok = prior.ok & torch.isfinite(prior.log_prior)
+
+        def pick(new: Tensor | None, old: Tensor | None) -> Tensor | None:
+            if new is None or old is None:
+                return old
+            return torch.where(ok.reshape((-1,) + (1,) * (new.dim() - 1)), new, old)
+
+        return chains._replace(
+            theta=pick(moved, theta), mean=pick(prior.mean, chains.mean), A=pick(prior.A, chains.A),
+            log_prior=pick(prior.log_prior, chains.log_prior), d=pick(prior.d, chains.d),
+            mu_Z=pick(prior.mu_Z, chains.mu_Z), L=pick(prior.L, chains.L),
         )  # fmt: skip
 
     def _initial_surrogate(

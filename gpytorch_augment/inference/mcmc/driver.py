@@ -148,6 +148,8 @@ class MCMC:
         f = target.from_storage(state.f, num_chains) if state is not None else target.initial_f(num_chains, generator)
         start = time.perf_counter()
         chains = kernel.init(f, target.y, state, warmup)
+        if state is None:
+            chains = kernel.overdisperse(chains, generator)
         if warmup == 0:
             chains = kernel.end_warmup(chains)
         record = Recorder(num_chains, num_samples)

@@ -7,6 +7,8 @@ override declared hooks, each with a default:
 
 * ``init(f, y, state, num_warmup)`` -- the chains at the starting latents, conditioned on the targets ``y``;
 * ``step(chains, generator, adapt)`` -- one transition of every chain;
+* a fresh start: ``overdisperse(chains, generator)`` (default: the chains as ``init`` built them) -- spreads what the
+  starting latents do not, e.g. sampled hyper-parameters, so that :math:`\hat R` can see chains that settle apart;
 * adaptation: ``end_warmup(chains)`` (default: nothing to freeze) -- warm-up itself is ``adapt=True`` steps, set up
   by ``init`` from ``num_warmup``;
 * end of a run: ``finish(chains, num_kept_iterations)`` (default: no report);
@@ -19,6 +21,7 @@ One run of the driver is
 .. code-block:: text
 
     chains = kernel.init(f0, y, init, num_warmup)         # f0: (C, T, N) starting latents, y: the targets
+    without init: chains = kernel.overdisperse(chains, generator)
     for each of num_warmup iterations:  chains = kernel.step(chains, generator, adapt=True)
     chains = kernel.end_warmup(chains)                    # also for num_warmup = 0
     for each later iteration:           chains = kernel.step(chains, generator, adapt=False)
@@ -127,6 +130,12 @@ class MCMCKernel(ABC, Generic[Chains]):
         ``adapt``: a warm-up iteration (the kernel may tune itself)."""
 
     # ------------------------------------------------------------------ hooks with defaults
+    def overdisperse(self, chains: Chains, generator: torch.Generator | None) -> Chains:
+        """Called once after :meth:`init` in a run without an ``init`` state (a fresh start, whose latents are prior
+        draws): spread the chains' other starting coordinates, drawing from ``generator`` only. Default: the chains
+        unchanged."""
+        return chains
+
     def end_warmup(self, chains: Chains) -> Chains:
         """Called once after the last warm-up iteration (also for ``warmup=0``): freeze what warm-up tuned. Default:
         the chains unchanged."""
