@@ -141,7 +141,6 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
         (:mod:`~gpytorch_augment.inference.gibbs.latent_moves`), which cross the directions where :math:`\Omega`
         pins the latents (e.g. the logistic-softmax likelihood); the exact model with pointwise observations only.
         Default 0: where the augmented draw mixes, they cost time for nothing.
-
     :param init_spread: a fresh run (no ``init`` state) moves each chain's starting coordinates by a uniform draw
         within :math:`\pm` this (:meth:`overdisperse`; log coordinates for positive parameters), so that
         :math:`\hat R` compares chains that did not start together; 0: every chain starts at the model's values.
