@@ -24,7 +24,12 @@ r"""Sampled hyper-parameters (issue #40, exact model, Gibbs): ``GibbsSampler(...
   :math:`\theta` equals the fixed-:math:`\theta` prediction;
 * (f) the parts of the HMC move of :math:`\theta`: the adjoints of the collapsed marginal against autograd, the
   logarithmic coordinates of bounded parameters, and the move's invariance for a Gaussian (with an exact and a wrong
-  gradient). (b) and (c) run with θ by HMC (the default) and, in the fast tier, by the slice move too.
+  gradient). (b) and (c) run with θ by HMC (the default) and, in the fast tier, by the slice move too;
+* (g) the latent moves (HMC on the whitened latents given θ, Ω integrated out): Geweke's test of the moves alone
+  (one latent and two) and of the whole transition with them, the variant without the whitened prior's term, which
+  must fail, their adaptation and bit-for-bit resume, and the refusals;
+* (h) spread starts (``init_spread``): fresh runs move each chain's coordinates within the spread, reproducibly, a
+  start that cannot be factorised keeps the model's values, and resumed runs are not moved.
 """
 
 from __future__ import annotations
