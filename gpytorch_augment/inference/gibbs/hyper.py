@@ -90,7 +90,7 @@ from ..mcmc.prior_parameters import PriorParameters
 from ..mcmc.slice import MAX_STEPS_OUT, SliceMove
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget
-from .hyper_state import HyperChains, PriorAt
+from .hyper_state import HyperChains, PriorAt, chain_likelihood
 from .kernel import GibbsKernel
 from .latent_moves import LatentMoves
 from .surrogate import surrogate_move
@@ -340,12 +340,11 @@ class HyperparameterGibbsKernel(ThetaMoves, LatentMoves, MCMCKernel[HyperChains]
     def log_likelihood(self, chains: HyperChains) -> Callable[[Tensor, Tensor], Tensor]:
         r"""``log_lik(f, index)``: :math:`\log p(y \mid f)` ``(n,)`` of the chains ``index`` ``(n,)`` at latents
         ``f`` ``(n, T, N)``, under their targets and sampled constants."""
-        target, constants = self.target, chains.constants
-        per_chain = chains.y.dim() > target.y.dim()  # Geweke's test: targets drawn per chain
+        target = self.target
 
         def log_lik(f: Tensor, index: Tensor) -> Tensor:
-            y = chains.y[index] if per_chain else chains.y
-            with target.constants({k: v[index] for k, v in constants.items()}):
+            y, constants = chain_likelihood(target, chains, index)
+            with constants:
                 value = target.likelihood.log_prob_at(y, target.to_likelihood(f))
             return value.reshape(f.shape[0], -1).sum(-1).to(f.dtype)
 

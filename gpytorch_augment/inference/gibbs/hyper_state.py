@@ -5,13 +5,17 @@ collapsed density of :math:`\theta` (:mod:`~gpytorch_augment.inference.gibbs.col
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, NamedTuple
 
 from torch import Tensor
 
 from ...likelihoods.augmented_likelihood import AuxDict
 
-__all__ = ["HMC_LENGTH", "HyperChains", "PriorAt"]
+if TYPE_CHECKING:
+    from ..mcmc.target import PosteriorTarget
+
+__all__ = ["HMC_LENGTH", "HyperChains", "PriorAt", "chain_likelihood"]
 
 #: the HMC move's trajectory length a run of :math:`\theta` starts from (warm-up adapts it by ChEES)
 HMC_LENGTH = 1.0
@@ -72,3 +76,13 @@ class PriorAt(NamedTuple):
     def extras(self) -> tuple[Tensor, ...]:
         """``(d, mu_Z, L)`` of the inducing-point model, else ``()`` (the tail of a slice move's payload)."""
         return () if self.d is None else (self.d, self.mu_Z, self.L)
+
+
+def chain_likelihood(
+    target: PosteriorTarget, chains: HyperChains, index: Tensor
+) -> tuple[Tensor, AbstractContextManager]:
+    """The targets of the chains ``index`` (their own where the chains carry targets per chain, as in Geweke's test)
+    and the ``with`` block that evaluates the likelihood at their sampled constants."""
+    per_chain = chains.y.dim() > target.y.dim()
+    y = chains.y[index] if per_chain else chains.y
+    return y, target.constants({k: v[index] for k, v in chains.constants.items()})

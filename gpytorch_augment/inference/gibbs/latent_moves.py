@@ -39,7 +39,7 @@ from torch import Tensor
 from ..hmc.adaptation import DualAveraging
 from ..mcmc.hmc_move import LogDensityGrad, hmc_move
 from ..mcmc.target import PosteriorTarget
-from .hyper_state import HyperChains
+from .hyper_state import HyperChains, chain_likelihood
 
 __all__ = ["LATENT_MAX_STEPS", "LATENT_STEP", "LATENT_TARGET", "LatentMoves"]
 
@@ -118,13 +118,12 @@ class LatentMoves:
         v`."""
         target, A, mean = self.target, chains.A, chains.mean
         T, N = mean.shape[-2:]
-        per_chain = chains.y.dim() > target.y.dim()  # Geweke's test: targets drawn per chain
 
         def log_density(x: Tensor, index: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
             v, a = x.reshape(-1, T, N), A[index]
             f = mean[index] + (v.unsqueeze(-2) @ a).squeeze(-2)
-            y = chains.y[index] if per_chain else chains.y
-            with target.constants({k: c[index] for k, c in chains.constants.items()}):
+            y, constants = chain_likelihood(target, chains, index)
+            with constants:
                 value, grad = target.likelihood.log_prob_and_grad(y, target.to_likelihood(f))
             grad = target.from_likelihood(grad.mT if T > 1 else grad, f.shape)
             grad_v = (a @ grad.unsqueeze(-1)).squeeze(-1) - v
