@@ -15,7 +15,9 @@ The methods, all under the same ``sample`` / ``resume`` / :class:`~gpytorch_augm
 ``preferred_sampler`` -- the sampler with the larger worst-case effective sample size per second in
 ``benchmarks/sampling.py`` (real posteriors) or ``benchmarks/studies/sampler_choice.py`` (synthetic ones), ``"gibbs"``
 where the two split by chain count and for a likelihood not measured. With ``sample_hyperparameters=True`` (the
-prior's hyper-parameters sampled too) ``"auto"`` is ``"gibbs"``. Which to use when, with the measured figures:
+prior's hyper-parameters sampled too) ``"auto"`` is ``"gibbs"``; ``"hmc"`` moves them jointly with the whitened
+latents instead (:class:`~gpytorch_augment.inference.hmc.HyperparameterHMCKernel`), which mixed faster only where
+the auxiliary variables pin the latents (the logistic-softmax likelihood). Which to use when, with the measured figures:
 ``docs/guide/choosing.md``.
 
 Example::
@@ -83,8 +85,10 @@ def posterior_sampler(
     :param y: training targets ``(N,)``.
     :param method: ``"auto"`` (default: :func:`choose_method`), ``"gibbs"`` or ``"hmc"``.
     :param inducing_points: optional inducing inputs (Gibbs only).
-    :param sample_hyperparameters: sample the prior's hyper-parameters too (the Gibbs sampler's
-        ``sample_hyperparameters``; ``"auto"`` then picks ``"gibbs"``, the only method implementing it).
+    :param sample_hyperparameters: sample the prior's hyper-parameters too (the samplers' ``sample_hyperparameters``:
+        Gibbs moves them given the auxiliary variables with the latents integrated out, HMC moves them jointly with
+        the whitened latents; ``"auto"`` then picks ``"gibbs"``, the faster on every problem measured but the
+        multi-class one).
     :param kwargs: options of the chosen sampler (e.g. ``overrelaxation`` for Gibbs, ``num_steps`` for HMC, both:
         ``jitter``) and per-datum keyword data of the likelihood.
     :return: a :class:`~gpytorch_augment.GibbsSampler` or :class:`~gpytorch_augment.HMCSampler` (both
@@ -95,14 +99,9 @@ def posterior_sampler(
         raise ValueError(f"method must be 'auto' or one of {tuple(METHODS)}, got {method!r}")
     if not isinstance(sample_hyperparameters, bool):
         raise ValueError(f"sample_hyperparameters must be True or False, got {sample_hyperparameters!r}")
-    if sample_hyperparameters and method == "hmc":
-        raise ValueError(
-            "sample_hyperparameters=True is implemented by method='gibbs' only (HMCSampler keeps the hyper-parameters "
-            "fixed): use method='gibbs' or 'auto'"
-        )
     options: dict[str, Any] = {} if inducing_points is None else {"inducing_points": inducing_points}
     if sample_hyperparameters:
-        name, options["sample_hyperparameters"] = "gibbs", True
+        name, options["sample_hyperparameters"] = ("gibbs" if method == "auto" else method), True
     else:
         name = choose_method(likelihood, inducing_points) if method == "auto" else method
     return METHODS[name](model, likelihood, x, y, **options, **kwargs)

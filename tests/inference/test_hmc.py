@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from gpytorch_augment import BernoulliLogitLikelihood, HMCSampler, PosteriorSamples
-from gpytorch_augment.inference.hmc.adaptation import ChEESAdaptation
+from gpytorch_augment.inference.mcmc.adaptation import ChEESAdaptation
 from gpytorch_augment.testing.geweke import Z_TOL
 from gpytorch_augment.testing.hmc import hmc_geweke_z, hmc_posterior_z, violation_log_prob_and_grad
 from tests.inference.test_geweke import _one_thread  # noqa: F401  (autouse: one torch thread)

@@ -19,7 +19,7 @@ r"""Sampled hyper-parameters (issue #40, exact model, Gibbs): ``GibbsSampler(...
   density from the :math:`\theta` density, which must fail), and the posterior of both latents' outputscales by
   brute force on repeated inputs;
 * (d) the refusals (a parameter without a prior, inducing points with latent blocks or with an ``alpha`` other than
-  0 or 1, over-relaxation, HMC);
+  0 or 1, over-relaxation, HMC with inducing points);
 * (e) draws, ``summary``, ``resume`` (bit for bit), ArviZ, ``state_dict``, and ``predict``, which at a constant
   :math:`\theta` equals the fixed-:math:`\theta` prediction;
 * (f) the parts of the HMC move of :math:`\theta`: the adjoints of the collapsed marginal against autograd, the
@@ -29,7 +29,11 @@ r"""Sampled hyper-parameters (issue #40, exact model, Gibbs): ``GibbsSampler(...
   (one latent and two) and of the whole transition with them, the variant without the whitened prior's term, which
   must fail, their adaptation and bit-for-bit resume, and the refusals;
 * (h) spread starts (``init_spread``): fresh runs move each chain's coordinates within the spread, reproducibly, a
-  start that cannot be factorised keeps the model's values, and resumed runs are not moved.
+  start that cannot be factorised keeps the model's values, and resumed runs are not moved;
+* (j) HMC on θ and the whitened latents jointly (``HMCSampler(..., sample_hyperparameters=True)``): Geweke's test
+  (one latent and two) and the variant without the whitened prior's term, which must fail; the lengthscale's
+  posterior by brute force (binary, count, Student-t); draws, ``resume`` bit for bit, ``predict``; the routes from
+  ``posterior_sampler`` and the refusals.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from gpytorch_augment import (
     BernoulliLogitLikelihood,
     GibbsSampler,
     GPPrior,
+    HMCSampler,
     PoissonLogitLikelihood,
     StudentTLikelihood,
     posterior_sampler,
@@ -55,7 +60,8 @@ from gpytorch_augment.core import WhitenedGaussian, collapsed_log_marginal
 from gpytorch_augment.core.collapsed import collapsed_marginal_adjoints
 from gpytorch_augment.inference.diagnostics import bulk_ess
 from gpytorch_augment.inference.gibbs import HyperparameterGibbsKernel
-from gpytorch_augment.inference.mcmc import PosteriorSamples, PosteriorTarget
+from gpytorch_augment.inference.hmc import HyperparameterHMCKernel
+from gpytorch_augment.inference.mcmc import MCMC, PosteriorSamples, PosteriorTarget
 from gpytorch_augment.inference.mcmc.hmc_move import hmc_move
 from gpytorch_augment.inference.mcmc.prior_parameters import PriorParameter, PriorParameters
 from gpytorch_augment.likelihoods import (
@@ -468,8 +474,9 @@ def test_unsupported_options_are_refused():
     blocked = GibbsSampler(batched, HeteroscedasticGaussianLikelihood(), x, torch.sin(x.squeeze(-1)),
                            sample_hyperparameters=True)  # fmt: skip
     assert blocked.target.blocks is not None and isinstance(blocked.kernel, HyperparameterGibbsKernel)
-    with pytest.raises(ValueError, match="sample_hyperparameters.*method='gibbs'"):
-        posterior_sampler(model, BernoulliLogitLikelihood(), x, y, method="hmc", sample_hyperparameters=True)
+    with pytest.raises(ValueError, match="HMCSampler samples the exact posterior only"):  # method="hmc": section (j)
+        posterior_sampler(model, BernoulliLogitLikelihood(), x, y, method="hmc", sample_hyperparameters=True,
+                          inducing_points=x[::4])  # fmt: skip
     with pytest.raises(ValueError, match="sample_hyperparameters must be True or False"):
         GibbsSampler(model, BernoulliLogitLikelihood(), x, y, sample_hyperparameters=1)
     target = PosteriorTarget(model, BernoulliLogitLikelihood(), x, y)
@@ -1127,3 +1134,98 @@ def test_sample_disperses_fresh_runs_only():
         sampler.kernel.init_spread = spread
         runs.append(sampler.sample(2, warmup=0, num_chains=3, seed=0, progress=False))
     assert not torch.equal(runs[0].hyperparameters[LENGTHSCALE], runs[1].hyperparameters[LENGTHSCALE])
+
+
+# ---------------------------------------------------------------------------------------------- (j) joint HMC
+class JointPriorDropped(HyperparameterHMCKernel):
+    """A deliberately wrong joint move: the whitened prior's term -|v|²/2 left out of its density."""
+
+    def _joint_density(self, chains):
+        density = super()._joint_density(chains)
+        P = chains.theta.shape[-1]
+
+        def log_density(x, index):
+            log_p, grad, payload = density(x, index)
+            v = x[:, P:]
+            grad = torch.cat([grad[:, :P], grad[:, P:] + v], -1)
+            return log_p + 0.5 * v.square().sum(-1), grad, payload
+
+        return log_density
+
+
+@pytest.mark.parametrize("case", [BERNOULLI_CASE, STUDENT_T, TWO_BIT_LOGIT], ids=lambda case: case.name)
+def test_geweke_quick_joint_hmc(case):
+    """The joint HMC move of (θ, v) as the whole transition (400 chains x 60 transitions; one latent and two) passes
+    Geweke's test; without the whitened prior's term it fails."""
+    kw = {"num_chains": 400, "num_sweeps": 60, "burn_in": 10, "num_reference": 20_000}
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, HyperparameterHMCKernel, **kw)
+    assert z.abs().max() <= Z_TOL, z
+    z_broken = geweke_z_hyperparameters(case.make(), case.sample_targets, JointPriorDropped, **kw)
+    assert z_broken.abs().max() > Z_TOL, z_broken
+
+
+@pytest.mark.parametrize("name", list(BF_CASES))
+def test_joint_hmc_lengthscale_posterior_against_brute_force(name):
+    """As test_lengthscale_posterior_against_brute_force, for HMCSampler(..., sample_hyperparameters=True)."""
+    make, y, outputscale = BF_CASES[name]
+    likelihood, y = make(), torch.tensor(y, dtype=torch.float64)
+    sampler = HMCSampler(_lengthscale_only_prior(outputscale), likelihood, BF_X, y, sample_hyperparameters=True)
+    assert isinstance(sampler.kernel, HyperparameterHMCKernel)
+    u, density, _ = _brute_force_log_lengthscale(likelihood, y, outputscale, sampler.target.jitter)
+    true_mean = float(torch.trapezoid(density * u, u))
+    C, S = 64, 300
+    samples = sampler.sample(S, warmup=100, num_chains=C, seed=0, progress=False)
+    log_ell = samples.hyperparameters[LENGTHSCALE].reshape(C, S).log()
+    mean, sd = float(log_ell.mean()), float(log_ell.std())
+    tolerance = 4.5 * sd / math.sqrt(float(bulk_ess(log_ell.numpy()[..., None])[0]))
+    assert abs(mean - true_mean) <= tolerance, (mean, true_mean, tolerance)
+    assert abs(true_mean - BF_LOC) > 3 * tolerance  # the data move the posterior: the test could fail
+
+
+def test_joint_hmc_draws_resume_and_predict():
+    """Draws of θ and f, an adapted step, length and scale over (θ, v) in the last state, a bit-for-bit resume
+    (through ``state_dict``), ``predict``, and resumes by another kind of sampler refused."""
+    with torch.random.fork_rng():
+        x, y = _data()
+        sampler = HMCSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+        samples = sampler.sample(10, warmup=20, num_chains=3, seed=0, progress=False)
+        state = samples.last_state()
+        assert samples.f.shape == (3, 10, 20) and samples.hyperparameters[OUTPUTSCALE].shape == (3, 10)
+        assert state.scale.shape == (2 + 20,) and state.trajectory_length is not None
+        assert sampler.kernel.last_run["evaluations_per_step"] > 2
+        whole = sampler.sample(15, warmup=20, num_chains=3, seed=0, progress=False)
+        restored = PosteriorSamples.from_state_dict(samples.state_dict(), sampler=sampler)
+        more = sampler.resume(restored, 5, progress=False)
+        prediction = samples.predict(x[:4], generator=torch.Generator().manual_seed(0))
+    assert torch.equal(more.f, whole.f)
+    assert all(torch.equal(more.hyperparameters[k], whole.hyperparameters[k]) for k in whole.hyperparameters)
+    assert prediction.f_draws.shape == (3, 10, 4) and bool(((prediction.y_probs > 0) & (prediction.y_probs < 1)).all())
+    gibbs = GibbsSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+    with pytest.raises(ValueError, match="drawn by HMC with sampled hyper-parameters, but this sampler runs Gibbs"):
+        gibbs.resume(samples, 2, progress=False)
+    with pytest.raises(ValueError, match="drawn by Gibbs with sampled hyper-parameters, but this sampler runs HMC"):
+        sampler.resume(gibbs.sample(2, warmup=2, num_chains=3, seed=0, progress=False), 2, progress=False)
+
+
+def test_joint_hmc_routes_and_refusals():
+    x, y = _data(8)
+    sampler = posterior_sampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, method="hmc",
+                                sample_hyperparameters=True)  # fmt: skip
+    assert isinstance(sampler, HMCSampler) and isinstance(sampler.kernel, HyperparameterHMCKernel)
+    auto = posterior_sampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True)
+    assert isinstance(auto.kernel, HyperparameterGibbsKernel) and not isinstance(auto.kernel, HyperparameterHMCKernel)
+    with pytest.raises(ValueError, match="num_steps is an option of HMC on the latents at fixed hyper-parameters"):
+        HMCSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True, num_steps=3)
+    with pytest.raises(ValueError, match="sample_hyperparameters must be True or False"):
+        HMCSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=1)
+    sparse = PosteriorTarget(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, inducing_points=x[::2])
+    with pytest.raises(ValueError, match="inducing_points and linear observations are not supported"):
+        HyperparameterHMCKernel(sparse)
+    counts = PoissonLogitLikelihood(rate_scale=5.0, rate_scale_prior=(2.0, 0.5)).double()
+    assert counts.samples_constants
+    with pytest.raises(ValueError, match="samples them"):
+        HMCSampler(_scaled_rbf_prior(), counts, x, y.round(), sample_hyperparameters=True)
+    kernel = HMCSampler(_scaled_rbf_prior(), BernoulliLogitLikelihood(), x, y, sample_hyperparameters=True).kernel
+    kernel.latent_moves = 1
+    with pytest.raises(ValueError, match="options of the Gibbs kernel's moves"):
+        MCMC(kernel).sample(2, warmup=0, num_chains=2, seed=0, progress=False)

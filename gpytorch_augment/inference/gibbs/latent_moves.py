@@ -36,7 +36,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..hmc.adaptation import DualAveraging
+from ..mcmc.adaptation import DualAveraging
 from ..mcmc.hmc_move import LogDensityGrad, hmc_move
 from ..mcmc.target import PosteriorTarget
 from .hyper_state import HyperChains, chain_likelihood

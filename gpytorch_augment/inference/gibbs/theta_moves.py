@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ...core.collapsed import collapsed_marginal_adjoints
 from ...core.linalg import add_to_diagonal
-from ..hmc.adaptation import ChEESAdaptation, DualAveraging
+from ..mcmc.adaptation import ChEESAdaptation, DualAveraging
 from ..mcmc.hmc_move import HMCMove, hmc_move
 from ..mcmc.slice import SliceMove, slice_move
 from ..mcmc.state import ChainState

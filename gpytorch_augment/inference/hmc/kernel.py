@@ -39,7 +39,7 @@ rejected). Every transition leaves :math:`p(f \mid y)` invariant. With ``traject
 integration time instead: :math:`uT`, :math:`u \sim \mathcal U(0, 1)` drawn per iteration and shared by the
 chains, so chain :math:`c` takes :math:`\lceil uT/\varepsilon_c\rceil` steps (a chain that has taken its steps
 waits while the others go on); :math:`T` is adapted in warm-up by ChEES
-(:mod:`~gpytorch_augment.inference.hmc.adaptation`) and fixed afterwards, drawn independently of the state, so the
+(:mod:`~gpytorch_augment.inference.mcmc.adaptation`) and fixed afterwards, drawn independently of the state, so the
 transition stays exact.
 
 **Adaptation** (warm-up only): the step size of each chain by dual averaging (Hoffman & Gelman 2014, §3.2) towards
@@ -88,10 +88,10 @@ from torch import Tensor
 
 from ...core.linalg import add_to_diagonal, tri_solve
 from ...core.prior import with_linalg_advice
+from ..mcmc.adaptation import ChEESAdaptation, DualAveraging
 from ..mcmc.kernel import Draws, MCMCKernel
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget
-from .adaptation import ChEESAdaptation, DualAveraging
 
 __all__ = ["HMCChains", "HMCKernel", "LaplacePreconditioner"]
 
@@ -180,7 +180,8 @@ class HMCKernel(MCMCKernel[HMCChains]):
         ``"diagonal"`` (per latent: cheaper leapfrog steps when :math:`T > 1`; the same for :math:`T = 1`).
     :param trajectory: ``"random"`` (default: ``num_steps`` leapfrog steps drawn per iteration) or ``"chees"``
         (jittered integration time :math:`uT`, :math:`T` adapted in warm-up by ChEES across the chains; chain
-        :math:`c` takes :math:`\lceil uT/\varepsilon_c\rceil` steps; :mod:`~gpytorch_augment.inference.hmc.adaptation`).
+        :math:`c` takes :math:`\lceil uT/\varepsilon_c\rceil` steps;
+        :mod:`~gpytorch_augment.inference.mcmc.adaptation`).
     :param trajectory_length: the length :math:`T` ChEES starts from (default 1.0), and the one used by runs
         without warm-up that do not continue a state holding one.
     :param max_leapfrog_steps: the most leapfrog steps of a ChEES transition (default 100; bounds :math:`T` too).

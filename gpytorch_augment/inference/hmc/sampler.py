@@ -11,6 +11,7 @@ from torch import Tensor
 from ...likelihoods.augmented_likelihood import AugmentedLikelihood
 from ..mcmc.driver import MCMC
 from ..mcmc.target import LINALG_DTYPE, PosteriorTarget
+from .joint import HyperparameterHMCKernel
 from .kernel import HMCKernel
 
 __all__ = ["HMCSampler"]
@@ -52,6 +53,12 @@ class HMCSampler(MCMC):
     :param trajectory_length: the length ChEES starts from (default 1.0).
     :param max_leapfrog_steps: the most leapfrog steps of a ChEES transition (default 100).
     :param linalg_dtype: as for ``GibbsSampler`` (float64 by default, whatever the data's dtype).
+    :param sample_hyperparameters: sample the prior's hyper-parameters too, under their registered priors or the
+        one-call fit's default ones (as ``GibbsSampler(..., sample_hyperparameters=True)``), by HMC on the
+        hyper-parameters and the whitened latents jointly, the likelihood's auxiliary variables integrated out
+        (:class:`~gpytorch_augment.inference.hmc.HyperparameterHMCKernel`; its own step sizes, length and scale are
+        adapted in warm-up, so of the options above only ``jitter``, ``max_leapfrog_steps`` and ``linalg_dtype``
+        apply, and another given raises ``ValueError``). Default ``False``: they stay at the model's values.
     :param kwargs: per-datum keyword data of the likelihood, as for ``GibbsSampler``.
 
     A report of the latest run (a later :meth:`sample` never reads it): ``sampler.kernel.step_size`` (per chain,
@@ -90,8 +97,23 @@ class HMCSampler(MCMC):
         trajectory_length: float = 1.0,
         max_leapfrog_steps: int = 100,
         linalg_dtype: torch.dtype = LINALG_DTYPE,
+        sample_hyperparameters: bool = False,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(sample_hyperparameters, bool):
+            raise ValueError(f"sample_hyperparameters must be True or False, got {sample_hyperparameters!r}")
+        if sample_hyperparameters:
+            given = {"num_steps": num_steps != (2, 5), "target_accept": target_accept != 0.8,
+                     "initial_step_size": initial_step_size != 1.0, "preconditioner": preconditioner != "laplace",
+                     "curvature": curvature != "joint", "trajectory": trajectory != "random",
+                     "trajectory_length": trajectory_length != 1.0}  # fmt: skip
+            for name, changed in given.items():
+                if changed:
+                    raise ValueError(
+                        f"{name} is an option of HMC on the latents at fixed hyper-parameters; with "
+                        "sample_hyperparameters=True the joint move adapts its own (only jitter, max_leapfrog_steps "
+                        "and linalg_dtype apply): leave it at its default"
+                    )
         if inducing_points is not None:
             raise ValueError("HMCSampler samples the exact posterior only; use GibbsSampler with inducing_points")
         for name in _GIBBS_ONLY:
@@ -100,6 +122,9 @@ class HMCSampler(MCMC):
         target = PosteriorTarget(
             model, likelihood, x, y, None, jitter, linalg_dtype, caller=type(self).__name__, **kwargs
         )
+        if sample_hyperparameters:
+            super().__init__(HyperparameterHMCKernel(target, max_steps=max_leapfrog_steps))
+            return
         kernel = HMCKernel(
             target, num_steps, target_accept, initial_step_size, preconditioner, curvature, trajectory,
             trajectory_length, max_leapfrog_steps,

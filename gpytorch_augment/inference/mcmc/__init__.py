@@ -12,6 +12,9 @@ r"""The sampler framework, split as NumPyro splits MCMC:
   of it;
 * :mod:`~gpytorch_augment.inference.mcmc.state` and :mod:`~gpytorch_augment.inference.mcmc.samples` -- the
   containers (:class:`ChainState`; :class:`PosteriorSamples` with diagnostics, ArviZ export and prediction);
+* the moves and adaptation every engine shares: :mod:`~gpytorch_augment.inference.mcmc.hmc_move` (one HMC move of
+  a batch of chains), :mod:`~gpytorch_augment.inference.mcmc.slice` (a slice move) and
+  :mod:`~gpytorch_augment.inference.mcmc.adaptation` (dual averaging of step sizes, ChEES trajectory lengths);
 * R̂/ESS live in :mod:`gpytorch_augment.inference.diagnostics`.
 """
 

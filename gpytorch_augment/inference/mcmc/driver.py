@@ -203,19 +203,14 @@ class MCMC:
             kind of sampler (HMC draws resumed by Gibbs, or the converse), before any transition runs.
         """
         samples.check_fits(self.target, "samples")
-        if (samples.f_update == "hmc") != (self.kernel.name == "hmc"):  # the chain states differ (aux, step size)
-            drawn_by, runs = ("HMC", "Gibbs") if samples.f_update == "hmc" else ("Gibbs", "HMC")
+        kinds = {"hmc": "HMC", "hyper": "Gibbs with sampled hyper-parameters",
+                 "hyper_hmc": "HMC with sampled hyper-parameters"}  # fmt: skip
+        drawn_by, runs = kinds.get(samples.f_update, "Gibbs"), kinds.get(self.kernel.name, "Gibbs")
+        if drawn_by != runs:  # the chain states differ (aux, step sizes, coordinates, θ)
             raise ValueError(
-                f"samples were drawn by {drawn_by}, but this sampler runs {runs}: resume them with "
-                "the kind of sampler that drew them (GibbsSampler or HMCSampler), or start a new run with "
-                "sample(..., init=samples.last_state().f)"
-            )
-        if (samples.f_update == "hyper") != (self.kernel.name == "hyper"):  # θ in the state, or not
-            drawn, runs = ("with", "without") if samples.f_update == "hyper" else ("without", "with")
-            raise ValueError(
-                f"samples were drawn {drawn} sampled hyper-parameters, but this sampler runs {runs} them: resume "
-                "them with a sampler built with the same sample_hyperparameters, or start a new run with "
-                "sample(..., init=samples.last_state().f)"
+                f"samples were drawn by {drawn_by}, but this sampler runs {runs}: resume them with the kind of "
+                "sampler that drew them (GibbsSampler or HMCSampler, with the same sample_hyperparameters), or start "
+                "a new run with sample(..., init=samples.last_state().f)"
             )
         more = self.sample(
             num_samples,

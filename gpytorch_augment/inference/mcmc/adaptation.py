@@ -51,7 +51,7 @@ class DualAveraging:
     Example::
 
         >>> import torch
-        >>> from gpytorch_augment.inference.hmc.adaptation import DualAveraging
+        >>> from gpytorch_augment.inference.mcmc.adaptation import DualAveraging
         >>> da = DualAveraging(torch.ones(2), target=0.8)
         >>> for _ in range(50):
         ...     da.update(torch.tensor([1.0, 0.2]))      # chain 0 accepts everything, chain 1 rarely
@@ -110,7 +110,7 @@ class ChEESAdaptation:
     with :math:`t` up to :math:`\\pi/2`, so a short start lengthens)::
 
         >>> import math, torch
-        >>> from gpytorch_augment.inference.hmc.adaptation import ChEESAdaptation
+        >>> from gpytorch_augment.inference.mcmc.adaptation import ChEESAdaptation
         >>> g = torch.Generator().manual_seed(0)
         >>> adapt = ChEESAdaptation(length=0.2, num_warmup=200, bounds=(0.01, 10.0))
         >>> z = torch.randn(1, 64, 5, generator=g, dtype=torch.float64)
