@@ -39,6 +39,7 @@ from gpytorch_augment import (  # noqa: E402
     CAVIVariationalStrategy,
     GibbsSampler,
     GPPrior,
+    HMCSampler,
     LogisticSoftmaxLikelihood,
     PoissonLogitLikelihood,
     StudentTLikelihood,
@@ -296,14 +297,18 @@ def _ours_arrays(samples: Any, T: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_ours(p: Problem, lik: Any, mean: list[float], warmup: int, draws: int, seed: int,
-             surrogate: bool | str = False, latent_moves: int = 0) -> Run:  # fmt: skip
+             surrogate: bool | str = False, latent_moves: int = 0, joint: bool = False) -> Run:  # fmt: skip
     """``GibbsSampler(..., sample_hyperparameters=True)``, 4 chains (``surrogate``: with the surrogate-data move;
-    ``latent_moves``: with that many HMC moves of the whitened latents per transition);
+    ``latent_moves``: with that many HMC moves of the whitened latents per transition; ``joint``:
+    ``HMCSampler(..., sample_hyperparameters=True)``, HMC on θ and the whitened latents jointly, instead);
     the end-to-end clock includes building the sampler."""
     start = start_point(p)
     t0 = time.perf_counter()
-    sampler = GibbsSampler(gp_prior(p, mean, start), lik, p.x, p.y, jitter=JITTER, sample_hyperparameters=True)
-    sampler.kernel.surrogate, sampler.kernel.latent_moves = surrogate, latent_moves
+    if joint:
+        sampler = HMCSampler(gp_prior(p, mean, start), lik, p.x, p.y, jitter=JITTER, sample_hyperparameters=True)
+    else:
+        sampler = GibbsSampler(gp_prior(p, mean, start), lik, p.x, p.y, jitter=JITTER, sample_hyperparameters=True)
+        sampler.kernel.surrogate, sampler.kernel.latent_moves = surrogate, latent_moves
     sampler.kernel.init_spread = 0.0  # the protocol: every chain of both samplers starts at the same θ₀
     first = sampler.sample(draws, warmup=warmup, num_chains=CHAINS, seed=seed, progress=False)
     e2e = time.perf_counter() - t0
@@ -436,11 +441,12 @@ def summarise(run: Run, p: Problem, lik: Any, mean: list[float], predict_draws: 
 
 
 def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = True,
-             surrogate: bool | str = False, latent_moves: int = 0) -> dict[str, Any]:  # fmt: skip
+             surrogate: bool | str = False, latent_moves: int = 0, joint: bool = False) -> dict[str, Any]:  # fmt: skip
     """One problem at one size: the MAP fit, then ours, NumPyro sequential, NumPyro vectorised (interleaved in one
     process, one after the other); ``peers=False``: the MAP fit and ours only (no ratios); ``surrogate``: ours with
     the surrogate-data move too (``ours_surrogate``, after ours; the ratios stay those of ours' default);
-    ``latent_moves``: ours with that many latent moves per transition too (``ours_latent``, likewise)."""
+    ``latent_moves``: ours with that many latent moves per transition too (``ours_latent``, likewise); ``joint``:
+    ``HMCSampler(..., sample_hyperparameters=True)`` too (``ours_joint``, likewise)."""
     p = load_problem(key, n, seed)
     fit = map_fit(p)
     lik = likelihood(p, fit["constants"])
@@ -453,6 +459,7 @@ def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = Tru
         "ours": lambda: run_ours(p, lik, fit["mean"], W, S, seed),
         "ours_surrogate": lambda: run_ours(p, lik, fit["mean"], W, S, seed, surrogate=surrogate or True),
         "ours_latent": lambda: run_ours(p, lik, fit["mean"], W, S, seed, latent_moves=latent_moves),
+        "ours_joint": lambda: run_ours(p, lik, fit["mean"], W, S, seed, joint=True),
         "numpyro_sequential": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "sequential"),
         "numpyro_vectorized": lambda: run_numpyro(p, log_lik, fit["mean"], W, S, seed, "vectorized"),
     }
@@ -460,6 +467,8 @@ def run_case(key: str, n: int, seed: int, cfg: dict[str, int], peers: bool = Tru
         del methods["ours_surrogate"]
     if not latent_moves:
         del methods["ours_latent"]
+    if not joint:
+        del methods["ours_joint"]
     if not peers:
         methods = {k: v for k, v in methods.items() if k.startswith("ours")}
     runs = {}
@@ -497,6 +506,7 @@ LABELS = {
     "ours": "Gibbs + HMC θ (ours)",
     "ours_surrogate": "Gibbs + HMC θ + surrogate move (ours, surrogate=True or 'warmup': the run's settings)",
     "ours_latent": "Gibbs + HMC θ + latent moves (ours, latent_moves=K: the run's settings)",
+    "ours_joint": "HMC on (θ, whitened f) jointly (ours, HMCSampler(sample_hyperparameters=True))",
     "numpyro_sequential": "NumPyro NUTS [sequential]",
     "numpyro_vectorized": "NumPyro NUTS [vectorized]",
 }
@@ -597,6 +607,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "the default of the flag) or in warm-up only (warmup)")
     parser.add_argument("--latent-moves", type=int, default=0, metavar="K",
                         help="also run ours with K HMC moves of the whitened latents per transition (ours_latent)")
+    parser.add_argument("--joint", action="store_true",
+                        help="also run HMCSampler(sample_hyperparameters=True), HMC on θ and v jointly (ours_joint)")
     parser.add_argument(
         "--merge",
         type=Path,
@@ -628,7 +640,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             try:
                 surrogate = {"on": True, "warmup": "warmup"}.get(args.surrogate, False)
                 cases.append(run_case(key, n, seed, cfg, peers=not args.no_peers, surrogate=surrogate,
-                                      latent_moves=args.latent_moves))
+                                      latent_moves=args.latent_moves, joint=args.joint))
                 part = common.output_dir(args.output_dir, args.quick or args.pilot) / "fully_bayesian_cases"
                 part.mkdir(parents=True, exist_ok=True)  # every finished case at once: a cut run keeps them
                 (part / f"{key}_{n}.json").write_text(json.dumps(_report._jsonable(cases[-1])) + "\n")
@@ -643,7 +655,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "fully_bayesian", "issue": "issue 40, item 5",
         "command": "python benchmarks/fully_bayesian.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "config": {"quick": args.quick, "pilot": args.pilot, "peers": not args.no_peers, "surrogate": args.surrogate,
-                   "latent_moves": args.latent_moves,
+                   "latent_moves": args.latent_moves, "joint": args.joint,
                    "seed": seed,
                    "pilot_seed": PILOT_SEED, "sizes": list(SIZES if not args.quick else QUICK_SIZES),
                    "sizes_run": list(sizes),
