@@ -1164,6 +1164,14 @@ def test_geweke_quick_joint_hmc(case):
     assert z_broken.abs().max() > Z_TOL, z_broken
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [BERNOULLI_CASE, STUDENT_T], ids=lambda case: case.name)
+def test_geweke_joint_hmc(case):
+    """The joint HMC move at the slow tier's size (SLOW_GEWEKE): every |z| <= 4.5."""
+    z = geweke_z_hyperparameters(case.make(), case.sample_targets, HyperparameterHMCKernel, **SLOW_GEWEKE)
+    assert z.abs().max() <= Z_TOL, z
+
+
 @pytest.mark.parametrize("name", list(BF_CASES))
 def test_joint_hmc_lengthscale_posterior_against_brute_force(name):
     """As test_lengthscale_posterior_against_brute_force, for HMCSampler(..., sample_hyperparameters=True)."""
