@@ -15,10 +15,11 @@ The methods, all under the same ``sample`` / ``resume`` / :class:`~gpytorch_augm
 ``preferred_sampler`` -- the sampler with the larger worst-case effective sample size per second in
 ``benchmarks/sampling.py`` (real posteriors) or ``benchmarks/studies/sampler_choice.py`` (synthetic ones), ``"gibbs"``
 where the two split by chain count and for a likelihood not measured. With ``sample_hyperparameters=True`` (the
-prior's hyper-parameters sampled too) ``"auto"`` is ``"gibbs"``; ``"hmc"`` moves them jointly with the whitened
-latents instead (:class:`~gpytorch_augment.inference.hmc.HyperparameterHMCKernel`), which mixed faster only where
-the auxiliary variables pin the latents (the logistic-softmax likelihood). Which to use when, with the measured figures:
-``docs/guide/choosing.md``.
+prior's hyper-parameters sampled too) the same rule reads ``preferred_hyper_sampler`` (and linear observations
+also mean ``"gibbs"``): ``"hmc"`` moves them jointly with the whitened latents
+(:class:`~gpytorch_augment.inference.hmc.HyperparameterHMCKernel`), which mixed faster only where the auxiliary
+variables pin the latents (the logistic-softmax likelihood), ``"gibbs"`` everywhere else measured (figures:
+``benchmarks/fully_bayesian.py``). Which to use when, with the measured figures: ``docs/guide/choosing.md``.
 
 Example::
 
@@ -54,15 +55,21 @@ __all__ = ["METHODS", "choose_method", "posterior_sampler"]
 METHODS: dict[str, type[MCMC]] = {"gibbs": GibbsSampler, "hmc": HMCSampler}
 
 
-def choose_method(likelihood: AugmentedLikelihood, inducing_points: Tensor | None = None) -> str:
+def choose_method(
+    likelihood: AugmentedLikelihood, inducing_points: Tensor | None = None, sample_hyperparameters: bool = False
+) -> str:
     """The method ``"auto"`` stands for (see the module docstring): ``"gibbs"`` with ``inducing_points`` or a
-    likelihood whose constants are sampled, else ``likelihood.preferred_sampler``."""
+    likelihood whose constants are sampled (and, sampling the hyper-parameters, with linear observations), else
+    ``likelihood.preferred_sampler`` (``likelihood.preferred_hyper_sampler`` with ``sample_hyperparameters``)."""
     if inducing_points is not None or getattr(likelihood, "samples_constants", False):
         return "gibbs"
-    preferred = getattr(likelihood, "preferred_sampler", "gibbs")
+    if sample_hyperparameters and getattr(likelihood, "linear_observations", False):
+        return "gibbs"
+    attribute = "preferred_hyper_sampler" if sample_hyperparameters else "preferred_sampler"
+    preferred = getattr(likelihood, attribute, "gibbs")
     if preferred not in METHODS:
         name = type(likelihood).__name__
-        raise ValueError(f"{name}.preferred_sampler must be one of {tuple(METHODS)}, got {preferred!r}")
+        raise ValueError(f"{name}.{attribute} must be one of {tuple(METHODS)}, got {preferred!r}")
     return preferred
 
 
@@ -87,8 +94,8 @@ def posterior_sampler(
     :param inducing_points: optional inducing inputs (Gibbs only).
     :param sample_hyperparameters: sample the prior's hyper-parameters too (the samplers' ``sample_hyperparameters``:
         Gibbs moves them given the auxiliary variables with the latents integrated out, HMC moves them jointly with
-        the whitened latents; ``"auto"`` then picks ``"gibbs"``, the faster on every problem measured but the
-        multi-class one).
+        the whitened latents; ``"auto"`` then picks ``likelihood.preferred_hyper_sampler``: Gibbs but for the
+        logistic-softmax likelihood).
     :param kwargs: options of the chosen sampler (e.g. ``overrelaxation`` for Gibbs, ``num_steps`` for HMC, both:
         ``jitter``) and per-datum keyword data of the likelihood.
     :return: a :class:`~gpytorch_augment.GibbsSampler` or :class:`~gpytorch_augment.HMCSampler` (both
@@ -100,8 +107,7 @@ def posterior_sampler(
     if not isinstance(sample_hyperparameters, bool):
         raise ValueError(f"sample_hyperparameters must be True or False, got {sample_hyperparameters!r}")
     options: dict[str, Any] = {} if inducing_points is None else {"inducing_points": inducing_points}
+    name = choose_method(likelihood, inducing_points, sample_hyperparameters) if method == "auto" else method
     if sample_hyperparameters:
-        name, options["sample_hyperparameters"] = ("gibbs" if method == "auto" else method), True
-    else:
-        name = choose_method(likelihood, inducing_points) if method == "auto" else method
+        options["sample_hyperparameters"] = True
     return METHODS[name](model, likelihood, x, y, **options, **kwargs)

@@ -106,6 +106,13 @@ class AugmentedLikelihood(Likelihood, ABC):
     #: for a new likelihood). The figures behind each choice: the user guide's "Which engine, when".
     preferred_sampler: str = "gibbs"
 
+    #: The sampler :func:`~gpytorch_augment.posterior_sampler` builds with ``method="auto"`` and
+    #: ``sample_hyperparameters=True``: ``"gibbs"`` (default: the blocked sampler, the prior's hyper-parameters moved
+    #: given the auxiliary variables with the latents integrated out) or ``"hmc"`` (HMC on the hyper-parameters and the
+    #: whitened latents jointly) where that gives the larger worst-case effective sample size per second on this
+    #: likelihood's posteriors. The figures: ``benchmarks/README.md`` ("Fully Bayesian GPs").
+    preferred_hyper_sampler: str = "gibbs"
+
     #: Whether an observation reads a linear combination of latent values (e.g. a comparison :math:`f_a - f_b`)
     #: rather than the latent value at its own input: then :meth:`observation_design` gives the combinations, the
     #: targets need not be aligned with the inputs ``x``, and every protocol member below takes the observation

@@ -139,6 +139,9 @@ class LogisticSoftmaxLikelihood(AugmentedLikelihood):
 
     #: what ``posterior_sampler(method="auto")`` builds (the guide's "Which engine, when" gives the evidence)
     preferred_sampler = "hmc"
+    #: and with ``sample_hyperparameters=True``: HMC on the hyper-parameters and the whitened latents jointly (the
+    #: auxiliary variables pin the latents, and the hyper-parameters with them, in the blocked sampler)
+    preferred_hyper_sampler = "hmc"
 
     def __init__(
         self,

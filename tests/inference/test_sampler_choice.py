@@ -1,5 +1,6 @@
 """Tests of :func:`~gpytorch_augment.posterior_sampler`: ``method="auto"`` follows the one declared rule (Gibbs where
-only it applies, else the likelihood's measured ``preferred_sampler``), a named kernel is built as named, and bad
+only it applies, else the likelihood's measured ``preferred_sampler``, or ``preferred_hyper_sampler`` when the
+hyper-parameters are sampled too), a named kernel is built as named, and bad
 choices fail with a ``ValueError`` naming the argument."""
 
 from __future__ import annotations
@@ -67,6 +68,25 @@ def test_named_kernel_and_options():
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_every_likelihood_declares_a_known_sampler(case):
     assert choose_method(case.make()) in METHODS
+    assert choose_method(case.make(), sample_hyperparameters=True) in METHODS
+
+
+def test_auto_with_sampled_hyperparameters_reads_the_hyper_preference():
+    """``sample_hyperparameters=True``: the joint HMC sampler for the logistic-softmax likelihood (its declared
+    ``preferred_hyper_sampler``), the Gibbs sampler for the binary one and wherever only Gibbs applies."""
+    kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+    prior = GPPrior(gpytorch.means.ZeroMean(), kernel).double()
+    labels = torch.arange(8, dtype=torch.float64) % 3
+    multi = posterior_sampler(prior, LogisticSoftmaxLikelihood(3), X, labels, sample_hyperparameters=True)
+    assert type(multi) is HMCSampler and multi.kernel.name == "hyper_hmc"
+    binary = posterior_sampler(prior, BernoulliLogitLikelihood(), X, (X.squeeze(-1) > 0).double(),
+                               sample_hyperparameters=True)  # fmt: skip
+    assert type(binary) is GibbsSampler and binary.kernel.name == "hyper"
+    with_prior = LogisticSoftmaxLikelihood(3, learn_class_scales=True, class_scale_prior=(2.0, 2.0))
+    assert type(posterior_sampler(prior, with_prior, X, labels, sample_hyperparameters=True)) is GibbsSampler
+    sparse = posterior_sampler(prior, LogisticSoftmaxLikelihood(3), X, labels, sample_hyperparameters=True,
+                               inducing_points=X[::2].clone())  # fmt: skip
+    assert type(sparse) is GibbsSampler
 
 
 def test_bad_choices_raise():
@@ -87,3 +107,9 @@ def test_bad_choices_raise():
 
     with pytest.raises(ValueError, match="preferred_sampler"):
         posterior_sampler(_prior(), Odd(), X, y)
+
+    class OddHyper(BernoulliLogitLikelihood):
+        preferred_hyper_sampler = "nuts"
+
+    with pytest.raises(ValueError, match="preferred_hyper_sampler"):
+        posterior_sampler(_prior(), OddHyper(), X, y, sample_hyperparameters=True)
