@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, NamedTuple
 
+import torch
 from torch import Tensor
 
 from ...likelihoods.augmented_likelihood import AuxDict
@@ -15,7 +16,7 @@ from ...likelihoods.augmented_likelihood import AuxDict
 if TYPE_CHECKING:
     from ..mcmc.target import PosteriorTarget
 
-__all__ = ["HMC_LENGTH", "HyperChains", "PriorAt", "chain_likelihood"]
+__all__ = ["HMC_LENGTH", "HyperChains", "PriorAt", "chain_likelihood", "whitened_latents"]
 
 #: the HMC move's trajectory length a run of :math:`\theta` starts from (warm-up adapts it by ChEES)
 HMC_LENGTH = 1.0
@@ -86,3 +87,10 @@ def chain_likelihood(
     per_chain = chains.y.dim() > target.y.dim()
     y = chains.y[index] if per_chain else chains.y
     return y, target.constants({k: v[index] for k, v in chains.constants.items()})
+
+
+def whitened_latents(chains: HyperChains) -> Tensor:
+    """The chains' whitened latents :math:`v = L_\\theta^{-1}(f - \\mu_\\theta)` (``A`` = :math:`L^\\top`), flattened
+    to ``(C, T·N)``: the coordinates of the moves on the latents (exact model)."""
+    v = torch.linalg.solve_triangular(chains.A.mT, (chains.f - chains.mean).unsqueeze(-1), upper=False)
+    return v.squeeze(-1).reshape(chains.f.shape[0], -1)

@@ -39,7 +39,7 @@ from torch import Tensor
 from ..mcmc.adaptation import DualAveraging
 from ..mcmc.hmc_move import LogDensityGrad, hmc_move
 from ..mcmc.target import PosteriorTarget
-from .hyper_state import HyperChains, chain_likelihood
+from .hyper_state import HyperChains, chain_likelihood, whitened_latents
 
 __all__ = ["LATENT_MAX_STEPS", "LATENT_STEP", "LATENT_TARGET", "LatentMoves"]
 
@@ -92,8 +92,7 @@ class LatentMoves:
         A, mean = chains.A, chains.mean
         C, T, N = mean.shape
         log_density = self._latent_density(chains)
-        x = torch.linalg.solve_triangular(A.mT, (chains.f - mean).unsqueeze(-1), upper=False).squeeze(-1)
-        x = x.reshape(C, -1)
+        x = whitened_latents(chains)
         index = torch.arange(C, device=x.device)
         step, ones = chains.latent_step, x.new_ones(x.shape[-1])
         log_p, grad, _ = log_density(x, index)

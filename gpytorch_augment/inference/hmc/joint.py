@@ -41,7 +41,7 @@ from torch import Tensor
 
 from ...core.prior import with_linalg_advice
 from ..gibbs.hyper import DEFAULT_INIT_SPREAD, HyperChains, HyperparameterGibbsKernel, PriorAt
-from ..gibbs.hyper_state import chain_likelihood
+from ..gibbs.hyper_state import chain_likelihood, whitened_latents
 from ..mcmc.hmc_move import LogDensityGrad, hmc_move
 from ..mcmc.state import ChainState
 from ..mcmc.target import PosteriorTarget
@@ -121,27 +121,22 @@ class HyperparameterHMCKernel(HyperparameterGibbsKernel):
         width, scale, length = self._initial_tuning(x, state, num_warmup)
         return chains._replace(width=width, scale=scale, length=length)
 
-    def _whitened(self, chains: HyperChains) -> Tensor:
-        """The chains' :math:`v = L_\\theta^{-1}(f - \\mu_\\theta)`, ``(C, T·N)``."""
-        v = torch.linalg.solve_triangular(chains.A.mT, (chains.f - chains.mean).unsqueeze(-1), upper=False)
-        return v.reshape(chains.f.shape[0], -1)
-
     @with_linalg_advice("sampling the hyper-parameters")
     @torch.no_grad()
     def step(self, chains: HyperChains, generator: torch.Generator | None, adapt: bool) -> HyperChains:
         theta = chains.theta
-        x = torch.cat([theta, self._whitened(chains)], -1)
+        x = torch.cat([theta, whitened_latents(chains)], -1)
         log_density = self._joint_density(chains)
         index = torch.arange(x.shape[0], device=x.device)
         log_p, grad, _ = log_density(x, index)
         u = float(torch.rand((), generator=generator, dtype=x.dtype, device=x.device))
-        move = hmc_move(x, log_p, grad, (), log_density, chains.scale, chains.width, u * chains.length, generator,
-                        self.max_steps)  # fmt: skip
-        theta = move.x[:, : theta.shape[-1]]
-        prior = self._prior(theta)
-        f = prior.mean + (move.x[:, theta.shape[-1]:].reshape(chains.f.shape).unsqueeze(-2) @ prior.A).squeeze(-2)
-        chains = chains._replace(f=f, theta=theta, mean=prior.mean, A=prior.A, log_prior=prior.log_prior)
-        self._evaluations += move.evaluations + 2
+        move = hmc_move(x, log_p, grad, (chains.mean, chains.A, chains.log_prior), log_density, chains.scale,
+                        chains.width, u * chains.length, generator, self.max_steps)  # fmt: skip
+        mean, A, log_prior = move.payload  # the prior at the accepted θ, factorised by the move
+        v = move.x[:, theta.shape[-1]:].reshape(chains.f.shape)
+        f = mean + (v.unsqueeze(-2) @ A).squeeze(-2)
+        chains = chains._replace(f=f, theta=move.x[:, : theta.shape[-1]], mean=mean, A=A, log_prior=log_prior)
+        self._evaluations += move.evaluations + 1
         self._divergences += int(move.diverged.sum())
         self._accepted += float(move.accept_prob.mean())
         return self._adapted(chains, [move]) if adapt else chains
@@ -149,7 +144,8 @@ class HyperparameterHMCKernel(HyperparameterGibbsKernel):
     def _joint_density(self, chains: HyperChains) -> LogDensityGrad:
         r"""``log_density(x, index)``: :math:`\log p(\theta, v \mid y)` (module docstring) at ``x`` ``(n, P + T·N)``
         of the chains ``index`` and its gradient, by one backward pass through the prior's mean, kernel and factor
-        (a chain whose factorisation fails gets :math:`-\infty`)."""
+        (a chain whose factorisation fails gets :math:`-\infty`); its payload is the prior there, ``(mean, A,
+        log_prior)``."""
         target, T, N = self.target, chains.f.shape[-2], chains.f.shape[-1]
         P = chains.theta.shape[-1]
 
@@ -169,7 +165,8 @@ class HyperparameterHMCKernel(HyperparameterGibbsKernel):
             log_p = own.detach() + log_lik
             ok = prior.ok & torch.isfinite(log_p) & torch.isfinite(grad).all(-1)
             log_p = torch.where(ok, log_p, torch.full_like(log_p, -math.inf))
-            return log_p, torch.where(ok[:, None], grad, torch.zeros_like(grad)), ()
+            payload = (prior.mean.detach(), prior.A.detach(), prior.log_prior.detach())
+            return log_p, torch.where(ok[:, None], grad, torch.zeros_like(grad)), payload
 
         return log_density
 

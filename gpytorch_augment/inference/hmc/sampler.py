@@ -3,6 +3,7 @@ Laplace-preconditioned transition :class:`~gpytorch_augment.inference.hmc.HMCKer
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -103,12 +104,12 @@ class HMCSampler(MCMC):
         if not isinstance(sample_hyperparameters, bool):
             raise ValueError(f"sample_hyperparameters must be True or False, got {sample_hyperparameters!r}")
         if sample_hyperparameters:
-            given = {"num_steps": num_steps != (2, 5), "target_accept": target_accept != 0.8,
-                     "initial_step_size": initial_step_size != 1.0, "preconditioner": preconditioner != "laplace",
-                     "curvature": curvature != "joint", "trajectory": trajectory != "random",
-                     "trajectory_length": trajectory_length != 1.0}  # fmt: skip
-            for name, changed in given.items():
-                if changed:
+            given = {"num_steps": num_steps, "target_accept": target_accept, "initial_step_size": initial_step_size,
+                     "preconditioner": preconditioner, "curvature": curvature, "trajectory": trajectory,
+                     "trajectory_length": trajectory_length}  # fmt: skip
+            defaults = inspect.signature(HMCSampler.__init__).parameters
+            for name, value in given.items():
+                if value != defaults[name].default:
                     raise ValueError(
                         f"{name} is an option of HMC on the latents at fixed hyper-parameters; with "
                         "sample_hyperparameters=True the joint move adapts its own (only jitter, max_leapfrog_steps "
