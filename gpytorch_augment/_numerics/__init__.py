@@ -9,9 +9,10 @@ Everything that needs care in floating point lives here, once, in three modules 
   gradient as :math:`c \to 0`); :func:`pg_tilt_c`, the tilt :math:`c = \sqrt{m^2 + s}` of an optimal Pólya-Gamma
   :math:`q`; :func:`log_sigma_tilde_plus`, :func:`log_sigma_tilde` (the logistic bounds); :func:`log1mexp`;
   :func:`student_t_log_normaliser`;
-* one-dimensional integrals: :func:`gauss_hermite` and :func:`quadrature_mixture` (expectations and predictives over
-  :math:`\mathcal N(m, s)`), :func:`log_trapezoid` (the trapezoid rule on a log scale) and
-  :func:`expected_log1p_square` (:math:`E\log(1 + (y-f)^2/c)` by Frullani's integral);
+* one-dimensional integrals: :func:`gauss_hermite`, :func:`gauss_hermite_expectation` and :func:`quadrature_mixture`
+  (expectations, with their derivatives, and predictives over :math:`\mathcal N(m, s)`), :func:`log_trapezoid` (the
+  trapezoid rule on a log scale) and :func:`expected_log1p_square` (:math:`E\log(1 + (y-f)^2/c)` by Frullani's
+  integral);
 * integrals over independent Gaussian latents: :func:`standard_normal_rule`, :func:`latent_expectation` (product
   Gauss--Hermite for :math:`J \le 3`, scrambled-Sobol quasi-Monte Carlo beyond) and :func:`additive_product_rule`
   (the product rule for functions of a sum of per-latent terms, at the cost of its one-dimensional rules);
@@ -34,6 +35,7 @@ from .quadrature import (
     discrete_mixture_quantile,
     expected_log1p_square,
     gauss_hermite,
+    gauss_hermite_expectation,
     latent_expectation,
     log_trapezoid,
     quadrature_mixture,
@@ -84,6 +86,7 @@ __all__ = [
     "euler_inversion",
     "expected_log1p_square",
     "gauss_hermite",
+    "gauss_hermite_expectation",
     "latent_expectation",
     "log1mexp",
     "log_cosh",

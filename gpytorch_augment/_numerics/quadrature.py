@@ -49,6 +49,53 @@ def gauss_hermite(mean: Tensor, var: Tensor, num_locs: int = 20) -> tuple[Tensor
     return mean + var.clamp_min(0).sqrt() * x.view(shape), w.view(shape)
 
 
+def gauss_hermite_expectation(
+    value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]], mean: Tensor, var: Tensor, num_locs: int = 20
+) -> Tensor:
+    r""":math:`E_{\mathcal N(m, s)}\, g(f) \approx \sum_k w_k\, g(m + \sqrt{s}\,x_k)` elementwise, by
+    :func:`gauss_hermite`'s rule, with its derivatives in :math:`m` and :math:`s` formed in the same pass from
+    ``value_and_grad(f) = (g(f), g'(f))`` at the nodes:
+
+    .. math::
+        \frac{\partial}{\partial m} = \sum_k w_k\, g'(f_k),\qquad
+        \frac{\partial}{\partial s} = \frac{1}{2\sqrt s} \sum_k w_k\, x_k\, g'(f_k)
+
+    -- the derivatives of the rule itself, what autograd through :func:`gauss_hermite` gives, without keeping the
+    ``num_locs`` copies of the data for a backward pass (the same singularity at :math:`s = 0`, and no gradient
+    where :math:`s < 0`, which the rule reads as 0). Differentiable once, in ``mean`` and ``var`` only: ``g`` must
+    hold no tensor that needs a gradient.
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment._numerics import gauss_hermite_expectation
+        >>> m, s = torch.tensor([1.0], requires_grad=True), torch.tensor([4.0], requires_grad=True)
+        >>> e = gauss_hermite_expectation(lambda f: (f**2, 2 * f), m, s, num_locs=10)   # E f^2 = m^2 + s
+        >>> e.backward(); e.item(), m.grad.item(), s.grad.item()
+        (5.0, 2.0, 1.0)
+    """
+    return _GaussHermiteExpectation.apply(mean, var, value_and_grad, num_locs)
+
+
+class _GaussHermiteExpectation(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, mean: Tensor, var: Tensor, value_and_grad: Callable, num_locs: int) -> Tensor:
+        x, w = _hermgauss_tensors(num_locs, mean.dtype, mean.device)
+        shape = (num_locs,) + (1,) * mean.dim()
+        x, w = x.view(shape), w.view(shape)
+        sd = var.clamp_min(0).sqrt()
+        value, grad = value_and_grad(mean + sd * x)
+        d_var = (w * x * grad).sum(0).div_(2 * sd)
+        ctx.save_for_backward((w * grad).sum(0), d_var.masked_fill_(var < 0, 0.0))
+        return (w * value).sum(0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
+        d_mean, d_var = ctx.saved_tensors
+        return grad_output * d_mean, grad_output * d_var, None, None
+
+
 def quadrature_mixture(
     nodes: Tensor, weights: Tensor, component: Callable[[Tensor], Distribution]
 ) -> MixtureSameFamily:

@@ -36,6 +36,7 @@ from .prior import (
     prior_cholesky,
     split_prior,
     whiten_prior,
+    whiten_prior_blocks,
 )
 
 __all__ = [
@@ -58,4 +59,5 @@ __all__ = [
     "split_prior",
     "tilted_conditional",
     "whiten_prior",
+    "whiten_prior_blocks",
 ]

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from .._numerics import reverse_cholesky
 from .distributed import all_reduce_sum, is_distributed
-from .linalg import add_to_diagonal, mv, tri_solve, vecmat
+from .linalg import add_to_diagonal, block_width, mv, tri_solve, vecmat
 from .prior import PriorTerms
 
 __all__ = [
@@ -73,7 +73,11 @@ class SufficientStatistics(NamedTuple):
         ``*c`` of ``h`` (chains) are reduced with one matrix-matrix product per latent (``A`` then ``(T, M, N)``)."""
         dtype = A.dtype
         h, lam = h.to(dtype), lam.to(dtype)
-        precision = (A * lam.unsqueeze(-2)) @ A.mT
+        precision = None
+        width = block_width(A.shape[-1], A.shape[-2] * math.prod(torch.broadcast_shapes(lam.shape[:-1], A.shape[:-2])))
+        for A_b, lam_b in zip(A.split(width, -1), lam.split(width, -1)):  # (chains x) M x n products, cache-sized
+            part = (A_b * lam_b.unsqueeze(-2)) @ A_b.mT
+            precision = part if precision is None else precision + part
         residual = h - lam * mu
         shift = vecmat(residual, A.mT) if residual.dim() > A.dim() - 1 else mv(A, residual)
         return cls(precision, shift, int(h.shape[-1]))
@@ -262,11 +266,15 @@ class WhitenedGaussian(NamedTuple):
 
     def marginals(self, terms: PriorTerms) -> tuple[Tensor, Tensor]:
         r"""Means and variances of :math:`q(f_i)`: :math:`m = \mu_X + A^\top m_v`,
-        :math:`s = k_{ii} - \lVert A_i\rVert^2 + \lVert C^{-\top} A_i\rVert^2` (clamped at 0)."""
-        mean = terms.mu_X + (self.mean.unsqueeze(-2) @ terms.A).squeeze(-2)  # m_v^T A: faster than A^T m_v batched
-        CA = tri_solve(self.C.mT, terms.A, upper=True)
-        CA_sq = CA.square() if CA.requires_grad else CA.square_()  # CA is ours: square in place unless differentiated
-        var = terms.k_diag - terms.a_sq + CA_sq.sum(-2)
+        :math:`s = k_{ii} - \lVert A_i\rVert^2 + \lVert C^{-\top} A_i\rVert^2` (clamped at 0; the triangular solves
+        over blocks of data points, :func:`~gpytorch_augment.core.linalg.block_width`)."""
+        A = terms.A
+        mean = terms.mu_X + (self.mean.unsqueeze(-2) @ A).squeeze(-2)  # m_v^T A: faster than A^T m_v batched
+        explained = []
+        for A_b in A.split(block_width(A.shape[-1], A.numel() // max(1, A.shape[-1])), -1):
+            CA = tri_solve(self.C.mT, A_b, upper=True)
+            explained.append((CA.square() if CA.requires_grad else CA.square_()).sum(-2))  # CA is ours: in place
+        var = terms.k_diag - terms.a_sq + (explained[0] if len(explained) == 1 else torch.cat(explained, -1))
         return mean, var.clamp_min(0)
 
 

@@ -14,7 +14,7 @@ of everything it was computed from and hands it back only while all of it compar
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, TypeVar
 
@@ -34,6 +34,7 @@ __all__ = [
     "prior_cholesky",
     "split_prior",
     "whiten_prior",
+    "whiten_prior_blocks",
 ]
 
 #: up to this many extra kernel entries, the prior at ``cat[Z, x]`` is evaluated as one dense block (one kernel call
@@ -235,15 +236,48 @@ def whiten_prior(
         >>> terms.L.diagonal().tolist(), terms.A.squeeze(-1).tolist()
         ([2.0, 1.0], [0.5, 1.0])
     """
-    source_dtype = K_ZZ.dtype
-    mean, K_ZZ, K_ZX, k_diag = (t.to(dtype) for t in (mean, K_ZZ, K_ZX, k_diag))
-    M = K_ZZ.shape[-1]
-    eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
-    L = prior_cholesky(K_ZZ + jitter * eye, source_dtype=source_dtype)
-    A = tri_solve(L, K_ZX)
-    if data_jitter:
-        k_diag = k_diag + jitter
-    return PriorTerms(L=L, A=A, mu_Z=mean[..., :M], mu_X=mean[..., M:], k_diag=k_diag, a_sq=A.pow(2).sum(-2))
+    return whiten_prior_blocks([(mean, K_ZZ, K_ZX, k_diag)], jitter, dtype, data_jitter)
+
+
+def whiten_prior_blocks(
+    blocks: Iterable[tuple[Tensor, Tensor, Tensor, Tensor]],
+    jitter: float,
+    dtype: torch.dtype,
+    data_jitter: bool = False,
+) -> PriorTerms:
+    r""":func:`whiten_prior` of the data points in blocks: ``blocks`` yields :func:`split_prior`'s
+    ``(mean, K_ZZ, K_ZX, k_diag)`` at ``cat[Z, x_b]`` for consecutive blocks :math:`x_b` of the inputs (its first
+    :math:`K_{ZZ}` and :math:`\mu_Z` are used); each block is whitened as it comes, so a generator that evaluates the
+    kernel block by block never holds more than one block's kernel matrix besides :math:`A`. The terms are those of
+    the whole inputs (equal to :func:`whiten_prior`'s up to rounding).
+
+    Example::
+
+        >>> import torch
+        >>> from gpytorch_augment.core import whiten_prior, whiten_prior_blocks
+        >>> K_ZZ, K_ZX = torch.tensor([[4.0, 0.0], [0.0, 1.0]]), torch.tensor([[2.0, 4.0], [1.0, 3.0]])
+        >>> whole = whiten_prior(torch.zeros(4), K_ZZ, K_ZX, torch.ones(2), 0.0, torch.float64)
+        >>> parts = whiten_prior_blocks([(torch.zeros(3), K_ZZ, K_ZX[:, i:i + 1], torch.ones(1)) for i in (0, 1)],
+        ...                             0.0, torch.float64)
+        >>> torch.equal(whole.A, parts.A), parts.A.tolist()
+        (True, [[1.0, 2.0], [1.0, 3.0]])
+    """
+    L = mu_Z = source_dtype = None
+    pieces: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # (mu_X, k_diag, A, a_sq) per block
+    for mean, K_ZZ, K_ZX, k_diag in blocks:
+        M = K_ZZ.shape[-1]
+        if L is None:
+            source_dtype = K_ZZ.dtype
+            K_ZZ = K_ZZ.to(dtype)
+            eye = torch.eye(M, dtype=dtype, device=K_ZZ.device)
+            L, mu_Z = prior_cholesky(K_ZZ + jitter * eye, source_dtype=source_dtype), mean[..., :M].to(dtype)
+        A = tri_solve(L, K_ZX.to(dtype))
+        k_diag = k_diag.to(dtype)
+        pieces.append((mean[..., M:].to(dtype), k_diag + jitter if data_jitter else k_diag, A, A.pow(2).sum(-2)))
+    if L is None:
+        raise ValueError("whiten_prior_blocks needs at least one block")
+    mu_X, k_diag, A, a_sq = (parts[0] if len(parts) == 1 else torch.cat(parts, -1) for parts in zip(*pieces))
+    return PriorTerms(L=L, A=A, mu_Z=mu_Z, mu_X=mu_X, k_diag=k_diag, a_sq=a_sq)
 
 
 def _all_same(pairs: Sequence[tuple[Tensor, Tensor]]) -> bool:

@@ -30,7 +30,7 @@ from gpytorch.likelihoods import Likelihood
 from torch import Tensor
 from torch.distributions import Distribution
 
-from .._numerics import gauss_hermite
+from .._numerics import gauss_hermite, gauss_hermite_expectation
 from .._validation import as_tensors, check_finite, float_targets, one_hot_hint
 from ..core.data import ObservedData
 from ..core.design import LinearObservations
@@ -226,12 +226,15 @@ class AugmentedLikelihood(Likelihood, ABC):
         r"""The conditional :math:`p(y \mid f)` as a ``torch.distributions.Distribution``."""
 
     def _quadrature(self, function_dist: MultivariateNormal, num_locs: int = NUM_QUADRATURE_LOCS):
+        self._quadrature_rule_applies()
+        return gauss_hermite(function_dist.mean, function_dist.variance, num_locs)
+
+    def _quadrature_rule_applies(self) -> None:
         if self.num_latents != 1:
             raise NotImplementedError(
                 f"{type(self).__name__} has {self.num_latents} latents: 1-D quadrature would integrate along a "
                 "diagonal; implement expected_log_prob/marginal with a product rule or Monte Carlo"
             )
-        return gauss_hermite(function_dist.mean, function_dist.variance, num_locs)
 
     def log_prob_at(self, y: Tensor, f: Tensor, **kwargs: Any) -> Tensor:
         r""":math:`\log p(y \mid f)` of the original likelihood for canonical targets, broadcasting over ``f``."""
@@ -276,9 +279,18 @@ class AugmentedLikelihood(Likelihood, ABC):
     def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum for **canonical** targets (checked once, by the caller):
         the engines' entry. The default is Gauss--Hermite quadrature of :meth:`log_prob_at`; a likelihood
-        overrides it with a closed form or a better rule."""
-        nodes, weights = self._quadrature(function_dist)
-        return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
+        overrides it with a closed form or a better rule. Where no parameter of the likelihood needs a gradient, the
+        rule's derivatives in the marginal means and variances come from :meth:`log_prob_and_grad` at the nodes in
+        the same pass (:func:`~gpytorch_augment._numerics.gauss_hermite_expectation`: no backward through the
+        nodes, whose copies of the data dominate the cost at many points)."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            nodes, weights = self._quadrature(function_dist)
+            return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
+        self._quadrature_rule_applies()
+        return gauss_hermite_expectation(
+            lambda f: self.log_prob_and_grad(y, f, **kwargs), function_dist.mean, function_dist.variance,
+            NUM_QUADRATURE_LOCS,
+        )  # fmt: skip
 
     def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i` per datum for **canonical** targets (by quadrature unless

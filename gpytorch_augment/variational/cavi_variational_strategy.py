@@ -29,11 +29,19 @@ only when all of them compare equal and no graph is needed. Any change -- an opt
 moving inducing points, writing into ``x`` in place, ``train()``/``eval()`` -- is a cache miss. What is not seen:
 plain Python attributes that change what ``model.forward`` computes without changing a tensor (call
 :meth:`~_CAVIMixin.clear_cavi_cache` after such a change, or pass ``cache=False``).
+
+**Blocks of data points.** Where the data are many (:func:`~gpytorch_augment.core.linalg.block_width`: more than
+two blocks of about :data:`~gpytorch_augment.core.linalg.BLOCK_ELEMENTS` entries of :math:`A`), the prior is
+evaluated as ``model.forward(cat[Z, x_b])`` for consecutive blocks :math:`x_b` and whitened block by block, so no
+kernel matrix larger than a block is ever held beside :math:`A`. This takes ``model.forward`` to treat the data
+points independently, as every GPyTorch mean and kernel does (a feature extractor with batch statistics, e.g.
+batch normalisation in training mode, does not).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
 
@@ -54,8 +62,8 @@ from .._numerics import reverse_cholesky
 from .._validation import check_finite
 from ..core import NaturalParameters, PriorCache, PriorTerms, SufficientStatistics, WhitenedGaussian
 from ..core.design import LinearObservations
-from ..core.linalg import mv, tri_solve
-from ..core.prior import split_prior, whiten_prior
+from ..core.linalg import block_width, mv, tri_solve
+from ..core.prior import split_prior, whiten_prior_blocks
 
 #: the prior terms at a set of inputs (:class:`~gpytorch_augment.core.PriorTerms`)
 CAVITerms = PriorTerms
@@ -169,9 +177,14 @@ class _CAVIMixin:
         Z = self.inducing_points
         if Z.shape[:-2] != x.shape[:-2]:
             x, Z = self._expand_inputs(x, Z)
-        prior = self.model.forward(torch.cat([Z, x], dim=-2))
-        blocks = split_prior(prior.mean, prior.lazy_covariance_matrix, Z.shape[-2])
-        return whiten_prior(*blocks, self.jitter_val, self._linalg_dtype(), data_jitter=self._data_jitter)
+        M = Z.shape[-2]
+
+        def blocks() -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:  # the kernel evaluated block by block
+            for x_b in x.split(block_width(x.shape[-2], M * math.prod(x.shape[:-2])), -2):
+                prior = self.model.forward(torch.cat([Z, x_b], dim=-2))
+                yield split_prior(prior.mean, prior.lazy_covariance_matrix, M)
+
+        return whiten_prior_blocks(blocks(), self.jitter_val, self._linalg_dtype(), data_jitter=self._data_jitter)
 
     # ---------------------------------------------------------------- reading / writing q
     def check_distribution(self) -> _VariationalDistribution:
