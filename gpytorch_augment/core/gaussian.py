@@ -74,7 +74,8 @@ class SufficientStatistics(NamedTuple):
         dtype = A.dtype
         h, lam = h.to(dtype), lam.to(dtype)
         precision = None
-        width = block_width(A.shape[-1], A.shape[-2] * math.prod(torch.broadcast_shapes(lam.shape[:-1], A.shape[:-2])))
+        rows = A.shape[-2] * math.prod(torch.broadcast_shapes(lam.shape[:-1], A.shape[:-2]))
+        width = block_width(A.shape[-1], rows, A.device)
         for A_b, lam_b in zip(A.split(width, -1), lam.split(width, -1)):  # (chains x) M x n products, cache-sized
             part = (A_b * lam_b.unsqueeze(-2)) @ A_b.mT
             precision = part if precision is None else precision + part
@@ -266,13 +267,17 @@ class WhitenedGaussian(NamedTuple):
 
     def marginals(self, terms: PriorTerms) -> tuple[Tensor, Tensor]:
         r"""Means and variances of :math:`q(f_i)`: :math:`m = \mu_X + A^\top m_v`,
-        :math:`s = k_{ii} - \lVert A_i\rVert^2 + \lVert C^{-\top} A_i\rVert^2` (clamped at 0; the triangular solves
-        over blocks of data points, :func:`~gpytorch_augment.core.linalg.block_width`)."""
+        :math:`s = k_{ii} - \lVert A_i\rVert^2 + \lVert C^{-\top} A_i\rVert^2` (clamped at 0): :math:`C^{-\top}`
+        is formed once and multiplies blocks of data points (:func:`~gpytorch_augment.core.linalg.block_width`): a
+        matrix product, twice the floating-point work of a triangular solve but faster in practice
+        (``benchmarks/README.md``, engine notes); :math:`C^\top C = B \succeq I`, so the inverse is well
+        conditioned."""
         A = terms.A
         mean = terms.mu_X + (self.mean.unsqueeze(-2) @ A).squeeze(-2)  # m_v^T A: faster than A^T m_v batched
         explained = []
-        for A_b in A.split(block_width(A.shape[-1], A.numel() // max(1, A.shape[-1])), -1):
-            CA = tri_solve(self.C.mT, A_b, upper=True)
+        R_t = self.chol_covariance.mT  # C^{-T} once (M^3), then products: faster than a triangular solve per block
+        for A_b in A.split(block_width(A.shape[-1], A.numel() // max(1, A.shape[-1]), A.device), -1):
+            CA = R_t @ A_b
             explained.append((CA.square() if CA.requires_grad else CA.square_()).sum(-2))  # CA is ours: in place
         var = terms.k_diag - terms.a_sq + (explained[0] if len(explained) == 1 else torch.cat(explained, -1))
         return mean, var.clamp_min(0)

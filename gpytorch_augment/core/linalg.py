@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 from torch.linalg import solve_triangular
 
@@ -9,8 +10,8 @@ __all__ = ["BLOCK_ELEMENTS", "add_to_diagonal", "block_width", "mv", "tri_solve"
 
 #: the products over the data (the whitened cross-covariance, the marginal variances, the sufficient statistics) run
 #: over blocks of data points whose ``(*b, M, n)`` slices hold about this many entries (16 MiB in float64): the
-#: temporaries then stay in cache instead of streaming ``M x N`` arrays through memory several times (at
-#: N = 10^6, M = 100 the prior terms took 7.2-9.1 s in one piece and 2.7-2.9 s in blocks of 16,384 points)
+#: temporaries then stay in cache instead of streaming ``M x N`` arrays through memory several times (measured in
+#: benchmarks/README.md, engine notes)
 BLOCK_ELEMENTS = 2**21
 
 
@@ -27,21 +28,22 @@ def tri_solve(L: Tensor, rhs: Tensor, upper: bool = False, left: bool = True) ->
     return solve_triangular(L, rhs, upper=upper, left=left)
 
 
-def block_width(num_columns: int, rows: int) -> int:
+def block_width(num_columns: int, rows: int, device: torch.device | str = "cpu") -> int:
     """How many data points (columns) a block holds such that, with ``rows`` rows per point, it has about
     :data:`BLOCK_ELEMENTS` entries: ``num_columns`` (one block, the whole) unless there are at least two blocks' worth
-    of points. Split with ``tensor.split(width, dim)`` -- whose backward joins the blocks' gradients in one
-    concatenation, where slicing would allocate a full-size gradient per block -- and sum or concatenate the blocks'
-    results: equal to the one-piece result up to rounding.
+    of points, or on a device other than the CPU (blocks are for the CPU's caches; a GPU gains from large arrays).
+    Split with ``tensor.split(width, dim)`` -- whose backward joins the blocks' gradients in one concatenation, where
+    slicing would allocate a full-size gradient per block -- and sum or concatenate the blocks' results: equal to the
+    one-piece result up to rounding.
 
     Example::
 
         >>> from gpytorch_augment.core.linalg import block_width
-        >>> block_width(1000, 100), block_width(10**6, 100)
-        (1000, 20971)
+        >>> block_width(1000, 100), block_width(10**6, 100), block_width(10**6, 100, "meta")
+        (1000, 20971, 1000000)
     """
     width = max(1, BLOCK_ELEMENTS // max(1, rows))
-    return num_columns if num_columns < 2 * width else width
+    return num_columns if num_columns < 2 * width or torch.device(device).type != "cpu" else width
 
 
 def mv(mat: Tensor, vec: Tensor) -> Tensor:

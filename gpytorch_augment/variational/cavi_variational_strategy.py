@@ -30,8 +30,8 @@ moving inducing points, writing into ``x`` in place, ``train()``/``eval()`` -- i
 plain Python attributes that change what ``model.forward`` computes without changing a tensor (call
 :meth:`~_CAVIMixin.clear_cavi_cache` after such a change, or pass ``cache=False``).
 
-**Blocks of data points.** Where the data are many (:func:`~gpytorch_augment.core.linalg.block_width`: more than
-two blocks of about :data:`~gpytorch_augment.core.linalg.BLOCK_ELEMENTS` entries of :math:`A`), the prior is
+**Blocks of data points.** Where the data are many, on the CPU (:func:`~gpytorch_augment.core.linalg.block_width`:
+more than two blocks of about :data:`~gpytorch_augment.core.linalg.BLOCK_ELEMENTS` entries of :math:`A`), the prior is
 evaluated as ``model.forward(cat[Z, x_b])`` for consecutive blocks :math:`x_b` and whitened block by block, so no
 kernel matrix larger than a block is ever held beside :math:`A`. This takes ``model.forward`` to treat the data
 points independently, as every GPyTorch mean and kernel does (a feature extractor with batch statistics, e.g.
@@ -180,7 +180,7 @@ class _CAVIMixin:
         M = Z.shape[-2]
 
         def blocks() -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:  # the kernel evaluated block by block
-            for x_b in x.split(block_width(x.shape[-2], M * math.prod(x.shape[:-2])), -2):
+            for x_b in x.split(block_width(x.shape[-2], M * math.prod(x.shape[:-2]), x.device), -2):
                 prior = self.model.forward(torch.cat([Z, x_b], dim=-2))
                 yield split_prior(prior.mean, prior.lazy_covariance_matrix, M)
 
