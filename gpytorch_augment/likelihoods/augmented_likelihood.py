@@ -279,18 +279,21 @@ class AugmentedLikelihood(Likelihood, ABC):
     def expected_log_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`E_{q(f_i)} \log p(y_i \mid f_i)` per datum for **canonical** targets (checked once, by the caller):
         the engines' entry. The default is Gauss--Hermite quadrature of :meth:`log_prob_at`; a likelihood
-        overrides it with a closed form or a better rule. Where no parameter of the likelihood needs a gradient, the
-        rule's derivatives in the marginal means and variances come from :meth:`log_prob_and_grad` at the nodes in
-        the same pass (:func:`~gpytorch_augment._numerics.gauss_hermite_expectation`: no backward through the
-        nodes, whose copies of the data dominate the cost at many points)."""
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+        overrides it with a closed form or a better rule. Where only the marginal means and variances need a
+        gradient (no parameter of the likelihood), the rule's derivatives come from :meth:`log_prob_and_grad` at
+        the nodes in the same pass (:func:`~gpytorch_augment._numerics.gauss_hermite_expectation`: no backward
+        through the nodes, whose copies of the data dominate the cost at many points)."""
+        mean, var = function_dist.mean, function_dist.variance
+        if (
+            not torch.is_grad_enabled()
+            or not (mean.requires_grad or var.requires_grad)
+            or any(p.requires_grad for p in self.parameters())
+        ):
             nodes, weights = self._quadrature(function_dist)
             return (weights * self.log_prob_at(y, nodes, **kwargs)).sum(0)
         self._quadrature_rule_applies()
-        return gauss_hermite_expectation(
-            lambda f: self.log_prob_and_grad(y, f, **kwargs), function_dist.mean, function_dist.variance,
-            NUM_QUADRATURE_LOCS,
-        )  # fmt: skip
+        return gauss_hermite_expectation(lambda f: self.log_prob_and_grad(y, f, **kwargs), mean, var,
+                                         NUM_QUADRATURE_LOCS)  # fmt: skip
 
     def log_marginal_lik(self, y: Tensor, function_dist: MultivariateNormal, **kwargs: Any) -> Tensor:
         r""":math:`\log \int p(y_i \mid f_i)\, q(f_i)\, df_i` per datum for **canonical** targets (by quadrature unless
