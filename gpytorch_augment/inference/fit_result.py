@@ -62,7 +62,9 @@ class FitResult(CAVITrace):
         mean).
     :ivar stages: subsample: one record per run of L-BFGS, in order -- ``num_data`` (its points; the last is all the
         data), ``iterations``, ``gain`` (how much it raised the objective per datum from its start, ``None`` for
-        the first), ``status`` and ``seconds``. Empty for the other protocols.
+        the first), ``status``, ``sampling_error`` (the standard error of the gradient per datum on all the data
+        estimated from this subsample, where the gains had settled; else ``None``; ``0.0`` on all the data) and
+        ``seconds``. Empty for the other protocols.
     :ivar restarted_after_collapse: whether the model comes from a restart after a fit ended at a constant
         predictor.
     :ivar attempts: the status of every run, in order (the first run, then any restart after a collapse).

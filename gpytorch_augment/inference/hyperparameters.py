@@ -78,7 +78,7 @@ from .engine import CAVIEngine
 from .fit_options import FitOptions
 from .fit_result import FitResult, FitStatus
 from .lbfgs import OPTIMIZERS
-from .nested import NestedProtocol
+from .nested import NestedObjective, NestedProtocol
 
 __all__ = ["NESTED_MAX_DATA", "choose_protocol", "fit_hyperparameters", "hyperparameters_of"]
 
@@ -98,6 +98,13 @@ SUBSAMPLE_TOL_FACTOR = 10.0
 #: the subsamples stop growing after this many doublings in a row each gained less than ``subsample_tol`` (one
 #: gain is a noisy estimate: on pilot data a doubling gained 4e-4 nats per datum and the next 2e-3)
 SETTLED_DOUBLINGS = 2
+
+#: the subsamples stop growing only where this many standard errors of the gradient per datum on all the data,
+#: estimated from the last subsample (:meth:`NestedObjective.sampling_error`), fit within ``gtol``: the
+#: hyper-parameters of a subsample then pass the stationarity test on all the data, and no L-BFGS iteration on all
+#: of them is needed (on pilot data the gains alone stopped a 10^6-point count problem at 4,000 points, and ten
+#: iterations on all the data followed)
+SAMPLING_Z = 2.0
 
 #: the lengthscales of the restarts after a collapse, as multiples of the data-aware start (the first restart
 #: starts there; the second at lengthscales one prior standard deviation of log-lengthscale longer)
@@ -410,8 +417,10 @@ class _Run:
     def _subsample(self) -> tuple[FitResult, float]:
         """The nested protocol on nested subsamples of a random order of the data, doubling from
         ``subsample_size`` until :data:`SETTLED_DOUBLINGS` doublings in a row each raise the objective per datum by
-        less than ``subsample_tol`` (or the subsample is all the data); then :math:`q(u)` for all the data and the
-        stationarity test there, with at most ``polish_iter`` L-BFGS iterations on all the data where it fails."""
+        less than ``subsample_tol`` and :data:`SAMPLING_Z` standard errors of the gradient per datum on all the data
+        (estimated from the subsample) fit within ``gtol`` (or the subsample is all the data); then :math:`q(u)` for
+        all the data and the stationarity test there, with at most ``polish_iter`` L-BFGS iterations on all the data
+        where it fails."""
         o, data, num_data = self.options, self.data, self.data.num_data
         if num_data != self.cavi.num_data:
             raise ValueError(f"y has {num_data} data points but CAVI was built with num_data={self.cavi.num_data}")
@@ -423,13 +432,20 @@ class _Run:
         size = min(o.subsample_size, num_data)
         while size < num_data:
             began, steps = clock.elapsed(), trace.num_steps
-            run = self._lbfgs(self.cavi.on_subset(size), data.take(order[:size]), o.max_iter, trace, clock,
-                              warm=bool(stages), tol=SUBSAMPLE_TOL_FACTOR * o.tol)  # fmt: skip
+            engine, subset = self.cavi.on_subset(size), data.take(order[:size])
+            run = self._lbfgs(engine, subset, o.max_iter, trace, clock, warm=bool(stages),
+                              tol=SUBSAMPLE_TOL_FACTOR * o.tol)  # fmt: skip
             gain = run.value - run.start_value if stages else None
             stages.append({"num_data": size, "iterations": trace.num_steps - steps, "gain": gain,
-                           "status": run.status.value, "seconds": clock.elapsed() - began})  # fmt: skip
+                           "status": run.status.value, "sampling_error": None})  # fmt: skip
             gains = [st["gain"] for st in stages[1:]]
-            if len(gains) >= SETTLED_DOUBLINGS and max(gains[-SETTLED_DOUBLINGS:]) < o.subsample_tol:
+            settled = len(gains) >= SETTLED_DOUBLINGS and max(gains[-SETTLED_DOUBLINGS:]) < o.subsample_tol
+            if settled:  # and the gradient on all the data is predicted to pass the stationarity test
+                error = NestedObjective(engine, subset).sampling_error(self.params, num_data)
+                stages[-1]["sampling_error"] = error
+                settled = SAMPLING_Z * error <= o.gtol
+            stages[-1]["seconds"] = clock.elapsed() - began
+            if settled:
                 break
             # a subsample of more than half the data costs nearly what all of them do: go to all of them instead
             size = 2 * size if 4 * size <= num_data else num_data
@@ -439,7 +455,8 @@ class _Run:
         else:
             run = self._lbfgs(self.cavi, data, o.max_iter, trace, clock, warm=bool(stages))
         stages.append({"num_data": num_data, "iterations": trace.num_steps - steps, "gain": run.value - run.start_value,
-                       "status": run.status.value, "seconds": clock.elapsed() - began})  # fmt: skip
+                       "status": run.status.value, "sampling_error": 0.0,
+                       "seconds": clock.elapsed() - began})  # fmt: skip
         result = FitResult(**vars(trace), status=run.status, message=run.message, protocol="subsample",
                            optimizer=o.optimizer, gradient=run.gradient, final_objective=run.value,
                            stages=stages)  # fmt: skip

@@ -46,7 +46,11 @@ from ..core import ObservedData, PriorTerms, WhitenedGaussian
 from ..likelihoods.augmented_likelihood import NUM_QUADRATURE_LOCS
 from .engine import CAVIEngine, diagonal_gaussian
 
-__all__ = ["NestedObjective", "NestedProtocol"]
+__all__ = ["SAMPLING_PARTS", "NestedObjective", "NestedProtocol"]
+
+#: the parts a subsample is split into to estimate the sampling error of its gradient
+#: (:meth:`NestedObjective.sampling_error`)
+SAMPLING_PARTS = 16
 
 
 class NestedObjective:
@@ -158,6 +162,38 @@ class NestedObjective:
         mean, var = q.marginals(terms)
         ell = self._expected_log_lik(mean.to(self.x.dtype), var.to(self.x.dtype))
         return float((ell - q.kl().sum().to(ell.dtype)) / self.num_data)
+
+    def sampling_error(self, params: list[Tensor], population: int, parts: int = SAMPLING_PARTS) -> float:
+        r"""How far the gradient per datum on a population of ``population`` points may lie from the gradient on
+        these data, a uniform random sample of it: the largest standard error over the entries of
+        :math:`\partial J/\partial\theta` (``params``), :math:`q(u)` held at the snapshot.
+
+        The data split into ``parts`` equal parts :math:`P_k` of :math:`n_P` points; :math:`g_k` is the gradient of
+        :math:`J` on part :math:`k` alone. The KL term and the priors enter every :math:`g_k` alike, so their spread
+        is the sampling spread of the expected log-likelihood's per-datum gradient, and the standard error of the
+        mean over :math:`n = K n_P` points, with the finite-population correction, is
+
+        .. math::
+            \mathrm{se}_j = \sqrt{\frac{\widehat{\mathrm{Var}}_k(g_{kj})}{K}\Big(1 - \frac{n}{N}\Big)}.
+
+        ``0.0`` where the data are the whole population or too few to split.
+        """
+        n = self.num_data
+        size = n // int(parts)
+        if size < 1 or int(parts) < 2 or n >= population:
+            return 0.0
+        grads = []
+        for k in range(int(parts)):
+            part = NestedObjective(self.cavi, self.data.take(slice(k * size, (k + 1) * size)), 0, 0)
+            part._snapshot = self._snapshot
+            loss = part(solve=False)
+            grad = torch.autograd.grad(loss, params, allow_unused=True)
+            grads.append(torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
+                                    for g, p in zip(grad, params)]))  # fmt: skip
+        g = torch.stack(grads).double()
+        error = (g.var(0) / int(parts) * (1.0 - n / population)).sqrt()
+        largest = float(error.max()) if error.numel() else 0.0
+        return largest if math.isfinite(largest) else math.inf
 
     # ------------------------------------------------------------------------------------------------ J(theta)
     def __call__(self, solve: bool = True) -> Tensor:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gpytorch_augment import CAVI, CAVIVariationalStrategy
+from gpytorch_augment.inference import hyperparameters
 from gpytorch_augment.inference.fit_result import FitResult
 from gpytorch_augment.inference.hyperparameters import NESTED_MAX_DATA, choose_protocol, hyperparameters_of
 from gpytorch_augment.inference.nested import NestedObjective, NestedProtocol
@@ -96,7 +97,13 @@ def test_subsample_protocol_doubles_the_subsample_until_theta_settles_then_certi
     assert result.final_objective <= nested.final_objective + 1e-4
 
 
-def test_subsample_protocol_stops_growing_on_its_tolerance_and_grows_to_all_the_data_without_one():
+@pytest.fixture
+def gains_alone(monkeypatch):
+    """The subsamples stop growing on their gains alone (the sampling-error rule switched off)."""
+    monkeypatch.setattr(hyperparameters, "SAMPLING_Z", 0.0)
+
+
+def test_subsample_protocol_stops_growing_on_its_tolerance_and_grows_to_all_the_data_without_one(gains_alone):
     """Two doublings in a row that gain less than subsample_tol stop the growth; without a tolerance the last run is
     the nested protocol on all the data."""
     *_, loose = _subsample_fit(n=640, subsample_tol=1.0)
@@ -106,7 +113,7 @@ def test_subsample_protocol_stops_growing_on_its_tolerance_and_grows_to_all_the_
     assert strict.stages[-1]["iterations"] >= 1 and strict.converged  # the nested protocol on all the data
 
 
-def test_subsample_protocol_polishes_only_where_the_test_on_all_the_data_fails():
+def test_subsample_protocol_polishes_only_where_the_test_on_all_the_data_fails(gains_alone):
     *_, certified = _subsample_fit(subsample_tol=1.0, gtol=1.0)
     assert [s["num_data"] for s in certified.stages] == [40, 80, 160, 320]
     assert certified.stages[-1]["iterations"] == 0 and certified.status.value == "certified"
@@ -118,6 +125,48 @@ def test_subsample_protocol_polishes_only_where_the_test_on_all_the_data_fails()
         *_, polished = _subsample_fit(subsample_tol=1.0, gtol=1e-12, polish_iter=2)
     assert 1 <= polished.stages[-1]["iterations"] <= 2
     assert polished.final_objective >= unpolished.final_objective - 1e-9
+
+
+def test_subsample_protocol_grows_until_the_gradient_on_all_the_data_is_predicted_within_gtol():
+    """Settled gains stop the growth only where SAMPLING_Z standard errors of the gradient on all the data fit within
+    gtol: a loose gtol stops where the gains do; an impossible one grows the subsample to all the data (the nested
+    protocol there, no polish); in between, every stage tested before the last one predicted a failure."""
+    *_, loose = _subsample_fit(n=640, subsample_tol=1.0, gtol=1.0)
+    assert [s["num_data"] for s in loose.stages] == [40, 80, 160, 640]
+    assert 0 < loose.stages[2]["sampling_error"] <= 0.5
+    with pytest.warns(UserWarning, match="not_stationary"):  # a gradient of 1e-12 per datum is out of reach
+        *_, strict = _subsample_fit(n=640, subsample_tol=1.0, gtol=1e-12)
+    assert [s["num_data"] for s in strict.stages] == [40, 80, 160, 320, 640]
+    assert all(s["sampling_error"] > 0 for s in strict.stages[2:4])
+    assert strict.stages[-1]["iterations"] >= 1  # the nested protocol on all the data, not a probe and a polish
+    gtol = 2.5 * hyperparameters.SAMPLING_Z * strict.stages[3]["sampling_error"]  # met at 320 points at the latest
+    *_, between = _subsample_fit(n=1280, subsample_tol=1.0, gtol=gtol)
+    tested = [s for s in between.stages[:-1] if s["sampling_error"] is not None]
+    assert hyperparameters.SAMPLING_Z * tested[-1]["sampling_error"] <= gtol
+    assert all(hyperparameters.SAMPLING_Z * s["sampling_error"] > gtol for s in tested[:-1])
+    assert between.stages[-1]["num_data"] == 1280 and between.converged, between.message
+
+
+def test_sampling_error_is_the_spread_of_the_gradient_over_random_subsamples():
+    """With q(u) and theta held, the estimate from one subsample of n points matches the standard deviation of the
+    gradient per datum over many random subsamples of n points of the same population (without replacement)."""
+    population, n = 1200, 240
+    model, cavi, data = _setup(n=population, m=8, seed=5)
+    cavi.fit(data.x, data.y, convergence=lambda tr: tr.num_steps >= 5)
+    params = hyperparameters_of(cavi)
+    generator = torch.Generator().manual_seed(0)
+    estimates, gradients = [], []
+    for _ in range(40):
+        idx = torch.randperm(population, generator=generator)[:n]
+        objective = NestedObjective(cavi.on_subset(n), cavi.check_data(data.x[idx], data.y[..., idx]))
+        estimates.append(objective.sampling_error(params, population, parts=8))
+        grad = torch.autograd.grad(objective(solve=False), params, allow_unused=True)
+        gradients.append(torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
+                                    for g, p in zip(grad, params)]))  # fmt: skip
+    spread = float(torch.stack(gradients).std(0).max())
+    assert 0.6 < sum(estimates) / len(estimates) / spread < 1.5, (estimates, spread)
+    whole = NestedObjective(cavi, cavi.check_data(data.x, data.y))
+    assert whole.sampling_error(params, population) == 0.0  # all of the population: no sampling error
 
 
 def test_subsample_protocol_is_reproducible_with_a_generator():
