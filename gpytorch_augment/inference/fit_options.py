@@ -96,7 +96,7 @@ class FitOptions:
     :param subsample_size: the points of the first subsample (1,000); each next one doubles it.
     :param subsample_tol: the subsamples stop growing when two doublings in a row each raise the objective per
         datum by less than this (``1e-3`` nats) and the gradient per datum on all the data, estimated from the
-        subsample, is within ``gtol`` by two standard errors.
+        subsample, is within ``gtol`` by two standard errors (or the next subsample would be all the data).
     :param polish_iter: L-BFGS iterations on all the data afterwards, run only where the stationarity test on all
         the data fails (10; 0: none).
 

@@ -418,9 +418,9 @@ class _Run:
         """The nested protocol on nested subsamples of a random order of the data, doubling from
         ``subsample_size`` until :data:`SETTLED_DOUBLINGS` doublings in a row each raise the objective per datum by
         less than ``subsample_tol`` and :data:`SAMPLING_Z` standard errors of the gradient per datum on all the data
-        (estimated from the subsample) fit within ``gtol`` (or the subsample is all the data); then :math:`q(u)` for
-        all the data and the stationarity test there, with at most ``polish_iter`` L-BFGS iterations on all the data
-        where it fails."""
+        (estimated from the subsample) fit within ``gtol`` or the next subsample would be all the data (or the
+        subsample is all the data: an L-BFGS run there); then :math:`q(u)` for all the data and the stationarity
+        test there, with at most ``polish_iter`` L-BFGS iterations on all the data where it fails."""
         o, data, num_data = self.options, self.data, self.data.num_data
         if num_data != self.cavi.num_data:
             raise ValueError(f"y has {num_data} data points but CAVI was built with num_data={self.cavi.num_data}")
@@ -443,7 +443,9 @@ class _Run:
             if settled:  # and the gradient on all the data is predicted to pass the stationarity test
                 error = NestedObjective(engine, subset).sampling_error(self.params, num_data)
                 stages[-1]["sampling_error"] = error
-                settled = SAMPLING_Z * error <= o.gtol
+                # where the next subsample would be all the data, the test there and a short polish cost less than
+                # an L-BFGS run on all of them
+                settled = SAMPLING_Z * error <= o.gtol or 4 * size > num_data
             stages[-1]["seconds"] = clock.elapsed() - began
             if settled:
                 break

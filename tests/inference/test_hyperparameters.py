@@ -129,16 +129,20 @@ def test_subsample_protocol_polishes_only_where_the_test_on_all_the_data_fails(g
 
 def test_subsample_protocol_grows_until_the_gradient_on_all_the_data_is_predicted_within_gtol():
     """Settled gains stop the growth only where SAMPLING_Z standard errors of the gradient on all the data fit within
-    gtol: a loose gtol stops where the gains do; an impossible one grows the subsample to all the data (the nested
-    protocol there, no polish); in between, every stage tested before the last one predicted a failure."""
+    gtol, or where the next subsample would be all the data: a loose gtol stops where the gains do; an impossible one
+    grows the subsample to more than N/4 points, then tests on all the data and polishes there (no L-BFGS run on all
+    of them); in between, every stage tested before the last one predicted a failure."""
     *_, loose = _subsample_fit(n=640, subsample_tol=1.0, gtol=1.0)
     assert [s["num_data"] for s in loose.stages] == [40, 80, 160, 640]
     assert 0 < loose.stages[2]["sampling_error"] <= 0.5
-    with pytest.warns(UserWarning, match="not_stationary"):  # a gradient of 1e-12 per datum is out of reach
-        *_, strict = _subsample_fit(n=640, subsample_tol=1.0, gtol=1e-12)
+    with pytest.warns(UserWarning, match="cap"):  # a gradient of 1e-12 per datum is out of reach
+        *_, strict = _subsample_fit(n=640, subsample_tol=1.0, gtol=1e-12, polish_iter=2)
     assert [s["num_data"] for s in strict.stages] == [40, 80, 160, 320, 640]
     assert all(s["sampling_error"] > 0 for s in strict.stages[2:4])
-    assert strict.stages[-1]["iterations"] >= 1  # the nested protocol on all the data, not a probe and a polish
+    assert 1 <= strict.stages[-1]["iterations"] <= 2  # the test failed there: polish_iter iterations at most
+    with pytest.warns(UserWarning, match="not_stationary"):
+        *_, unsettled = _subsample_fit(n=640, subsample_tol=0.0, gtol=1e-12, polish_iter=2)
+    assert unsettled.stages[-1]["iterations"] > 2  # gains never settled: an L-BFGS run on all the data
     gtol = 2.5 * hyperparameters.SAMPLING_Z * strict.stages[3]["sampling_error"]  # met at 320 points at the latest
     *_, between = _subsample_fit(n=1280, subsample_tol=1.0, gtol=gtol)
     tested = [s for s in between.stages[:-1] if s["sampling_error"] is not None]
