@@ -99,11 +99,10 @@ SUBSAMPLE_TOL_FACTOR = 10.0
 #: gain is a noisy estimate: on pilot data a doubling gained 4e-4 nats per datum and the next 2e-3)
 SETTLED_DOUBLINGS = 2
 
-#: the subsamples stop growing only where this many standard errors of the gradient per datum on all the data,
-#: estimated from the last subsample (:meth:`NestedObjective.sampling_error`), fit within ``gtol``: the
-#: hyper-parameters of a subsample then pass the stationarity test on all the data, and no L-BFGS iteration on all
-#: of them is needed (on pilot data the gains alone stopped a 10^6-point count problem at 4,000 points, and ten
-#: iterations on all the data followed)
+#: settled gains stop the subsamples' growth only where this many standard errors of the gradient per datum on all
+#: the data, estimated from the last subsample (:meth:`NestedObjective.sampling_error`), fit within ``gtol`` (so that
+#: its hyper-parameters pass the stationarity test on all the data without L-BFGS iterations there), or where the
+#: next subsample would be all the data (the measurements: ``benchmarks/README.md``, ``large_fits.py``)
 SAMPLING_Z = 2.0
 
 #: the lengthscales of the restarts after a collapse, as multiples of the data-aware start (the first restart
